@@ -1,0 +1,5 @@
+"""``python -m specmd_sim`` is the ``specmd`` command."""
+
+from specmd_sim.cli import main
+
+main()

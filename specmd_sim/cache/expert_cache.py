@@ -1,0 +1,235 @@
+"""The expert cache: states, capacity accounting, pins and the miss taxonomy.
+
+The cache owns all bookkeeping; an eviction policy only ranks (``choose_victim``) and observes
+(hooks). Keys are flat expert ids ``layer * num_experts + expert``.
+
+Invariants (checked by the contract tests for every policy):
+
+- ``used_bytes <= capacity_bytes`` at all times (space is reserved when a fetch starts);
+- pinned and ``LOADING`` entries are never evicted;
+- every access gets exactly one :class:`AccessClass`; hits + late hits + misses = accesses.
+
+Miss taxonomy: a miss is *compulsory* if the expert was never resident before in this run,
+*collision* if it was evicted earlier in the current pass, *capacity* otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from specmd_sim.cache.states import AccessClass, FetchReason, State
+from specmd_sim.errors import SpecmdError
+
+if TYPE_CHECKING:
+    from specmd_sim.policies.eviction.base import EvictionPolicy
+
+_ABSENT, _LOADING, _RESIDENT = int(State.ABSENT), int(State.LOADING), int(State.RESIDENT)
+_HIT, _LATE, _COMP, _CAP, _COLL = (int(c) for c in AccessClass)
+_DEMAND, _PREFETCH = int(FetchReason.DEMAND), int(FetchReason.PREFETCH)
+
+
+class CacheStats:
+    """Counters of one run. Per-layer arrays are indexed ``[layer, class]`` or ``[layer]``."""
+
+    def __init__(self, num_layers: int) -> None:
+        self.access_class = np.zeros((num_layers, len(AccessClass)), np.int64)
+        self.bytes_demand = 0
+        self.bytes_prefetch = 0
+        self.prefetch_issued = 0
+        self.prefetch_completed = 0
+        self.prefetch_used = 0
+        self.prefetch_wasted = 0
+        self.prefetch_cancelled = 0
+        self.prefetch_dropped = 0
+        self.evictions = 0
+
+    def totals(self) -> dict[str, int]:
+        by_class = self.access_class.sum(axis=0)
+        misses = int(by_class[_COMP] + by_class[_CAP] + by_class[_COLL])
+        return {
+            "accesses": int(by_class.sum()),
+            "hits": int(by_class[_HIT]),
+            "late_hits": int(by_class[_LATE]),
+            "misses": misses,
+            "misses_compulsory": int(by_class[_COMP]),
+            "misses_capacity": int(by_class[_CAP]),
+            "misses_collision": int(by_class[_COLL]),
+            "prefetch_issued": self.prefetch_issued,
+            "prefetch_completed": self.prefetch_completed,
+            "prefetch_used": self.prefetch_used,
+            "prefetch_wasted": self.prefetch_wasted,
+            "prefetch_cancelled": self.prefetch_cancelled,
+            "prefetch_dropped": self.prefetch_dropped,
+            "evictions": self.evictions,
+            "bytes_demand": self.bytes_demand,
+            "bytes_prefetch": self.bytes_prefetch,
+        }
+
+
+class ExpertCache:
+    """GPU expert cache of ``capacity_bytes`` over ``num_layers * num_experts`` keys."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_experts: int,
+        expert_bytes: int,
+        capacity_bytes: int,
+        policy: EvictionPolicy,
+    ) -> None:
+        if expert_bytes <= 0:
+            raise SpecmdError(f"cache: expected expert bytes > 0, got {expert_bytes}")
+        if capacity_bytes < expert_bytes:
+            raise SpecmdError(
+                f"cache.capacity: expected room for at least one expert ({expert_bytes} bytes), "
+                f"got {capacity_bytes} bytes"
+            )
+        n = num_layers * num_experts
+        self.num_layers = num_layers
+        self.num_experts = num_experts
+        self.expert_bytes = expert_bytes
+        self.capacity_bytes = capacity_bytes
+        self.policy = policy
+        self.state = bytearray(n)
+        self.pins = bytearray(n)
+        self.ever_resident = bytearray(n)
+        self.prefetched_unused = bytearray(n)
+        self.loading_prefetch = bytearray(n)  # 1 while a prefetch of the key is in flight
+        self.evicted_pass = [-1] * n
+        self.used_bytes = 0
+        self.pass_index = -1
+        self.clock = 0  # number of accesses so far: the position in the access sequence
+        self.stats = CacheStats(num_layers)
+        self.listeners: list[Callable[[], None]] = []  # told when space may have been freed
+
+    # --- queries -------------------------------------------------------------------------
+
+    @property
+    def slots(self) -> int:
+        return self.capacity_bytes // self.expert_bytes
+
+    def evictable(self, key: int) -> bool:
+        return self.state[key] == _RESIDENT and not self.pins[key]
+
+    def contents(self) -> list[int]:
+        """Keys currently resident or loading, ascending."""
+        return [k for k, s in enumerate(self.state) if s != _ABSENT]
+
+    # --- pass and layer lifecycle ----------------------------------------------------------
+
+    def begin_pass(self, pass_index: int) -> None:
+        self.pass_index = pass_index
+        self.policy.on_pass_start(pass_index)
+
+    def begin_layer(self, layer: int) -> None:
+        self.policy.on_layer(layer)
+
+    def pin(self, key: int) -> None:
+        self.pins[key] += 1
+
+    def unpin(self, key: int) -> None:
+        self.pins[key] -= 1
+        if not self.pins[key] and self.listeners:
+            self._notify()
+
+    # --- accesses --------------------------------------------------------------------------
+
+    def access(self, key: int, layer: int) -> AccessClass:
+        """Record the router's selection of ``key``; return its class. Does not fetch."""
+        self.clock += 1
+        state = self.state[key]
+        if state != _ABSENT:
+            klass = _HIT if state == _RESIDENT else _LATE
+            if self.prefetched_unused[key]:
+                self.prefetched_unused[key] = 0
+                self.stats.prefetch_used += 1
+            self.policy.on_access(key)
+        elif not self.ever_resident[key]:
+            klass = _COMP
+        elif self.evicted_pass[key] == self.pass_index:
+            klass = _COLL
+        else:
+            klass = _CAP
+        self.stats.access_class[layer, klass] += 1
+        return AccessClass(klass)
+
+    def hint(self, key: int) -> None:
+        """A prefetcher asked for ``key`` while it is already cached."""
+        if self.state[key] != _ABSENT:
+            self.policy.on_prefetch_hint(key)
+
+    # --- fetches ---------------------------------------------------------------------------
+
+    def reserve(self, key: int, reason: FetchReason) -> bool:
+        """Make room for ``key`` and mark it LOADING. False if nothing evictable frees room.
+
+        The evictions already made stand even when the reservation then fails (with uniform
+        expert sizes one eviction always suffices, so this cannot happen).
+        """
+        if self.state[key] != _ABSENT:
+            raise RuntimeError(f"reserve({key}) while it is {State(self.state[key]).name}")
+        need = self.expert_bytes
+        while self.capacity_bytes - self.used_bytes < need:
+            victim = self.policy.choose_victim(self.evictable)
+            if victim is None:
+                if reason == _PREFETCH:
+                    self.stats.prefetch_dropped += 1
+                return False
+            self._evict(victim)
+        self.state[key] = _LOADING
+        self.used_bytes += need
+        self.loading_prefetch[key] = reason == _PREFETCH
+        if reason == _PREFETCH:
+            self.prefetched_unused[key] = 1
+            self.stats.prefetch_issued += 1
+            self.stats.bytes_prefetch += need
+        else:
+            self.stats.bytes_demand += need
+        self.policy.on_insert(key, reason)
+        return True
+
+    def complete(self, key: int) -> None:
+        """The transfer of ``key`` finished: LOADING -> RESIDENT."""
+        self.state[key] = _RESIDENT
+        self.ever_resident[key] = 1
+        if self.loading_prefetch[key]:
+            self.loading_prefetch[key] = 0
+            self.stats.prefetch_completed += 1
+        if self.listeners:
+            self._notify()
+
+    def cancel(self, key: int) -> None:
+        """Abandon an unstarted prefetch of ``key``: LOADING -> ABSENT, space returned."""
+        self.state[key] = _ABSENT
+        self.used_bytes -= self.expert_bytes
+        self.stats.bytes_prefetch -= self.expert_bytes
+        self.stats.prefetch_cancelled += 1
+        self.prefetched_unused[key] = 0
+        self.loading_prefetch[key] = 0
+        self.policy.on_remove(key)
+        if self.listeners:
+            self._notify()
+
+    def finish(self) -> None:
+        """End of run: prefetched experts never used count as wasted."""
+        self.stats.prefetch_wasted += sum(self.prefetched_unused)
+        self.prefetched_unused = bytearray(len(self.state))
+
+    def _evict(self, key: int) -> None:
+        if self.state[key] != _RESIDENT or self.pins[key]:
+            raise RuntimeError(f"policy chose non-evictable key {key}")
+        self.state[key] = _ABSENT
+        self.used_bytes -= self.expert_bytes
+        self.evicted_pass[key] = self.pass_index
+        self.stats.evictions += 1
+        if self.prefetched_unused[key]:
+            self.prefetched_unused[key] = 0
+            self.stats.prefetch_wasted += 1
+        self.policy.on_remove(key)
+
+    def _notify(self) -> None:
+        for listener in self.listeners:
+            listener()

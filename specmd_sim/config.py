@@ -1,0 +1,219 @@
+"""SimConfig: everything that defines a run, as a frozen pydantic model.
+
+Building a config has no side effects: ids and paths (model, hardware, trace) are only
+strings here; :func:`specmd_sim.scenario.build_scenario` loads them. Policy sections are
+``{kind: ..., **params}`` mappings validated against the plug-in registries, so a new plug-in
+brings its own config class. Every field has a description and, where it has one, a unit.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializeAsAny,
+    ValidationError,
+    field_validator,
+)
+
+from specmd_sim.errors import SpecmdError, from_validation_error
+from specmd_sim.models.spec import Dtype
+from specmd_sim.policies.registry import EVICTION, PREDICTORS, PREFETCH, PluginConfig
+from specmd_sim.units import parse_bytes
+
+_PERCENT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*%\s*$")
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CacheConfig(_Frozen):
+    capacity: str | int = Field(
+        default="5%",
+        description=(
+            "GPU expert-cache capacity: a percentage of all routed-expert bytes ('5%', SpecMD's "
+            "convention), a number of expert slots (51), or bytes ('0.6GiB', '650e6B')."
+        ),
+    )
+    pin_demand_set: bool = Field(
+        default=True,
+        description=(
+            "Pin a layer's demand set from its router decision until its experts ran. False "
+            "processes accesses strictly one at a time (classic cache-simulator semantics)."
+        ),
+    )
+
+    @field_validator("capacity")
+    @classmethod
+    def _check_capacity(cls, value: str | int) -> str | int:
+        if isinstance(value, bool):
+            raise ValueError("expected a percentage, a slot count or a size")
+        if isinstance(value, int):
+            if value < 1:
+                raise ValueError(f"expected at least 1 expert slot, got {value}")
+            return value
+        text = value.strip()
+        if text.isdigit():
+            return cls._check_capacity(int(text))
+        match = _PERCENT.match(text)
+        if match:
+            if not 0 < float(match.group(1)) <= 100:
+                raise ValueError(f"expected a percentage in (0, 100], got {value!r}")
+            return text
+        size = parse_bytes(text)
+        if size <= 0:
+            raise ValueError(f"expected a positive size, got {value!r}")
+        return text
+
+    def capacity_bytes(self, expert_bytes: int, routed_bytes: int) -> int:
+        """Resolve the capacity against a model's expert sizes."""
+        cap = self.capacity
+        if isinstance(cap, int):
+            return cap * expert_bytes
+        match = _PERCENT.match(cap)
+        if match:
+            return int(float(match.group(1)) / 100.0 * routed_bytes)
+        return parse_bytes(cap)
+
+
+class WorkloadConfig(_Frozen):
+    prefill_chunk_tokens: int = Field(
+        default=1,
+        ge=0,
+        description=(
+            "Prompt tokens per prefill pass: 1 = token-serial prefill (behaves like decode; the "
+            "default, so small caches fit one layer's demand set), N = chunks of N tokens, "
+            "0 = the whole prompt in one pass."
+        ),
+    )
+    max_requests: int | None = Field(
+        default=None, ge=1, description="Use only the first N requests of the trace."
+    )
+
+
+class TimingConfig(_Frozen):
+    record_spans: bool = Field(
+        default=True, description="Record the span timeline (needed for traces and HTML)."
+    )
+    chunk_bytes: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Split each expert transfer into chunks of at most this many bytes, bytes; a demand "
+            "fetch can then overtake a prefetch between chunks. None = whole experts."
+        ),
+    )
+
+
+def _plugin_field(registry: Any, default: dict[str, Any], what: str) -> Any:
+    return Field(default_factory=lambda: registry.parse_config(default), description=what)
+
+
+class SimConfig(_Frozen):
+    """One run. ``model: null`` takes the trace's model."""
+
+    model: str | None = Field(
+        default=None, description="Catalog model id; null = the model named by the trace."
+    )
+    expert_dtype: Dtype | None = Field(
+        default=None, description="Override the model's expert precision (bf16, fp8, int4)."
+    )
+    hardware: str = Field(
+        default="h100-pcie", description="Bundled hardware profile id or path to a YAML file."
+    )
+    trace: str = Field(
+        default="olmoe-synthetic",
+        description="Bundled trace name or path to a .npz routing trace.",
+    )
+    cache: CacheConfig = Field(default_factory=CacheConfig, description="Expert cache.")
+    eviction: SerializeAsAny[PluginConfig] = _plugin_field(
+        EVICTION, {"kind": "least-stale"}, "Eviction policy: {kind: ..., params}."
+    )
+    prefetch: SerializeAsAny[PluginConfig] = _plugin_field(
+        PREFETCH, {"kind": "top-k"}, "Prefetch policy: {kind: ..., params}."
+    )
+    predictor: SerializeAsAny[PluginConfig] = _plugin_field(
+        PREDICTORS, {"kind": "noisy-oracle"}, "Predictor of upcoming experts: {kind: ..., params}."
+    )
+    workload: WorkloadConfig = Field(default_factory=WorkloadConfig, description="Passes.")
+    timing: TimingConfig = Field(default_factory=TimingConfig, description="Timing engine.")
+    seed: int = Field(default=0, ge=0, description="Seed of the run's one random generator.")
+
+    @field_validator("eviction", mode="before")
+    @classmethod
+    def _eviction(cls, value: Any) -> PluginConfig:
+        return EVICTION.parse_config(value)
+
+    @field_validator("prefetch", mode="before")
+    @classmethod
+    def _prefetch(cls, value: Any) -> PluginConfig:
+        return PREFETCH.parse_config(value)
+
+    @field_validator("predictor", mode="before")
+    @classmethod
+    def _predictor(cls, value: Any) -> PluginConfig:
+        return PREDICTORS.parse_config(value)
+
+
+def build_config(data: dict[str, Any] | None = None, source: str = "config") -> SimConfig:
+    """Validate a config mapping, with one-line errors naming the field."""
+    try:
+        return SimConfig.model_validate(data or {})
+    except ValidationError as exc:
+        raise from_validation_error(source, exc) from None
+    except SpecmdError as exc:
+        raise SpecmdError(f"{source}: {exc}") from None
+
+
+def apply_overrides(data: dict[str, Any], assignments: list[str]) -> dict[str, Any]:
+    """Apply ``key.path=value`` strings (value parsed as YAML) to a config mapping (a copy).
+
+    Setting a ``kind`` starts its section afresh (the old plug-in's parameters would not fit
+    the new one); later assignments add parameters.
+    """
+    out = _deep_copy(data)
+    for text in assignments:
+        key, sep, raw = text.partition("=")
+        if not sep or not key.strip():
+            raise SpecmdError(f"--set: expected KEY.PATH=VALUE, got {text!r}")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        parts = key.strip().split(".")
+        node = out
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {} if child is None else _as_mapping(child, part)
+                node[part] = child
+            node = child
+        if parts[-1] == "kind" and node.get("kind") != value:
+            node.clear()
+        node[parts[-1]] = value
+    return out
+
+
+def _as_mapping(value: Any, part: str) -> dict[str, Any]:
+    if isinstance(value, str):  # a plug-in given by kind only
+        return {"kind": value}
+    raise SpecmdError(f"--set: expected {part!r} to be a section, got {value!r}")
+
+
+def _deep_copy(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _deep_copy(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_deep_copy(v) for v in data]
+    return data
+
+
+def config_to_dict(config: SimConfig) -> dict[str, Any]:
+    """The config as plain JSON-able data (the resolved form written next to results)."""
+    return config.model_dump(mode="json")

@@ -1,0 +1,45 @@
+"""Pieces of a run that both engines share: the result's inputs echo and progress reporting."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from specmd_sim.config import config_to_dict
+from specmd_sim.hardware.schema import Quantity, lowest_grade
+from specmd_sim.scenario import Scenario
+
+Progress = Callable[[int, int], None]  # (passes done, passes total)
+
+
+def inputs_echo(scenario: Scenario) -> dict[str, Any]:
+    model, trace = scenario.model, scenario.trace
+    return {
+        "model": model.id,
+        "expert_dtype": model.expert_dtype,
+        "expert_bytes": model.expert_bytes,
+        "routed_bytes": model.routed_bytes,
+        "hardware": scenario.profile.id,
+        "trace_model": trace.model,
+        "trace_tokens": trace.num_tokens,
+        "num_layers": trace.num_layers,
+        "num_experts": trace.num_experts,
+        "top_k": trace.top_k,
+        "passes": scenario.passes.num_passes,
+        "requests": len(set(scenario.passes.request.tolist())),
+        "capacity_bytes": scenario.capacity_bytes,
+        "capacity_slots": scenario.slots,
+    }
+
+
+def config_echo(scenario: Scenario) -> dict[str, Any]:
+    return config_to_dict(scenario.config)
+
+
+def grade_of(quantities: list[Quantity]) -> str:
+    return lowest_grade(quantities)
+
+
+def report_progress(progress: Progress | None, done: int, total: int) -> None:
+    if progress is not None and (done == total or done % 64 == 0):
+        progress(done, total)

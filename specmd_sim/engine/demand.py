@@ -1,0 +1,156 @@
+"""Passes and demand sets: how a trace becomes the sequence of cache accesses.
+
+A *pass* is one forward pass through all MoE layers: one decode step, or one prefill chunk of
+``workload.prefill_chunk_tokens`` prompt tokens (0 = the whole prompt). Requests are served one
+after another in order of first appearance in the trace (batch 1, closed loop).
+
+The *demand set* of (pass, layer) is the union of its tokens' selections, ordered by highest
+gate first (the max over the pass's tokens; without gates, the best slot rank, then the number
+of tokens), ties by expert id. For a single-token pass it is the row as stored. The
+concatenation of all demand sets in (pass, layer) order is the run's *access sequence*, which
+both engines follow and offline policies (Belady) read in advance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specmd_sim.config import WorkloadConfig
+from specmd_sim.traces.trace import DECODE, PREFILL, Trace
+
+
+@dataclass(frozen=True, eq=False)
+class Passes:
+    rows: np.ndarray  # int64 [N]: trace rows in pass order
+    start: np.ndarray  # int64 [P + 1]: pass p covers rows[start[p]:start[p + 1]]
+    request: np.ndarray  # int32 [P]
+    phase: np.ndarray  # uint8 [P]: 0 prefill, 1 decode
+    context_end: np.ndarray  # int64 [P]: the request's tokens up to and including this pass
+    first_token: np.ndarray  # bool [P]: this pass produces its request's first output token
+
+    @property
+    def num_passes(self) -> int:
+        return int(self.request.size)
+
+    def tokens(self, p: int) -> int:
+        return int(self.start[p + 1] - self.start[p])
+
+
+@dataclass(frozen=True, eq=False)
+class DemandSets:
+    keys: np.ndarray  # int32 [A]: flat expert ids, the access sequence
+    tokens: np.ndarray  # int32 [A]: tokens of the pass routed to that expert
+    offsets: np.ndarray  # int64 [P * L + 1]
+    num_layers: int
+
+    def span(self, p: int, layer: int) -> tuple[int, int]:
+        i = p * self.num_layers + layer
+        return int(self.offsets[i]), int(self.offsets[i + 1])
+
+    def keys_of(self, p: int, layer: int) -> np.ndarray:
+        lo, hi = self.span(p, layer)
+        return self.keys[lo:hi]
+
+    def max_layer_demand(self) -> tuple[int, int, int]:
+        """(size, pass, layer) of the largest demand set."""
+        sizes = np.diff(self.offsets)
+        i = int(np.argmax(sizes))
+        return int(sizes[i]), i // self.num_layers, i % self.num_layers
+
+
+def build_passes(trace: Trace, workload: WorkloadConfig) -> Passes:
+    order = np.argsort(trace.request, kind="stable")
+    req_sorted = trace.request[order]
+    bounds = np.flatnonzero(np.diff(req_sorted)) + 1
+    groups = np.split(order, bounds)
+    groups.sort(key=lambda g: int(g[0]))  # requests in order of first appearance
+    if workload.max_requests is not None:
+        groups = groups[: workload.max_requests]
+    chunk = workload.prefill_chunk_tokens
+    rows: list[np.ndarray] = []
+    sizes: list[int] = []
+    request: list[int] = []
+    phase: list[int] = []
+    context: list[int] = []
+    first: list[bool] = []
+    for g in groups:
+        req = int(trace.request[g[0]])
+        prefill = g[trace.phase[g] == PREFILL]
+        decode = g[trace.phase[g] == DECODE]
+        step = chunk or max(prefill.size, 1)
+        done = 0
+        for lo in range(0, prefill.size, step):
+            part = prefill[lo : lo + step]
+            done += part.size
+            rows.append(part)
+            sizes.append(part.size)
+            request.append(req)
+            phase.append(PREFILL)
+            context.append(done)
+            first.append(done == prefill.size)
+        for row in decode:
+            done += 1
+            rows.append(np.array([row]))
+            sizes.append(1)
+            request.append(req)
+            phase.append(DECODE)
+            context.append(done)
+            first.append(False)
+    start = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    return Passes(
+        rows=np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64),
+        start=start,
+        request=np.asarray(request, np.int32),
+        phase=np.asarray(phase, np.uint8),
+        context_end=np.asarray(context, np.int64),
+        first_token=np.asarray(first, bool),
+    )
+
+
+def build_demand(trace: Trace, passes: Passes) -> DemandSets:
+    num_layers, num_experts = trace.num_layers, trace.num_experts
+    layer_base = (np.arange(num_layers, dtype=np.int32) * num_experts)[:, None]
+    key_parts: list[np.ndarray] = []
+    token_parts: list[np.ndarray] = []
+    counts = np.zeros(passes.num_passes * num_layers, np.int64)
+    experts, gates = trace.experts, trace.gates
+    for p in range(passes.num_passes):
+        rows = passes.rows[passes.start[p] : passes.start[p + 1]]
+        if rows.size == 1:
+            e = experts[rows[0]].astype(np.int32)  # [L, k], distinct, gate-ordered
+            valid = e >= 0
+            key_parts.append((e + layer_base)[valid])
+            token_parts.append(np.ones(int(valid.sum()), np.int32))
+            counts[p * num_layers : (p + 1) * num_layers] = valid.sum(axis=1)
+            continue
+        for layer in range(num_layers):
+            ids, n = _union(experts[rows, layer], None if gates is None else gates[rows, layer])
+            key_parts.append(ids + layer * num_experts)
+            token_parts.append(n)
+            counts[p * num_layers + layer] = ids.size
+    keys = np.concatenate(key_parts).astype(np.int32) if key_parts else np.zeros(0, np.int32)
+    tokens = np.concatenate(token_parts).astype(np.int32) if token_parts else keys.copy()
+    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    return DemandSets(keys=keys, tokens=tokens, offsets=offsets, num_layers=num_layers)
+
+
+def _union(ids: np.ndarray, gates: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct experts of a [tokens, k] block, ordered as the module docstring says."""
+    flat = ids.reshape(-1).astype(np.int64)
+    rank = np.tile(np.arange(ids.shape[1]), ids.shape[0])
+    valid = flat >= 0
+    flat, rank = flat[valid], rank[valid]
+    uniq, inverse, count = np.unique(flat, return_inverse=True, return_counts=True)
+    if gates is not None:
+        g = gates.reshape(-1)[valid].astype(np.float64)
+        g = np.where(np.isnan(g), -np.inf, g)
+        best = np.full(uniq.size, -np.inf)
+        np.maximum.at(best, inverse, g)
+        order = np.lexsort((uniq, -best))
+    else:
+        best_rank = np.full(uniq.size, np.iinfo(np.int64).max)
+        np.minimum.at(best_rank, inverse, rank)
+        order = np.lexsort((uniq, -count, best_rank))
+    return uniq[order].astype(np.int32), count[order].astype(np.int32)

@@ -1,0 +1,10 @@
+"""The SimPy timing engine: a GPU compute stream, DMA copy engines and contended links.
+
+- :mod:`.flows` shares link bandwidth max-min fairly among concurrent transfers;
+- :mod:`.copy_engines` bounds concurrent transfers per GPU and direction, demand first;
+- :mod:`.run` drives passes and layers on the compute stream and issues fetches.
+"""
+
+from specmd_sim.engine.sim.run import simulate
+
+__all__ = ["simulate"]

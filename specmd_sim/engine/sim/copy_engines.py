@@ -1,0 +1,96 @@
+"""DMA copy engines of one GPU and direction: a few slots, two priority classes.
+
+Demand fetches are dispatched before prefetches (FIFO within a class); a queued prefetch can be
+promoted to the demand class (a late hit waits on it) or cancelled. With chunking, a job gives
+its slot back after each chunk and re-enters the front of its class, so a demand fetch that
+arrived meanwhile overtakes it. The lowest free slot id is used first (deterministic lanes).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+
+@dataclass(eq=False)
+class Job:
+    key: int
+    demand: bool
+    target: tuple[int, int]  # (pass, layer) the fetch is for
+    nbytes: int
+    chunks: list[int]
+    done: simpy.Event
+    started: bool = False
+    cancelled: bool = False
+    start_time: float = -1.0
+
+
+@dataclass(eq=False)
+class CopyEngines:
+    env: simpy.Environment
+    slots: int
+    # run(job, slot, nbytes) -> process body moving one chunk
+    run_chunk: Callable[[Job, int, int], Generator[Any, Any, None]]
+    # should_cancel(job) -> True if a not-yet-started prefetch has become useless
+    should_cancel: Callable[[Job], bool]
+    on_cancel: Callable[[Job], None]
+    on_done: Callable[[Job], None]
+    demand_q: deque[Job] = field(default_factory=deque)
+    prefetch_q: deque[Job] = field(default_factory=deque)
+    free: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.free = list(range(self.slots))
+
+    def submit(self, job: Job) -> None:
+        (self.demand_q if job.demand else self.prefetch_q).append(job)
+        self._dispatch()
+
+    def promote(self, job: Job) -> None:
+        """A queued prefetch is now needed by the compute stream."""
+        if job.demand:
+            return
+        job.demand = True
+        if job in self.prefetch_q:
+            self.prefetch_q.remove(job)
+            self.demand_q.append(job)
+            self._dispatch()
+
+    def cancel_queued_prefetches(self, need: int, cancel: Callable[[Job], bool]) -> int:
+        """Cancel unstarted prefetches, newest first, until ``need`` are cancelled."""
+        done = 0
+        for job in reversed(list(self.prefetch_q)):
+            if done >= need:
+                break
+            if not job.started and cancel(job):
+                self.prefetch_q.remove(job)
+                done += 1
+        return done
+
+    def _dispatch(self) -> None:
+        while self.free and (self.demand_q or self.prefetch_q):
+            job = self.demand_q.popleft() if self.demand_q else self.prefetch_q.popleft()
+            if not job.started and not job.demand and self.should_cancel(job):
+                job.cancelled = True
+                self.on_cancel(job)
+                continue
+            slot = self.free.pop(0)
+            self.env.process(self._run(job, slot))
+
+    def _run(self, job: Job, slot: int) -> Generator[Any, Any, None]:
+        if not job.started:
+            job.started = True
+            job.start_time = self.env.now
+        chunk = job.chunks.pop(0)
+        yield from self.run_chunk(job, slot, chunk)
+        self.free.append(slot)
+        self.free.sort()
+        if job.chunks:
+            (self.demand_q if job.demand else self.prefetch_q).appendleft(job)
+        else:
+            self.on_done(job)
+        self._dispatch()

@@ -1,0 +1,43 @@
+"""User-facing errors.
+
+Every error a user can cause (a bad YAML field, a trace with an out-of-range expert id, a cache
+too small for one layer) is raised as a :class:`SpecmdError` whose message is one line naming the
+input, what was expected and what was received. The CLI prints that line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+
+class SpecmdError(Exception):
+    """An error caused by the user's input; its message is meant to be shown as is."""
+
+
+def input_error(source: str, field: str, expected: str, got: object) -> SpecmdError:
+    """Build the canonical one-line message: ``SOURCE: FIELD: expected X, got Y``."""
+    where = f"{source}: {field}" if field else source
+    return SpecmdError(f"{where}: expected {expected}, got {got!r}")
+
+
+def from_validation_error(source: str, err: ValidationError) -> SpecmdError:
+    """Condense a pydantic ValidationError into one line naming field, expectation and value."""
+    problems = err.errors(include_url=False)
+    first = problems[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    msg = first["msg"]
+    if first["type"] == "missing":
+        text = f"{source}: {loc}: required field is missing"
+    elif first["type"] == "value_error":  # our own validators already name expectation and value
+        text = f"{source}: {loc + ': ' if loc else ''}{msg.removeprefix('Value error, ')}"
+    else:
+        got = first.get("input")
+        text = f"{source}: {loc}: {msg[0].lower() + msg[1:]}, got {_short(got)}"
+    if len(problems) > 1:
+        text += f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})"
+    return SpecmdError(text)
+
+
+def _short(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,192 @@
+"""Hardware profile schema (pydantic v2).
+
+A profile is data: a list of *nodes* (GPUs, hosts with DRAM and CPU cores, PCIe switches, NVMe
+drives) and *links* between them (PCIe, NVLink, NVLink-C2C, ...). Every number is a
+:class:`Quantity` carrying its ``value`` in SI units (the unit is in the field name), the
+``source`` it comes from and a confidence ``grade``:
+
+- ``A`` measured on the real hardware (a microbenchmark, with the command in ``source``);
+- ``B`` vendor specification or datasheet;
+- ``C`` derived or estimated from public figures (the derivation in ``source``);
+- ``D`` an assumption, placeholder or rule of thumb.
+
+A run reports the lowest grade among the numbers it used. The topology becomes a networkx graph
+in :mod:`specmd_sim.hardware.topology`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Grade = Literal["A", "B", "C", "D"]
+GRADE_ORDER = "ABCD"  # best first
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Quantity(_Frozen):
+    """A number with provenance. Subclasses constrain ``value``."""
+
+    value: float = Field(description="The value, in the SI unit named by the field.")
+    source: str = Field(min_length=1, description="Where the number comes from.")
+    grade: Grade = Field(description="Confidence: A measured, B vendor spec, C derived, D assumed.")
+
+
+class Positive(Quantity):
+    value: float = Field(gt=0, description="A value > 0, in the unit named by the field.")
+
+
+class NonNegative(Quantity):
+    value: float = Field(ge=0, description="A value >= 0, in the unit named by the field.")
+
+
+class Fraction(Quantity):
+    value: float = Field(gt=0, le=1, description="A fraction in (0, 1].")
+
+
+class Count(Quantity):
+    value: int = Field(ge=1, description="A whole number >= 1.")
+
+
+class GPUNode(_Frozen):
+    """A GPU: HBM (the expert cache lives here), tensor cores and DMA copy engines."""
+
+    kind: Literal["gpu"]
+    id: str = Field(min_length=1, description="Unique node id, e.g. 'gpu0'.")
+    name: str = Field(description="Product name, e.g. 'NVIDIA H100 PCIe 80GB'.")
+    hbm_bytes: Positive = Field(description="HBM capacity in bytes.")
+    hbm_bandwidth_bytes_per_s: Positive = Field(description="Peak HBM bandwidth, bytes/s.")
+    dense_bf16_flops: Positive = Field(description="Peak dense BF16 tensor FLOP/s (no sparsity).")
+    dense_fp8_flops: Positive | None = Field(
+        default=None, description="Peak dense FP8 FLOP/s; absent where FP8 is unsupported."
+    )
+    compute_efficiency: Fraction = Field(
+        description="Achieved fraction of peak FLOP/s for MoE GEMMs (model FLOPs utilization)."
+    )
+    memory_efficiency: Fraction = Field(description="Achieved fraction of peak HBM bandwidth.")
+    kernel_launch_overhead_s: NonNegative = Field(description="Fixed cost per kernel launch, s.")
+    copy_engines_h2d: Count = Field(description="DMA copy engines usable host-to-device at once.")
+    copy_engines_d2h: Count = Field(description="DMA copy engines usable device-to-host at once.")
+
+
+class HostNode(_Frozen):
+    """A host: DRAM holding the offloaded experts, and CPU cores."""
+
+    kind: Literal["host"]
+    id: str = Field(min_length=1, description="Unique node id, e.g. 'host'.")
+    name: str = Field(description="CPU / platform name.")
+    dram_bytes: Positive = Field(description="DRAM capacity in bytes.")
+    dram_bandwidth_bytes_per_s: Positive = Field(description="Peak DRAM bandwidth, bytes/s.")
+    cpu_flops: Positive = Field(description="Peak CPU FLOP/s at the precision experts run in.")
+    cpu_compute_efficiency: Fraction = Field(description="Achieved fraction of CPU peak FLOP/s.")
+
+
+class SwitchNode(_Frozen):
+    """A PCIe switch or similar fabric element: only routes; its links carry the bandwidth."""
+
+    kind: Literal["switch"]
+    id: str = Field(min_length=1, description="Unique node id, e.g. 'pcie-sw0'.")
+    name: str = Field(default="", description="Free-form label.")
+
+
+class NVMeNode(_Frozen):
+    """An NVMe SSD tier holding experts that do not fit in DRAM."""
+
+    kind: Literal["nvme"]
+    id: str = Field(min_length=1, description="Unique node id, e.g. 'nvme0'.")
+    name: str = Field(description="Drive name.")
+    capacity_bytes: Positive = Field(description="Capacity in bytes.")
+    read_bandwidth_bytes_per_s: Positive = Field(description="Sequential read bandwidth, bytes/s.")
+    read_latency_s: NonNegative = Field(description="Latency of one read request, s.")
+
+
+Node = Annotated[GPUNode | HostNode | SwitchNode | NVMeNode, Field(discriminator="kind")]
+
+LinkKind = Literal["pcie-gen3", "pcie-gen4", "pcie-gen5", "nvlink", "nvlink-c2c", "ethernet"]
+
+
+class Link(_Frozen):
+    """A full-duplex link; ``bandwidth_bytes_per_s`` is per direction."""
+
+    id: str = Field(min_length=1, description="Unique link id, e.g. 'pcie-gpu0'.")
+    kind: LinkKind = Field(description="Link technology.")
+    a: str = Field(description="Node id of one end.")
+    b: str = Field(description="Node id of the other end.")
+    bandwidth_bytes_per_s: Positive = Field(
+        description="Achievable bandwidth per direction, bytes/s."
+    )
+    latency_s: NonNegative = Field(description="Fixed per-transfer latency (setup + DMA), s.")
+
+
+class HardwareProfile(_Frozen):
+    """A machine: nodes and the links between them. See ``docs/hardware.md``."""
+
+    schema_version: Literal[1] = Field(description="Profile schema version; currently 1.")
+    id: str = Field(min_length=1, description="Profile id; a bundled profile's file stem.")
+    name: str = Field(description="Human-readable name.")
+    description: str = Field(default="", description="What this machine is and why it exists.")
+    nodes: list[Node] = Field(min_length=2, description="GPUs, hosts, switches, NVMe drives.")
+    links: list[Link] = Field(min_length=1, description="Links between nodes.")
+
+    @model_validator(mode="after")
+    def _check_topology(self) -> HardwareProfile:
+        ids = [n.id for n in self.nodes]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"nodes: expected unique node ids, got duplicates {dup}")
+        link_ids = [link.id for link in self.links]
+        dup = sorted({i for i in link_ids if link_ids.count(i) > 1})
+        if dup:
+            raise ValueError(f"links: expected unique link ids, got duplicates {dup}")
+        known = set(ids)
+        for link in self.links:
+            if link.a == link.b:
+                raise ValueError(
+                    f"links[{link.id}]: expected two different nodes, got {link.a!r} twice"
+                )
+            for side, end in (("a", link.a), ("b", link.b)):
+                if end not in known:
+                    raise ValueError(
+                        f"links[{link.id}].{side}: expected one of the node ids "
+                        f"{sorted(known)}, got {end!r}"
+                    )
+        if not self.gpus:
+            raise ValueError("nodes: expected at least one node of kind 'gpu', got none")
+        if not self.hosts:
+            raise ValueError("nodes: expected at least one node of kind 'host', got none")
+        return self
+
+    @property
+    def gpus(self) -> list[GPUNode]:
+        return [n for n in self.nodes if isinstance(n, GPUNode)]
+
+    @property
+    def hosts(self) -> list[HostNode]:
+        return [n for n in self.nodes if isinstance(n, HostNode)]
+
+    def node(self, node_id: str) -> GPUNode | HostNode | SwitchNode | NVMeNode:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        raise KeyError(node_id)
+
+    def quantities(self) -> Iterator[tuple[str, Quantity]]:
+        """Every number of the profile with a dotted path, e.g. ``('nodes.gpu0.hbm_bytes', q)``."""
+        for owner, prefix in [(n, f"nodes.{n.id}") for n in self.nodes] + [
+            (link, f"links.{link.id}") for link in self.links
+        ]:
+            for name in type(owner).model_fields:
+                value = getattr(owner, name)
+                if isinstance(value, Quantity):
+                    yield f"{prefix}.{name}", value
+
+
+def lowest_grade(quantities: list[Quantity]) -> Grade:
+    """The worst grade among ``quantities`` (``'A'`` if empty)."""
+    worst = max((GRADE_ORDER.index(q.grade) for q in quantities), default=0)
+    return GRADE_ORDER[worst]  # type: ignore[return-value]

@@ -1,0 +1,76 @@
+"""The compute cost model: a roofline per operation plus a kernel-launch overhead.
+
+``time(op) = max(flops / (peak_flops * compute_efficiency),
+                 bytes / (hbm_bandwidth * memory_efficiency)) + kernel_launch_overhead``
+
+Operations per pass (``n`` tokens, attending to a context that ends at position ``P``):
+
+- ``attention`` of an MoE layer: attention projections, router and shared experts
+  (``2 * params * n`` FLOPs, reading the weights once) plus the attention itself
+  (``4 * heads * head_dim * ctx`` FLOPs per token, reading the KV cache once);
+- ``expert``: one routed expert over the ``m`` tokens routed to it
+  (``2 * expert_params * m`` FLOPs, reading its weights once);
+- ``dense layer``: a layer with a dense FFN (DeepSeek's first layers);
+- ``lm_head``: the output projection for the last token of the pass.
+
+Peak FLOP/s by dtype: fp8 weights use the GPU's FP8 peak where it has one; int4 weights are
+dequantized and run at the BF16 peak (W4A16).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specmd_sim.hardware.schema import GPUNode
+from specmd_sim.models.spec import BYTES_PER_PARAM, ModelSpec
+
+ACT_BYTES = 2  # bf16 activations
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Times of a model's operations on one GPU, in seconds."""
+
+    model: ModelSpec
+    gpu: GPUNode
+
+    def _peak(self, dtype: str) -> float:
+        if dtype == "fp8" and self.gpu.dense_fp8_flops is not None:
+            return self.gpu.dense_fp8_flops.value
+        return self.gpu.dense_bf16_flops.value
+
+    def op_time(self, flops: float, bytes_: float, dtype: str = "bf16") -> float:
+        gpu = self.gpu
+        compute = flops / (self._peak(dtype) * gpu.compute_efficiency.value)
+        memory = bytes_ / (gpu.hbm_bandwidth_bytes_per_s.value * gpu.memory_efficiency.value)
+        return max(compute, memory) + gpu.kernel_launch_overhead_s.value
+
+    def _attention(self, params: int, tokens: int, context_end: int) -> tuple[float, float]:
+        m = self.model
+        # tokens occupy positions context_end - tokens + 1 .. context_end; mean context:
+        mean_ctx = context_end - (tokens - 1) / 2.0
+        flops = 2.0 * params * tokens + 4.0 * m.num_attention_heads * m.head_dim * mean_ctx * tokens
+        weights = params * BYTES_PER_PARAM[m.dense_dtype]
+        kv = context_end * m.kv_bytes_per_token + 2 * tokens * m.hidden_size * ACT_BYTES
+        return flops, weights + kv
+
+    def attention_time(self, tokens: int, context_end: int) -> float:
+        """Non-expert part of one MoE layer for a pass of ``tokens`` tokens."""
+        flops, bytes_ = self._attention(self.model.moe_layer_dense_params, tokens, context_end)
+        return self.op_time(flops, bytes_, self.model.dense_dtype)
+
+    def dense_layer_time(self, tokens: int, context_end: int) -> float:
+        flops, bytes_ = self._attention(self.model.dense_layer_params, tokens, context_end)
+        return self.op_time(flops, bytes_, self.model.dense_dtype)
+
+    def expert_time(self, tokens: int) -> float:
+        """One routed expert applied to ``tokens`` tokens."""
+        m = self.model
+        flops = float(m.expert_flops_per_token) * tokens
+        bytes_ = m.expert_bytes + 2 * tokens * m.hidden_size * ACT_BYTES
+        return self.op_time(flops, bytes_, m.expert_dtype)
+
+    def lm_head_time(self) -> float:
+        m = self.model
+        params = m.hidden_size * m.vocab_size
+        return self.op_time(2.0 * params, params * BYTES_PER_PARAM[m.dense_dtype], m.dense_dtype)

@@ -1,0 +1,139 @@
+"""MoE model specifications and the bytes/FLOPs derived from their dimensions.
+
+A routed expert is a SwiGLU FFN: three ``hidden x moe_intermediate`` matrices (gate, up,
+down), so ``expert_params = 3 * hidden_size * moe_intermediate_size`` and one token through it
+costs ``2 * expert_params`` FLOPs. Bytes per parameter by dtype: bf16 2, fp8 1, int4 0.5 plus
+one fp16 scale per group of 128 weights (GPTQ/AWQ style), i.e. 0.515625.
+
+Check: OLMoE-1B-7B's expert is 3 * 2048 * 1024 * 2 B = 12 MiB; its 16 x 64 = 1,024 routed
+experts are 12 GiB, so a 5 % cache holds 51 experts (0.6 GiB). Mixtral's expert is 336 MiB.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from importlib import resources
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from specmd_sim.errors import SpecmdError
+
+Dtype = Literal["bf16", "fp8", "int4"]
+
+BYTES_PER_PARAM: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5 + 2.0 / 128}
+
+
+class ModelSpec(BaseModel):
+    """Dimensions of an MoE transformer, as in its ``config.json``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(description="Catalog id, e.g. 'olmoe-1b-7b'.")
+    name: str = Field(description="Published model name.")
+    source: str = Field(description="Where the dimensions come from.")
+    moe_layers: int = Field(ge=1, description="Number of MoE layers (trace layers).")
+    dense_layers: int = Field(ge=0, description="Number of layers with a dense FFN instead.")
+    num_experts: int = Field(ge=1, description="Routed experts per MoE layer.")
+    top_k: int = Field(ge=1, description="Experts selected per token per MoE layer.")
+    num_shared_experts: int = Field(default=0, ge=0, description="Always-resident shared experts.")
+    shared_intermediate_size: int = Field(default=0, ge=0, description="Per shared expert.")
+    dense_intermediate_size: int = Field(default=0, ge=0, description="FFN width of dense layers.")
+    hidden_size: int = Field(ge=1, description="Model width.")
+    moe_intermediate_size: int = Field(ge=1, description="Routed expert FFN width.")
+    num_attention_heads: int = Field(ge=1)
+    num_kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    attention_params_per_layer: int | None = Field(
+        default=None, ge=1, description="Override for non-standard attention (MLA)."
+    )
+    kv_bytes_per_token_per_layer: int | None = Field(
+        default=None, ge=1, description="Override of KV-cache bytes per token and layer (MLA)."
+    )
+    vocab_size: int = Field(ge=1)
+    expert_dtype: Dtype = Field(description="Storage precision of routed experts.")
+    dense_dtype: Dtype = Field(default="bf16", description="Precision of all non-expert weights.")
+
+    # --- derived quantities -------------------------------------------------------------
+
+    @property
+    def expert_params(self) -> int:
+        return 3 * self.hidden_size * self.moe_intermediate_size
+
+    @property
+    def expert_bytes(self) -> int:
+        """Bytes of one routed expert at ``expert_dtype``."""
+        return round(self.expert_params * BYTES_PER_PARAM[self.expert_dtype])
+
+    @property
+    def expert_flops_per_token(self) -> int:
+        return 2 * self.expert_params
+
+    @property
+    def num_routed_experts(self) -> int:
+        return self.moe_layers * self.num_experts
+
+    @property
+    def routed_bytes(self) -> int:
+        """Bytes of all routed experts: the base of a percentage cache capacity."""
+        return self.num_routed_experts * self.expert_bytes
+
+    @cached_property
+    def attention_params(self) -> int:
+        if self.attention_params_per_layer is not None:
+            return self.attention_params_per_layer
+        q = self.num_attention_heads * self.head_dim
+        kv = self.num_kv_heads * self.head_dim
+        return self.hidden_size * (2 * q + 2 * kv)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """KV-cache bytes one token adds per layer (bf16 cache)."""
+        if self.kv_bytes_per_token_per_layer is not None:
+            return self.kv_bytes_per_token_per_layer
+        return 2 * self.num_kv_heads * self.head_dim * 2
+
+    @property
+    def moe_layer_dense_params(self) -> int:
+        """Always-resident parameters of one MoE layer: attention, router, shared experts."""
+        router = self.hidden_size * self.num_experts
+        shared = self.num_shared_experts * 3 * self.hidden_size * self.shared_intermediate_size
+        return self.attention_params + router + shared
+
+    @property
+    def dense_layer_params(self) -> int:
+        return self.attention_params + 3 * self.hidden_size * self.dense_intermediate_size
+
+    def with_expert_dtype(self, dtype: Dtype | None) -> ModelSpec:
+        return self if dtype is None else self.model_copy(update={"expert_dtype": dtype})
+
+    def summary(self) -> dict[str, object]:
+        """Derived figures for display and JSON output."""
+        return {
+            "expert_params": self.expert_params,
+            "expert_bytes": self.expert_bytes,
+            "expert_flops_per_token": self.expert_flops_per_token,
+            "num_routed_experts": self.num_routed_experts,
+            "routed_bytes": self.routed_bytes,
+            "moe_layer_dense_params": self.moe_layer_dense_params,
+            "kv_bytes_per_token_per_layer": self.kv_bytes_per_token,
+        }
+
+
+def _catalog() -> dict[str, ModelSpec]:
+    text = resources.files("specmd_sim.models").joinpath("catalog/models.yaml").read_text()
+    return {entry["id"]: ModelSpec.model_validate(entry) for entry in yaml.safe_load(text)}
+
+
+def list_models() -> list[ModelSpec]:
+    """All catalog models, in catalog order."""
+    return list(_catalog().values())
+
+
+def load_model(model_id: str) -> ModelSpec:
+    """A catalog model by id; a clear error lists the known ids otherwise."""
+    catalog = _catalog()
+    if model_id not in catalog:
+        raise SpecmdError(f"model: expected one of {', '.join(catalog)}, got {model_id!r}")
+    return catalog[model_id]

@@ -1,0 +1,1 @@
+"""Eviction policies, one module each, registered in :data:`specmd_sim.policies.EVICTION`."""

@@ -1,0 +1,73 @@
+"""The eviction-policy contract.
+
+A policy observes the cache through hooks and ranks its contents; it never changes the cache.
+``choose_victim(evictable)`` returns the key to evict among those for which ``evictable(key)``
+is true, or None; it must not change the policy's state (the cache may ask and then not
+evict). The cache calls, for every key it holds:
+
+- ``on_insert(key, reason)`` when a fetch reserves space (the entry is LOADING);
+- ``on_access(key)`` when the router selects a cached key (hit or late hit);
+- ``on_prefetch_hint(key)`` when a prefetcher asks for a key that is already cached;
+- ``on_remove(key)`` when the key leaves (evicted, or its prefetch cancelled);
+
+and, for the run, ``on_pass_start(pass_index)`` and ``on_layer(layer)`` at each router decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar
+
+from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.registry import Plugin, PluginConfig
+
+if TYPE_CHECKING:
+    from specmd_sim.cache.expert_cache import ExpertCache
+    from specmd_sim.policies.context import RunContext
+
+Evictable = Callable[[int], bool]
+
+
+class EvictionPolicy(Plugin):
+    Config: ClassVar[type[PluginConfig]]
+
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        self.config = config
+        self.ctx = ctx
+        self.cache: ExpertCache | None = None
+
+    def attach(self, cache: ExpertCache) -> None:
+        """Called once by the cache that uses this policy (offline policies read its clock)."""
+        self.cache = cache
+
+    def on_pass_start(self, pass_index: int) -> None:
+        """A new pass (decode step or prefill chunk) begins."""
+
+    def on_layer(self, layer: int) -> None:
+        """The router of ``layer`` decides (before its accesses)."""
+
+    def on_access(self, key: int) -> None:
+        """The router selected ``key``, which is cached."""
+
+    def on_prefetch_hint(self, key: int) -> None:
+        """A prefetcher asked for ``key``, which is already cached."""
+
+    def on_insert(self, key: int, reason: FetchReason) -> None:
+        """``key`` was admitted (space reserved, transfer starting)."""
+        raise NotImplementedError
+
+    def on_remove(self, key: int) -> None:
+        """``key`` left the cache."""
+        raise NotImplementedError
+
+    def choose_victim(self, evictable: Evictable) -> int | None:
+        """The key to evict among evictable ones, or None; no side effects."""
+        raise NotImplementedError
+
+
+def first_evictable(keys: object, evictable: Evictable) -> int | None:
+    """The first key of an ordered iterable that is evictable."""
+    for key in keys:  # type: ignore[attr-defined]
+        if evictable(key):
+            return key
+    return None

@@ -1,0 +1,34 @@
+"""FIFO: evict the expert admitted earliest; uses do not reorder."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy, first_evictable
+from specmd_sim.policies.registry import EVICTION, PluginConfig
+
+
+class FIFOConfig(PluginConfig):
+    kind: Literal["fifo"] = "fifo"
+
+
+@EVICTION.register
+class FIFOEviction(EvictionPolicy):
+    kind = "fifo"
+    Config = FIFOConfig
+    description = "First in, first out: the earliest admitted expert first."
+    source = "classic"
+
+    def __init__(self, config: FIFOConfig, ctx: object) -> None:
+        super().__init__(config, ctx)  # type: ignore[arg-type]
+        self.order: dict[int, None] = {}
+
+    def on_insert(self, key: int, reason: FetchReason) -> None:
+        self.order[key] = None
+
+    def on_remove(self, key: int) -> None:
+        del self.order[key]
+
+    def choose_victim(self, evictable: Evictable) -> int | None:
+        return first_evictable(self.order, evictable)

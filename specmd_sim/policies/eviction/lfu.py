@@ -1,0 +1,59 @@
+"""LFU: evict the least frequently used cached expert.
+
+Frequency counts uses since admission (the admission counts as one) and is forgotten on
+eviction (in-cache LFU). Ties go to the expert whose count reached its value earliest.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy
+from specmd_sim.policies.registry import EVICTION, PluginConfig
+
+
+class LFUConfig(PluginConfig):
+    kind: Literal["lfu"] = "lfu"
+
+
+@EVICTION.register
+class LFUEviction(EvictionPolicy):
+    kind = "lfu"
+    Config = LFUConfig
+    description = "Least frequently used expert first (in-cache counts; ties: oldest count)."
+    source = "classic; MoE-Infinity and others build on expert frequency"
+
+    def __init__(self, config: LFUConfig, ctx: object) -> None:
+        super().__init__(config, ctx)  # type: ignore[arg-type]
+        self.freq: dict[int, int] = {}
+        self.buckets: dict[int, dict[int, None]] = {}
+
+    def _move(self, key: int, new: int) -> None:
+        old = self.freq.get(key)
+        if old is not None:
+            bucket = self.buckets[old]
+            del bucket[key]
+            if not bucket:
+                del self.buckets[old]
+        self.freq[key] = new
+        self.buckets.setdefault(new, {})[key] = None
+
+    def on_access(self, key: int) -> None:
+        self._move(key, self.freq[key] + 1)
+
+    def on_insert(self, key: int, reason: FetchReason) -> None:
+        self._move(key, 1)
+
+    def on_remove(self, key: int) -> None:
+        bucket = self.buckets[self.freq.pop(key)]
+        del bucket[key]
+        if not bucket:
+            del self.buckets[min(b for b, v in self.buckets.items() if not v)]
+
+    def choose_victim(self, evictable: Evictable) -> int | None:
+        for count in sorted(self.buckets):
+            for key in self.buckets[count]:
+                if evictable(key):
+                    return key
+        return None

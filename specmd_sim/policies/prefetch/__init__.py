@@ -1,0 +1,1 @@
+"""Prefetch policies, one module each, registered in :data:`specmd_sim.policies.PREFETCH`."""

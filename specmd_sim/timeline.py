@@ -1,0 +1,155 @@
+"""Spans: what each resource did when, as a numpy structured array; Chrome/Perfetto export.
+
+A span is ``[start, end)`` in seconds on one *lane* (a resource: the GPU compute stream, a copy
+engine) with a *kind* (attention, expert, lm_head, stall, demand_fetch, prefetch) and the pass,
+layer, expert (flat id), bytes, request and access class it concerns (-1 where none).
+Lanes with capacity one (a compute stream, one copy engine) never hold overlapping spans.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specmd_sim.cache.states import AccessClass
+
+KINDS = ("attention", "expert", "lm_head", "stall", "demand_fetch", "prefetch")
+COMPUTE_KINDS = ("attention", "expert", "lm_head")
+TRANSFER_KINDS = ("demand_fetch", "prefetch")
+KIND = {name: i for i, name in enumerate(KINDS)}
+
+SPAN_DTYPE = np.dtype(
+    [
+        ("start", "f8"),
+        ("end", "f8"),
+        ("lane", "i2"),
+        ("kind", "i1"),
+        ("pass_", "i4"),
+        ("layer", "i2"),
+        ("expert", "i4"),
+        ("bytes", "i8"),
+        ("request", "i4"),
+        ("klass", "i1"),
+    ]
+)
+
+
+class SpanRecorder:
+    """Collects spans during a run (plain lists: cheap appends), then one array."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.lanes: list[str] = []
+        self._lane_ids: dict[str, int] = {}
+        self._rows: list[tuple[Any, ...]] = []
+
+    def lane(self, name: str) -> int:
+        if name not in self._lane_ids:
+            self._lane_ids[name] = len(self.lanes)
+            self.lanes.append(name)
+        return self._lane_ids[name]
+
+    def add(
+        self,
+        lane: int,
+        kind: str,
+        start: float,
+        end: float,
+        pass_: int = -1,
+        layer: int = -1,
+        expert: int = -1,
+        bytes_: int = 0,
+        request: int = -1,
+        klass: int = -1,
+    ) -> None:
+        if self.enabled:
+            self._rows.append(
+                (start, end, lane, KIND[kind], pass_, layer, expert, bytes_, request, klass)
+            )
+
+    def array(self) -> np.ndarray:
+        spans = np.array(self._rows, dtype=SPAN_DTYPE)
+        return spans[np.lexsort((spans["lane"], spans["start"]))] if spans.size else spans
+
+
+def busy_union(spans: np.ndarray, kinds: tuple[str, ...]) -> np.ndarray:
+    """Disjoint, sorted ``[start, end]`` intervals covered by spans of ``kinds``."""
+    mask = np.isin(spans["kind"], [KIND[k] for k in kinds])
+    s = spans[mask]
+    if not s.size:
+        return np.zeros((0, 2))
+    order = np.argsort(s["start"], kind="stable")
+    starts, ends = s["start"][order], s["end"][order]
+    running_end = np.maximum.accumulate(ends)
+    new = np.r_[True, starts[1:] > running_end[:-1]]
+    idx = np.flatnonzero(new)
+    merged_end = np.maximum.reduceat(ends, idx)
+    return np.stack([starts[idx], merged_end], axis=1)
+
+
+def intersection_length(a: np.ndarray, b: np.ndarray) -> float:
+    """Total length of the intersection of two disjoint sorted interval lists."""
+    total, i, j = 0.0, 0, 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i, 0], b[j, 0]), min(a[i, 1], b[j, 1])
+        if hi > lo:
+            total += hi - lo
+        if a[i, 1] < b[j, 1]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+def to_chrome_trace(spans: np.ndarray, lanes: list[str], process: str = "gpu0") -> dict[str, Any]:
+    """Chrome Trace Event Format (JSON object form), loadable in Perfetto and chrome://tracing.
+
+    One process; one thread (track) per lane; complete events (``ph: X``) in microseconds.
+    """
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": process}}
+    ]
+    for tid, name in enumerate(lanes):
+        events.append(
+            {"ph": "M", "name": "thread_name", "pid": 0, "tid": tid, "args": {"name": name}}
+        )
+        events.append(
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": 0,
+                "tid": tid,
+                "args": {"sort_index": tid},
+            }
+        )
+    for s in spans:
+        kind = KINDS[int(s["kind"])]
+        args: dict[str, Any] = {"pass": int(s["pass_"]), "layer": int(s["layer"])}
+        if s["expert"] >= 0:
+            args["expert"] = int(s["expert"])
+        if s["bytes"]:
+            args["bytes"] = int(s["bytes"])
+        if s["request"] >= 0:
+            args["request"] = int(s["request"])
+        if s["klass"] >= 0:
+            args["class"] = AccessClass(int(s["klass"])).name.lower()
+        events.append(
+            {
+                "ph": "X",
+                "name": kind,
+                "cat": "transfer" if kind in TRANSFER_KINDS else "compute",
+                "pid": 0,
+                "tid": int(s["lane"]),
+                "ts": round(float(s["start"]) * 1e6, 4),
+                "dur": round(float(s["end"] - s["start"]) * 1e6, 4),
+                "args": args,
+            }
+        )
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_chrome_trace(path: Path, spans: np.ndarray, lanes: list[str]) -> None:
+    path.write_text(json.dumps(to_chrome_trace(spans, lanes), separators=(",", ":")))

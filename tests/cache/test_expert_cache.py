@@ -1,0 +1,149 @@
+"""Hand-traced sequences on the bare cache: states, pins, the miss taxonomy, Least-Stale vs LRU."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from specmd_sim.cache import AccessClass, ExpertCache, FetchReason, State
+from specmd_sim.errors import SpecmdError
+from specmd_sim.policies import EVICTION
+
+HIT, COMP, CAP, COLL = (
+    AccessClass.HIT,
+    AccessClass.COMPULSORY,
+    AccessClass.CAPACITY,
+    AccessClass.COLLISION,
+)
+E = 4  # experts per layer in these hand traces; key = layer * E + expert
+
+
+def make_cache(kind: str, slots: int, layers: int = 3, **params: object) -> ExpertCache:
+    ctx = SimpleNamespace(num_layers=layers, num_experts=E)
+    policy = EVICTION.get(kind)(EVICTION.parse_config({"kind": kind, **params}), ctx)
+    cache = ExpertCache(layers, E, expert_bytes=10, capacity_bytes=10 * slots, policy=policy)
+    policy.attach(cache)
+    return cache
+
+
+def step(cache: ExpertCache, layer: int, demand: list[int], prefetch: list[int] = ()) -> list:
+    """One layer in the order of DESIGN.md §4 (as the replay engine does it)."""
+    cache.begin_layer(layer)
+    for key in demand:
+        cache.pin(key)
+    classes = [cache.access(key, layer) for key in demand]
+    for key, klass in zip(demand, classes, strict=True):
+        if klass.is_miss:
+            assert cache.reserve(key, FetchReason.DEMAND)
+            cache.complete(key)
+    for key in prefetch:
+        if cache.state[key] != State.ABSENT:
+            cache.hint(key)
+        elif cache.reserve(key, FetchReason.PREFETCH):
+            cache.complete(key)
+    for key in demand:
+        cache.unpin(key)
+    return classes
+
+
+A0, B1, C2, D2, E1 = 0 * E + 0, 1 * E + 1, 2 * E + 2, 2 * E + 3, 1 * E + 0
+
+
+def run_collision_scenario(kind: str) -> list[list[AccessClass]]:
+    """Pass 0 touches A0, B1, C2 (3 slots, full). In pass 1 the prefetcher, at layer 0, asks
+    for B1 (cached) and E1 (absent): E1 needs a victim. LRU's victim is B1, the least recently
+    used, which layer 1 then needs: a collision miss. Least-Stale counts the prefetcher's request
+    as a touch, so B1 is current and the stale C2 goes instead."""
+    cache = make_cache(kind, slots=3)
+    cache.begin_pass(0)
+    out = [step(cache, 0, [A0]), step(cache, 1, [B1]), step(cache, 2, [C2])]
+    cache.begin_pass(1)
+    out += [step(cache, 0, [A0], prefetch=[B1, E1]), step(cache, 1, [B1]), step(cache, 2, [D2])]
+    return out
+
+
+def test_lru_suffers_a_collision_miss_when_prefetching() -> None:
+    assert run_collision_scenario("lru") == [[COMP], [COMP], [COMP], [HIT], [COLL], [COMP]]
+
+
+def test_least_stale_avoids_that_collision() -> None:
+    assert run_collision_scenario("least-stale") == [[COMP], [COMP], [COMP], [HIT], [HIT], [COMP]]
+
+
+def test_capacity_vs_collision_vs_compulsory() -> None:
+    cache = make_cache("fifo", slots=1, layers=2)
+    cache.begin_pass(0)
+    assert step(cache, 0, [0]) == [COMP]
+    assert step(cache, 1, [E]) == [COMP]  # evicts key 0 in pass 0
+    assert step(cache, 0, [0]) == [COLL]  # evicted earlier in this very pass
+    cache.begin_pass(1)
+    assert step(cache, 1, [E]) == [CAP]  # evicted in pass 0, needed in pass 1
+    totals = cache.stats.totals()
+    assert totals["accesses"] == 4
+    assert totals["misses_compulsory"] == 2
+    assert totals["misses_collision"] == 1
+    assert totals["misses_capacity"] == 1
+    assert totals["evictions"] == 3
+
+
+def test_pinned_and_loading_entries_are_never_evicted() -> None:
+    cache = make_cache("lru", slots=2, layers=1)
+    cache.begin_pass(0)
+    assert cache.reserve(0, FetchReason.DEMAND)  # LOADING
+    cache.pin(0)
+    assert cache.reserve(1, FetchReason.PREFETCH)  # fills the cache
+    # 0 is pinned and loading, 1 loading: nothing evictable, the prefetch is dropped
+    assert not cache.reserve(2, FetchReason.PREFETCH)
+    assert cache.stats.prefetch_dropped == 1
+    cache.complete(1)
+    assert cache.reserve(2, FetchReason.PREFETCH)  # now 1 is evictable
+    assert cache.state[1] == State.ABSENT and cache.state[0] == State.LOADING
+    assert cache.used_bytes <= cache.capacity_bytes
+
+
+def test_prefetch_accounting() -> None:
+    cache = make_cache("fifo", slots=2, layers=1)
+    cache.begin_pass(0)
+    for key in (0, 1):
+        assert cache.reserve(key, FetchReason.PREFETCH)
+        cache.complete(key)
+    assert cache.access(0, 0) == HIT  # prefetch used
+    assert cache.reserve(2, FetchReason.PREFETCH)  # FIFO evicts 0 (used), then
+    cache.complete(2)
+    assert cache.reserve(3, FetchReason.PREFETCH)  # evicts 1: wasted
+    cache.complete(3)
+    cache.finish()  # 2 and 3 never used: wasted at the end
+    t = cache.stats.totals()
+    assert (t["prefetch_issued"], t["prefetch_completed"], t["prefetch_used"]) == (4, 4, 1)
+    assert t["prefetch_wasted"] == 3
+    assert t["bytes_prefetch"] == 40 and t["bytes_demand"] == 0
+
+
+def test_cancel_returns_space_and_counts() -> None:
+    cache = make_cache("lru", slots=1, layers=1)
+    assert cache.reserve(3, FetchReason.PREFETCH)
+    cache.cancel(3)
+    assert cache.used_bytes == 0 and cache.state[3] == State.ABSENT
+    t = cache.stats.totals()
+    assert t["prefetch_cancelled"] == 1 and t["bytes_prefetch"] == 0
+
+
+def test_least_stale_layer_order_evicts_the_layer_just_passed() -> None:
+    cache = make_cache("least-stale", slots=3, order="layer")
+    cache.begin_pass(0)
+    step(cache, 0, [A0])
+    step(cache, 1, [B1])
+    step(cache, 2, [C2])
+    cache.begin_pass(1)  # all three are stale now
+    # at layer 1, the stale expert whose layer comes back last is B1 (this layer's, unpinned)
+    assert step(cache, 1, [E1]) == [COMP]
+    assert cache.state[B1] == State.ABSENT
+    assert cache.state[A0] == cache.state[C2] == State.RESIDENT
+
+
+def test_capacity_below_one_expert_is_rejected() -> None:
+    ctx = SimpleNamespace(num_layers=1, num_experts=E)
+    policy = EVICTION.get("lru")(EVICTION.parse_config("lru"), ctx)
+    with pytest.raises(SpecmdError, match=r"cache.capacity: expected room for at least one"):
+        ExpertCache(1, E, expert_bytes=10, capacity_bytes=9, policy=policy)

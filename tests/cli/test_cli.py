@@ -1,0 +1,201 @@
+"""The command line as a user runs it: a subprocess, exit codes, stdout/stderr contracts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from specmd_sim.hardware import load_profile
+from specmd_sim.traces.io import bundled_trace_path
+
+SMALL = ["--trace", "mixtral-synthetic", "--set", "workload.max_requests=1", "--cache", "8"]
+
+
+def specmd(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specmd_sim", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def assert_user_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> str:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+def test_run_json_prints_one_object_and_writes_the_run_folder(tmp_path: Path) -> None:
+    proc = specmd("run", *SMALL, "--json", "--out", str(tmp_path / "run"))
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads(proc.stdout)  # exactly one JSON document, nothing else
+    for key in (
+        "accesses", "hits", "misses", "misses_compulsory", "misses_capacity", "misses_collision",
+        "hit_rate", "prefetch_issued", "prefetch_used", "prefetch_wasted", "bytes_demand",
+        "bytes_prefetch", "late_hits", "ttft_s", "tpot_s", "stall_s", "makespan_s",
+    ):  # fmt: skip
+        assert key in metrics, key
+    files = {p.name for p in (tmp_path / "run").iterdir()}
+    assert files == {"config.yaml", "result.json", "trace.json", "timeline.html"}
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["metrics"] == metrics
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert config["eviction"] == {"kind": "least-stale", "order": "touch"}
+
+
+def test_replay_json(tmp_path: Path) -> None:
+    proc = specmd("replay", *SMALL, "--eviction", "lru", "--json", "--out", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    metrics = json.loads(proc.stdout)
+    assert "ttft_s" not in metrics and metrics["accesses"] > 0
+
+
+def test_same_config_gives_byte_identical_results(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        proc = specmd("run", *SMALL, "--seed", "5", "--out", str(tmp_path / name))
+        assert proc.returncode == 0, proc.stderr
+    for name in ("result.json", "trace.json", "config.yaml"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_set_overrides_reach_the_config(tmp_path: Path) -> None:
+    proc = specmd(
+        "replay", *SMALL, "--set", "eviction.order=layer", "--set", "predictor.accuracy=0.5",
+        "--out", str(tmp_path / "r"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    config = yaml.safe_load((tmp_path / "r" / "config.yaml").read_text())
+    assert config["eviction"]["order"] == "layer"
+    assert config["predictor"] == {"kind": "noisy-oracle", "accuracy": 0.5}
+
+
+# --- bad input: one line, exit 2 -------------------------------------------------------------
+
+
+def _profile_file(tmp_path: Path, mutate) -> Path:
+    data = load_profile("h100-pcie").model_dump(mode="json")
+    mutate(data)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_profile_missing_field(tmp_path: Path) -> None:
+    path = _profile_file(tmp_path, lambda d: d["nodes"][0].pop("hbm_bytes"))
+    for args in (("hardware", "validate", str(path)), ("run", *SMALL, "--hardware", str(path))):
+        assert_user_error(specmd(*args), str(path), "hbm_bytes", "required field is missing")
+
+
+def test_profile_negative_field(tmp_path: Path) -> None:
+    path = _profile_file(
+        tmp_path, lambda d: d["links"][0]["bandwidth_bytes_per_s"].update(value=-5)
+    )
+    assert_user_error(
+        specmd("hardware", "validate", str(path)), "bandwidth_bytes_per_s", "greater than 0", "-5"
+    )
+
+
+def test_trace_with_out_of_range_expert(tmp_path: Path, write_trace) -> None:
+    ids = np.zeros((2, 32, 2), np.int16)
+    ids[:, :, 1] = 1
+    ids[1, 4, 1] = 8  # mixtral has experts 0..7
+    import specmd_sim.traces.trace as trace_mod
+
+    arrays = {"experts": ids, "request": np.zeros(2, np.int32), "phase": np.ones(2, np.uint8)}
+    meta = {"format": "specmd-trace", "version": 1, "model": "mixtral-8x7b", "num_layers": 32,
+            "num_experts": 8, "top_k": 2}  # fmt: skip
+    path = tmp_path / "bad.npz"
+    np.savez(path, meta=np.array(json.dumps(meta)), **arrays)
+    with pytest.raises(Exception, match="expert ids in"):
+        trace_mod.validate_trace(arrays, meta, "t")
+    assert_user_error(
+        specmd("replay", "--trace", str(path)),
+        str(path), "experts", "expected expert ids in [-1, 7]", "got 8 at token 1, layer 4",
+    )  # fmt: skip
+
+
+def test_cache_smaller_than_one_layers_demand_set() -> None:
+    assert_user_error(
+        specmd("run", "--cache", "7", "--set", "workload.prefill_chunk_tokens=0"),
+        "cache.capacity", "largest demand set", "got 7",
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (("run", "--eviction", "lru2"), ("eviction.kind", "expected one of", "'lru2'")),
+        (("run", "--cache", "5 parsecs"), ("cache.capacity", "5 parsecs")),
+        (("run", "--cache", "0%"), ("cache.capacity", "percentage")),
+        (("run", "--set", "cache.nope=1"), ("cache.nope", "extra")),
+        (("run", "--set", "noequals"), ("--set", "KEY.PATH=VALUE")),
+        (("run", "--hardware", "h999"), ("hardware profile", "'h999'")),
+        (("run", "--trace", "missing.npz"), ("trace", "missing.npz")),
+        (("run", "--model", "mixtral-8x7b"), ("num_layers", "expected 32", "got 16")),
+        (("run", "--trace", "mixtral-synthetic", "--cache", "100%"), ("cache.capacity", "HBM")),
+        (("models", "show", "gpt-5"), ("model", "gpt-5")),
+    ],
+)
+def test_bad_input_is_one_line(args: tuple[str, ...], fragments: tuple[str, ...]) -> None:
+    assert_user_error(specmd(*args), *fragments)
+
+
+def test_malformed_yaml_config(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text("cache: {capacity: [5%\n")
+    assert_user_error(specmd("run", "--config", str(path)), str(path), "malformed YAML", "line")
+
+
+# --- catalog commands ------------------------------------------------------------------------
+
+
+def test_hardware_commands() -> None:
+    listing = specmd("hardware", "list")
+    assert listing.returncode == 0
+    for pid in ("a100-80g-sxm", "h100-pcie", "h100-sxm", "h200", "gh200", "rtx4090", "l4",
+                "slow-link-5gbps"):  # fmt: skip
+        assert pid in listing.stdout
+    shown = specmd("hardware", "show", "gh200", "--json")
+    assert json.loads(shown.stdout)["id"] == "gh200"
+    ok = specmd("hardware", "validate", "hardware_profiles/h100-pcie.yaml",
+                cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert ok.returncode == 0 and "valid profile 'h100-pcie'" in ok.stdout
+
+
+def test_models_show_json() -> None:
+    proc = specmd("models", "show", "olmoe-1b-7b", "--json")
+    data = json.loads(proc.stdout)
+    assert data["expert_bytes"] == 12 * 1024**2 and data["routed_bytes"] == 12 * 1024**3
+
+
+def test_policies_list_json() -> None:
+    rows = json.loads(specmd("policies", "list", "--json").stdout)
+    assert {(r["family"], r["kind"]) for r in rows} >= {("eviction", "least-stale"),
+                                                        ("prefetch", "top-k")}  # fmt: skip
+
+
+@pytest.mark.parametrize("preset", ["olmoe", "mixtral"])
+def test_bundled_traces_are_reproduced_by_the_documented_command(
+    preset: str, tmp_path: Path
+) -> None:
+    out = tmp_path / f"{preset}.npz"
+    proc = specmd("trace", "generate", "--preset", preset, "--seed", "0", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert out.read_bytes() == bundled_trace_path(f"{preset}-synthetic").read_bytes()
+
+
+def test_trace_info_json() -> None:
+    info = json.loads(specmd("trace", "info", "olmoe-synthetic", "--json").stdout)
+    assert info["model"] == "olmoe-1b-7b" and info["tokens"] == 256 and info["pred_lookahead"] == 1

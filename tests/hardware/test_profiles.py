@@ -1,0 +1,359 @@
+"""Bundled hardware profiles load and are consistent; bad profiles fail with one-line errors."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specmd_sim.errors import SpecmdError
+from specmd_sim.hardware import (
+    HardwareProfile,
+    build_graph,
+    find_path,
+    list_profiles,
+    load_profile,
+    lowest_grade,
+)
+from specmd_sim.hardware.loader import profile_dir
+
+EXPECTED_PROFILES = {
+    "a100-80g-sxm",
+    "gh200",
+    "h100-pcie",
+    "h100-sxm",
+    "h200",
+    "l4",
+    "rtx4090",
+    "slow-link-5gbps",
+}
+
+BUNDLED = list_profiles()
+
+
+def host_link(profile: HardwareProfile):
+    """The single link a host -> gpu0 transfer crosses."""
+    hops = find_path(profile, build_graph(profile), "host", "gpu0")
+    assert len(hops) == 1
+    return hops[0].link
+
+
+# --- the bundled profiles ------------------------------------------------------------------------
+
+
+def test_all_expected_profiles_are_bundled() -> None:
+    assert set(BUNDLED) >= EXPECTED_PROFILES
+
+
+@pytest.mark.parametrize("profile_id", BUNDLED)
+def test_bundled_profile_loads_and_id_is_file_stem(profile_id: str) -> None:
+    by_id = load_profile(profile_id)
+    by_path = load_profile(profile_dir() / f"{profile_id}.yaml")
+    assert isinstance(by_id, HardwareProfile)
+    assert by_id.id == profile_id
+    assert by_id == by_path
+
+
+@pytest.mark.parametrize("profile_id", BUNDLED)
+def test_bundled_profile_has_path_host_to_gpu0(profile_id: str) -> None:
+    profile = load_profile(profile_id)
+    graph = build_graph(profile)
+    assert set(graph.nodes) == {n.id for n in profile.nodes}
+    for src, dst in [("host", "gpu0"), ("gpu0", "host")]:
+        hops = find_path(profile, graph, src, dst)
+        assert hops, f"no path {src}->{dst}"
+        assert hops[0].src == src
+        assert hops[-1].dst == dst
+        assert all(h.link.bandwidth_bytes_per_s.value > 0 for h in hops)
+
+
+@pytest.mark.parametrize("profile_id", BUNDLED)
+def test_bundled_profile_is_single_gpu_server(profile_id: str) -> None:
+    profile = load_profile(profile_id)
+    assert [g.id for g in profile.gpus] == ["gpu0"]
+    assert [h.id for h in profile.hosts] == ["host"]
+    assert len(profile.links) == 1
+
+
+@pytest.mark.parametrize("profile_id", BUNDLED)
+def test_bundled_profile_quantities_have_sources(profile_id: str) -> None:
+    quantities = list(load_profile(profile_id).quantities())
+    assert quantities
+    for path, q in quantities:
+        assert q.source.strip(), path
+        assert q.grade in "ABCD", path
+
+
+def test_fp8_absent_only_on_a100() -> None:
+    for profile_id in BUNDLED:
+        gpu = load_profile(profile_id).gpus[0]
+        if profile_id == "a100-80g-sxm":
+            assert gpu.dense_fp8_flops is None
+        else:
+            assert gpu.dense_fp8_flops is not None
+            assert gpu.dense_fp8_flops.value > gpu.dense_bf16_flops.value
+
+
+@pytest.mark.parametrize(
+    ("profile_id", "hbm_bytes", "hbm_bw", "bf16_flops", "link_kind"),
+    [
+        ("a100-80g-sxm", 80e9, 2.039e12, 312e12, "pcie-gen4"),
+        ("h100-sxm", 80e9, 3.35e12, 989.5e12, "pcie-gen5"),
+        ("h200", 141e9, 4.8e12, 989.5e12, "pcie-gen5"),
+        ("gh200", 96e9, 4.0e12, 989.5e12, "nvlink-c2c"),
+        ("rtx4090", 24e9, 1.008e12, 165.2e12, "pcie-gen4"),
+        ("l4", 24e9, 300e9, 121e12, "pcie-gen4"),
+    ],
+)
+def test_key_numbers(
+    profile_id: str, hbm_bytes: float, hbm_bw: float, bf16_flops: float, link_kind: str
+) -> None:
+    profile = load_profile(profile_id)
+    gpu = profile.gpus[0]
+    assert gpu.hbm_bytes.value == pytest.approx(hbm_bytes)
+    assert gpu.hbm_bandwidth_bytes_per_s.value == pytest.approx(hbm_bw)
+    assert gpu.dense_bf16_flops.value == pytest.approx(bf16_flops)
+    assert host_link(profile).kind == link_kind
+
+
+def test_gh200_host_link_is_nvlink_c2c_and_much_faster_than_pcie() -> None:
+    c2c = host_link(load_profile("gh200"))
+    pcie = host_link(load_profile("h100-pcie"))
+    assert c2c.kind == "nvlink-c2c"
+    assert pcie.kind == "pcie-gen5"
+    assert c2c.bandwidth_bytes_per_s.value == pytest.approx(450e9)
+    assert c2c.bandwidth_bytes_per_s.value >= 5 * pcie.bandwidth_bytes_per_s.value
+    grace = load_profile("gh200").hosts[0]
+    assert grace.dram_bytes.value == pytest.approx(480e9)
+
+
+def test_slow_link_is_h100_pcie_with_a_5_gb_per_s_link() -> None:
+    slow = load_profile("slow-link-5gbps")
+    base = load_profile("h100-pcie")
+    link = host_link(slow)
+    assert link.bandwidth_bytes_per_s.value == 5.0e9
+    assert link.bandwidth_bytes_per_s.grade == "D"
+    assert "what-if" in slow.description
+    # Everything but the link bandwidth matches the h100-pcie machine.
+    assert slow.nodes == base.nodes
+    assert link.latency_s == host_link(base).latency_s
+
+
+def test_lowest_grade() -> None:
+    profile = load_profile("h100-sxm")
+    gpu = profile.gpus[0]
+    assert lowest_grade([]) == "A"
+    assert lowest_grade([gpu.hbm_bytes, gpu.hbm_bandwidth_bytes_per_s]) == "B"
+    assert lowest_grade([gpu.hbm_bytes, gpu.memory_efficiency]) == "C"
+    assert lowest_grade([gpu.hbm_bytes, gpu.compute_efficiency]) == "D"
+    # Every bundled profile contains assumptions, so its overall grade is D.
+    assert lowest_grade([q for _, q in profile.quantities()]) == "D"
+    slow_link = host_link(load_profile("slow-link-5gbps"))
+    assert lowest_grade([slow_link.bandwidth_bytes_per_s]) == "D"
+
+
+# --- bad profiles --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def base_profile() -> dict:
+    return yaml.safe_load((profile_dir() / "h100-pcie.yaml").read_text(encoding="utf-8"))
+
+
+def write(tmp_path: Path, data: dict | str, name: str = "bad.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(data if isinstance(data, str) else yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def load_error(path: Path) -> str:
+    with pytest.raises(SpecmdError) as info:
+        load_profile(path)
+    message = str(info.value)
+    assert "\n" not in message, message
+    assert str(path) in message, message
+    return message
+
+
+def test_missing_field(tmp_path: Path, base_profile: dict) -> None:
+    data = copy.deepcopy(base_profile)
+    del data["nodes"][0]["hbm_bandwidth_bytes_per_s"]
+    message = load_error(write(tmp_path, data))
+    assert "nodes.0.gpu.hbm_bandwidth_bytes_per_s" in message
+    assert "required field is missing" in message
+
+
+def test_missing_source_of_a_quantity(tmp_path: Path, base_profile: dict) -> None:
+    data = copy.deepcopy(base_profile)
+    del data["links"][0]["latency_s"]["source"]
+    message = load_error(write(tmp_path, data))
+    assert "links.0.latency_s.source" in message
+    assert "required field is missing" in message
+
+
+def test_negative_number(tmp_path: Path, base_profile: dict) -> None:
+    data = copy.deepcopy(base_profile)
+    data["nodes"][0]["hbm_bytes"]["value"] = -5
+    message = load_error(write(tmp_path, data))
+    assert "nodes.0.gpu.hbm_bytes.value" in message
+    assert "greater than 0" in message
+    assert message.endswith("got -5")
+
+
+def test_fraction_above_one(tmp_path: Path, base_profile: dict) -> None:
+    data = copy.deepcopy(base_profile)
+    data["nodes"][0]["compute_efficiency"]["value"] = 1.5
+    message = load_error(write(tmp_path, data))
+    assert "nodes.0.gpu.compute_efficiency.value" in message
+    assert "less than or equal to 1" in message
+    assert "got 1.5" in message
+
+
+def test_unknown_grade(tmp_path: Path, base_profile: dict) -> None:
+    data = copy.deepcopy(base_profile)
+    data["links"][0]["bandwidth_bytes_per_s"]["grade"] = "E"
+    message = load_error(write(tmp_path, data))
+    assert "links.0.bandwidth_bytes_per_s.grade" in message
+    assert "got 'E'" in message
+
+
+def test_malformed_yaml(tmp_path: Path) -> None:
+    text = "schema_version: 1\nid: broken\nnodes: [unclosed\n"
+    message = load_error(write(tmp_path, text))
+    assert "malformed YAML" in message
+    assert "line 4" in message
+
+
+def test_top_level_not_a_mapping(tmp_path: Path) -> None:
+    message = load_error(write(tmp_path, "- just\n- a list\n"))
+    assert "expected a YAML mapping" in message
+    assert "got list" in message
+
+
+def test_unknown_link_endpoint(tmp_path: Path, base_profile: dict) -> None:
+    data = copy.deepcopy(base_profile)
+    data["links"][0]["b"] = "gpu9"
+    message = load_error(write(tmp_path, data))
+    assert "links[pcie0].b: expected one of the node ids" in message
+    assert "['gpu0', 'host']" in message
+    assert "got 'gpu9'" in message
+
+
+def test_unknown_link_endpoint_names_field_path(tmp_path: Path, base_profile: dict) -> None:
+    data = copy.deepcopy(base_profile)
+    data["links"][0]["b"] = "gpu9"
+    message = load_error(write(tmp_path, data))
+    assert "(root)" not in message
+    assert "links" in message.split("got")[0]
+
+
+def test_duplicate_node_id(tmp_path: Path, base_profile: dict) -> None:
+    data = copy.deepcopy(base_profile)
+    data["nodes"][1]["id"] = "gpu0"
+    message = load_error(write(tmp_path, data))
+    assert "expected unique node ids" in message
+    assert "['gpu0']" in message
+
+
+def test_unknown_bundled_id() -> None:
+    with pytest.raises(SpecmdError) as info:
+        load_profile("no-such-machine")
+    message = str(info.value)
+    assert "\n" not in message
+    assert "'no-such-machine'" in message
+    assert "h100-pcie" in message
+
+
+def test_profile_from_file_round_trips(tmp_path: Path, base_profile: dict) -> None:
+    data = copy.deepcopy(base_profile)
+    data["id"] = "my-box"
+    data["links"][0]["bandwidth_bytes_per_s"]["value"] = 12.5e9
+    profile = load_profile(write(tmp_path, data, "my-box.yaml"))
+    assert profile.id == "my-box"
+    assert host_link(profile).bandwidth_bytes_per_s.value == 12.5e9
+
+
+# --- a custom multi-hop topology -----------------------------------------------------------------
+
+SWITCHED = """
+schema_version: 1
+id: switched
+name: test box with a PCIe switch and an NVMe drive
+nodes:
+  - {kind: gpu, id: gpu0, name: g,
+     hbm_bytes: {value: 80.0e+9, source: s, grade: B},
+     hbm_bandwidth_bytes_per_s: {value: 2.0e+12, source: s, grade: B},
+     dense_bf16_flops: {value: 756.0e+12, source: s, grade: B},
+     compute_efficiency: {value: 0.6, source: s, grade: D},
+     memory_efficiency: {value: 0.8, source: s, grade: C},
+     kernel_launch_overhead_s: {value: 5.0e-6, source: s, grade: C},
+     copy_engines_h2d: {value: 2, source: s, grade: D},
+     copy_engines_d2h: {value: 2, source: s, grade: D}}
+  - {kind: host, id: host, name: h,
+     dram_bytes: {value: 1.0e+12, source: s, grade: D},
+     dram_bandwidth_bytes_per_s: {value: 300.0e+9, source: s, grade: C},
+     cpu_flops: {value: 1.0e+13, source: s, grade: D},
+     cpu_compute_efficiency: {value: 0.3, source: s, grade: D}}
+  - {kind: switch, id: sw0}
+  - {kind: nvme, id: nvme0, name: n,
+     capacity_bytes: {value: 4.0e+12, source: s, grade: B},
+     read_bandwidth_bytes_per_s: {value: 7.0e+9, source: s, grade: B},
+     read_latency_s: {value: 80.0e-6, source: s, grade: C}}
+links:
+  - {id: slow, kind: pcie-gen3, a: host, b: gpu0,
+     bandwidth_bytes_per_s: {value: 5.0e+9, source: s, grade: D},
+     latency_s: {value: 10.0e-6, source: s, grade: C}}
+  - {id: up, kind: pcie-gen5, a: host, b: sw0,
+     bandwidth_bytes_per_s: {value: 53.0e+9, source: s, grade: C},
+     latency_s: {value: 1.0e-6, source: s, grade: C}}
+  - {id: down, kind: pcie-gen5, a: sw0, b: gpu0,
+     bandwidth_bytes_per_s: {value: 53.0e+9, source: s, grade: C},
+     latency_s: {value: 1.0e-6, source: s, grade: C}}
+  - {id: ssd, kind: pcie-gen4, a: nvme0, b: sw0,
+     bandwidth_bytes_per_s: {value: 7.0e+9, source: s, grade: B},
+     latency_s: {value: 1.0e-6, source: s, grade: C}}
+"""
+
+
+def test_path_prefers_widest_then_shortest(tmp_path: Path) -> None:
+    profile = load_profile(write(tmp_path, SWITCHED, "switched.yaml"))
+    graph = build_graph(profile)
+    # The two-hop path through the switch (53 GB/s) beats the direct 5 GB/s link.
+    assert [h.key for h in find_path(profile, graph, "host", "gpu0")] == [
+        "up:host>sw0",
+        "down:sw0>gpu0",
+    ]
+    # Directions are distinct resources: the reverse flow uses the links' other direction.
+    assert [h.key for h in find_path(profile, graph, "gpu0", "host")] == [
+        "down:gpu0>sw0",
+        "up:sw0>host",
+    ]
+    assert [h.key for h in find_path(profile, graph, "nvme0", "gpu0")] == [
+        "ssd:nvme0>sw0",
+        "down:sw0>gpu0",
+    ]
+
+
+def test_second_link_between_same_nodes_is_rejected(tmp_path: Path) -> None:
+    data = yaml.safe_load(SWITCHED)
+    extra = copy.deepcopy(data["links"][0])
+    extra.update(id="slow2", a="gpu0", b="host")
+    data["links"].append(extra)
+    profile = load_profile(write(tmp_path, data, "switched.yaml"))
+    with pytest.raises(SpecmdError) as info:
+        build_graph(profile)
+    message = str(info.value)
+    assert "\n" not in message
+    assert "at most one link" in message
+    assert "'slow2'" in message
+
+
+def test_disconnected_gpu_has_no_path(tmp_path: Path) -> None:
+    data = yaml.safe_load(SWITCHED)
+    data["links"] = [link for link in data["links"] if link["id"] in ("up", "ssd")]
+    profile = load_profile(write(tmp_path, data, "switched.yaml"))
+    with pytest.raises(SpecmdError) as info:
+        find_path(profile, build_graph(profile), "host", "gpu0")
+    assert "expected a path of links from 'host' to 'gpu0', got none" in str(info.value)
