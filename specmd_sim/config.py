@@ -49,11 +49,14 @@ class CacheConfig(_Frozen):
         ),
     )
 
-    @field_validator("capacity")
+    @field_validator("capacity", mode="before")
     @classmethod
-    def _check_capacity(cls, value: str | int) -> str | int:
-        if isinstance(value, bool):
-            raise ValueError("expected a percentage, a slot count or a size")
+    def _check_capacity(cls, value: object) -> str | int:
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise ValueError(
+                f"expected a percentage ('5%'), a slot count (51) or a size ('0.6GiB'), "
+                f"got {value!r}"
+            )
         if isinstance(value, int):
             if value < 1:
                 raise ValueError(f"expected at least 1 expert slot, got {value}")

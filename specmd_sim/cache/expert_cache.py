@@ -35,7 +35,8 @@ class CacheStats:
     """Counters of one run. Per-layer arrays are indexed ``[layer, class]`` or ``[layer]``."""
 
     def __init__(self, num_layers: int) -> None:
-        self.access_class = np.zeros((num_layers, len(AccessClass)), np.int64)
+        # per layer, counts by AccessClass; plain lists: the hot path increments them
+        self.by_layer: list[list[int]] = [[0] * len(AccessClass) for _ in range(num_layers)]
         self.bytes_demand = 0
         self.bytes_prefetch = 0
         self.prefetch_issued = 0
@@ -45,6 +46,11 @@ class CacheStats:
         self.prefetch_cancelled = 0
         self.prefetch_dropped = 0
         self.evictions = 0
+
+    @property
+    def access_class(self) -> np.ndarray:
+        """Counts as an int64 array ``[layer, AccessClass]``."""
+        return np.array(self.by_layer, dtype=np.int64)
 
     def totals(self) -> dict[str, int]:
         by_class = self.access_class.sum(axis=0)
@@ -137,8 +143,11 @@ class ExpertCache:
 
     # --- accesses --------------------------------------------------------------------------
 
-    def access(self, key: int, layer: int) -> AccessClass:
-        """Record the router's selection of ``key``; return its class. Does not fetch."""
+    def access(self, key: int, layer: int) -> int:
+        """Record the router's selection of ``key``; return its :class:`AccessClass` value.
+
+        Does not fetch. Returns a plain int (an AccessClass value) to keep the hot path cheap.
+        """
         self.clock += 1
         state = self.state[key]
         if state != _ABSENT:
@@ -153,8 +162,8 @@ class ExpertCache:
             klass = _COLL
         else:
             klass = _CAP
-        self.stats.access_class[layer, klass] += 1
-        return AccessClass(klass)
+        self.stats.by_layer[layer][klass] += 1
+        return klass
 
     def hint(self, key: int) -> None:
         """A prefetcher asked for ``key`` while it is already cached."""

@@ -20,11 +20,7 @@ class AccessClass(IntEnum):
     LATE_HIT = 1  # loading when the router decided (timing engine only); not a hit
     COMPULSORY = 2  # never resident before in this run
     CAPACITY = 3  # evicted in an earlier pass
-    COLLISION = 4  # evicted earlier in the current pass
-
-    @property
-    def is_miss(self) -> bool:
-        return self >= AccessClass.COMPULSORY
+    COLLISION = 4  # evicted earlier in the current pass; every class >= COMPULSORY is a miss
 
 
 class FetchReason(IntEnum):

@@ -34,7 +34,7 @@ def step(cache: ExpertCache, layer: int, demand: list[int], prefetch: list[int] 
         cache.pin(key)
     classes = [cache.access(key, layer) for key in demand]
     for key, klass in zip(demand, classes, strict=True):
-        if klass.is_miss:
+        if klass >= COMP:
             assert cache.reserve(key, FetchReason.DEMAND)
             cache.complete(key)
     for key in prefetch:

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from specmd_sim import SimConfig, apply_overrides, build_config
+from specmd_sim.config import CacheConfig, config_to_dict
+from specmd_sim.errors import SpecmdError
+from specmd_sim.units import GiB, MiB
+
+OLMOE_EXPERT, OLMOE_ROUTED = 12 * MiB, 12 * GiB
+
+
+@pytest.mark.parametrize(
+    ("capacity", "expected_bytes"),
+    [
+        ("5%", int(0.05 * OLMOE_ROUTED)),
+        (51, 51 * OLMOE_EXPERT),
+        ("51", 51 * OLMOE_EXPERT),
+        ("0.6GiB", round(0.6 * GiB)),
+        ("650e6B", 650_000_000),
+    ],
+)
+def test_capacity_forms(capacity: str | int, expected_bytes: int) -> None:
+    cache = CacheConfig(capacity=capacity)
+    assert cache.capacity_bytes(OLMOE_EXPERT, OLMOE_ROUTED) == expected_bytes
+
+
+@pytest.mark.parametrize("bad", ["0%", "101%", 0, -3, "lots", "0GiB", True])
+def test_capacity_rejects(bad: object) -> None:
+    with pytest.raises(ValidationError):
+        CacheConfig(capacity=bad)
+
+
+def test_defaults_are_the_main_job() -> None:
+    data = config_to_dict(SimConfig())
+    assert data["hardware"] == "h100-pcie"
+    assert data["trace"] == "olmoe-synthetic"
+    assert data["cache"] == {"capacity": "5%", "pin_demand_set": True}
+    assert data["eviction"] == {"kind": "least-stale", "order": "touch"}
+    assert data["prefetch"] == {"kind": "top-k", "k": None, "lookahead": 1}
+    assert data["predictor"] == {"kind": "noisy-oracle", "accuracy": 0.9}
+
+
+def test_config_round_trips_and_is_frozen() -> None:
+    cfg = SimConfig(eviction={"kind": "least-stale", "order": "layer"}, seed=4)
+    again = build_config(config_to_dict(cfg))
+    assert again == cfg
+    with pytest.raises(ValidationError):
+        cfg.seed = 5  # type: ignore[misc]
+
+
+def test_every_field_is_described() -> None:
+    for model in (SimConfig, CacheConfig):
+        for name, field in model.model_fields.items():
+            assert field.description, f"{model.__name__}.{name}"
+
+
+@pytest.mark.parametrize(
+    ("data", "fragments"),
+    [
+        ({"eviction": {"kind": "nope"}}, ["eviction.kind", "expected one of", "'nope'"]),
+        ({"eviction": {"kind": "lru", "order": "layer"}}, ["eviction", "order", "extra"]),
+        ({"cache": {"capacity": "lots"}}, ["cache.capacity", "'lots'"]),
+        ({"seed": -1}, ["seed", "greater than or equal to 0", "-1"]),
+        ({"surprise": 1}, ["surprise", "extra"]),
+    ],
+)
+def test_errors_name_field_and_value(data: dict, fragments: list[str]) -> None:
+    with pytest.raises(SpecmdError) as info:
+        build_config(data, "my.yaml")
+    message = str(info.value)
+    assert message.startswith("my.yaml: ") and "\n" not in message
+    for fragment in fragments:
+        assert fragment in message
+
+
+def test_overrides() -> None:
+    base = config_to_dict(SimConfig())
+    out = apply_overrides(
+        base, ["cache.capacity=2%", "eviction.order=layer", "seed=3", "prefetch.kind=none"]
+    )
+    assert out["cache"]["capacity"] == "2%"
+    assert out["eviction"] == {"kind": "least-stale", "order": "layer"}
+    assert out["seed"] == 3
+    assert out["prefetch"] == {"kind": "none"}  # a new kind starts its section afresh
+    assert base["seed"] == 0  # the input is not modified
+    cfg = build_config(out)
+    assert cfg.prefetch.kind == "none"
