@@ -175,43 +175,39 @@ def _summary(console: Console, result: Any) -> None:
     console.print(table)
 
 
-@app.command()
-def run(
-    config: ConfigOpt = None,
-    model: ModelOpt = None,
-    hardware: HardwareOpt = None,
-    trace: TraceOpt = None,
-    cache: CacheOpt = None,
-    eviction: EvictionOpt = None,
-    prefetch: PrefetchOpt = None,
-    seed: SeedOpt = None,
-    out: OutOpt = None,
-    set_: SetOpt = None,
-    json_: JsonOpt = False,
-) -> None:
-    """Run the timing engine (defaults: OLMoE-shaped trace, h100-pcie, 5% cache,
-    least-stale + top-k prefetch) and write a run folder."""
-    cfg = _load_config(config, model, hardware, trace, cache, eviction, prefetch, seed, set_)
-    _execute("simulate", cfg, out, json_)
+def _engine_command(engine: str, doc: str) -> Any:
+    """``specmd run`` and ``specmd replay`` take the same options and differ in the engine."""
+
+    def command(
+        config: ConfigOpt = None,
+        model: ModelOpt = None,
+        hardware: HardwareOpt = None,
+        trace: TraceOpt = None,
+        cache: CacheOpt = None,
+        eviction: EvictionOpt = None,
+        prefetch: PrefetchOpt = None,
+        seed: SeedOpt = None,
+        out: OutOpt = None,
+        set_: SetOpt = None,
+        json_: JsonOpt = False,
+    ) -> None:
+        cfg = _load_config(config, model, hardware, trace, cache, eviction, prefetch, seed, set_)
+        _execute(engine, cfg, out, json_)
+
+    command.__doc__ = doc
+    return command
 
 
-@app.command()
-def replay(
-    config: ConfigOpt = None,
-    model: ModelOpt = None,
-    hardware: HardwareOpt = None,
-    trace: TraceOpt = None,
-    cache: CacheOpt = None,
-    eviction: EvictionOpt = None,
-    prefetch: PrefetchOpt = None,
-    seed: SeedOpt = None,
-    out: OutOpt = None,
-    set_: SetOpt = None,
-    json_: JsonOpt = False,
-) -> None:
-    """Run the timing-free engine (hit rates and the miss taxonomy only)."""
-    cfg = _load_config(config, model, hardware, trace, cache, eviction, prefetch, seed, set_)
-    _execute("replay", cfg, out, json_)
+app.command("run")(
+    _engine_command(
+        "simulate",
+        "Run the timing engine (defaults: OLMoE-shaped trace, h100-pcie, 5% cache, "
+        "least-stale + top-k prefetch) and write a run folder.",
+    )
+)
+app.command("replay")(
+    _engine_command("replay", "Run the timing-free engine (hit rates and the miss taxonomy only).")
+)
 
 
 @app.command("config")

@@ -57,13 +57,14 @@ from ``../shared/traces/``; shuffled baselines averaged over several shuffles):
   tokens): skew 1.49, repeat share 0.364, shuffled 0.270; coverage (n = 2) own 0.358 vs
   global 0.339.
 - ``olmoe`` preset (OLMoE-1B-7B, E = 64, k = 8): popularity_skew 8.8, working set 8 experts x 6,
-  repeat_prob 0.10, Dirichlet(2.5) gates, accuracy 0.85; 4 x (16 + 48) tokens, to keep the
-  default run small. Measured when the preset had 8 x (32 + 64) tokens, mean over seeds 0-15: skew 5.11 ± 0.09, like OLMoE layer 0 (5.08 over its 4,471
-  rows; only layer 0 was recorded, so every layer gets layer 0's skew, probably more than deeper
-  layers have). Repeat share 0.352 vs shuffled 0.294 (excess 0.058, between Qwen1.5-MoE's 0.034
-  and Mixtral's 0.094; OLMoE layer 0's prefill rows show about 0.09); working-set coverage
-  (n = 8) own 0.450 vs global 0.366, a gap of +0.084 like Qwen1.5-MoE's 0.279 vs 0.198. Gates:
-  mean sorted gates 0.26, 0.19, ... 0.04 (real layer 0: 0.26, 0.18, ... 0.07).
+  repeat_prob 0.10, Dirichlet(2.5) gates, accuracy 0.85; 4 x (16 + 48) tokens, to keep the default
+  run small. Measured when the preset had 8 x (32 + 64) tokens, mean over seeds 0-15: skew 5.11 ±
+  0.09, like OLMoE layer 0 (5.08 over its 4,471 rows; only layer 0 was recorded, so every layer
+  gets layer 0's skew, probably more than deeper layers have). Repeat share 0.352 vs shuffled
+  0.294 (excess 0.058, between Qwen1.5-MoE's 0.034 and Mixtral's 0.094; OLMoE layer 0's prefill
+  rows show about 0.09); working-set coverage (n = 8) own 0.450 vs global 0.366, a gap of +0.084
+  like Qwen1.5-MoE's 0.279 vs 0.198. Gates: mean sorted gates 0.26, 0.19, ... 0.04 (real layer 0:
+  0.26, 0.18, ... 0.07).
 
 The mixtral calibration is checked in ``tests/traces/test_synthetic.py``.
 """
