@@ -32,6 +32,7 @@ class RunResult:
     hardware_grade: str | None  # lowest grade of the hardware numbers used; None in replay
     spans: np.ndarray | None = field(default=None, repr=False)
     lanes: list[str] = field(default_factory=list)
+    counters: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {

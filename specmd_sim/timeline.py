@@ -37,14 +37,33 @@ SPAN_DTYPE = np.dtype(
 )
 
 
+COUNTER_DTYPE = np.dtype([("time", "f8"), ("value", "f8")])
+
+
 class SpanRecorder:
-    """Collects spans during a run (plain lists: cheap appends), then one array."""
+    """Collects spans and counter samples during a run (plain lists: cheap appends).
+
+    Counters (``cache_used_bytes``, ``bytes_in_flight``) are step functions sampled at each
+    change: the value holds from its time until the next sample.
+    """
 
     def __init__(self, enabled: bool = True) -> None:
         self.enabled = enabled
         self.lanes: list[str] = []
         self._lane_ids: dict[str, int] = {}
         self._rows: list[tuple[Any, ...]] = []
+        self._counters: dict[str, list[tuple[float, float]]] = {}
+
+    def sample(self, counter: str, time: float, value: float) -> None:
+        if self.enabled:
+            self._counters.setdefault(counter, []).append((time, value))
+
+    def counters(self) -> dict[str, np.ndarray]:
+        """Each counter as a ``(time, value)`` structured array, by name."""
+        return {
+            name: np.array(rows, dtype=COUNTER_DTYPE)
+            for name, rows in sorted(self._counters.items())
+        }
 
     def lane(self, name: str) -> int:
         if name not in self._lane_ids:

@@ -110,6 +110,7 @@ class ExpertCache:
         self.clock = 0  # number of accesses so far: the position in the access sequence
         self.stats = CacheStats(num_layers)
         self.listeners: list[Callable[[], None]] = []  # told when space may have been freed
+        self.occupancy_hook: Callable[[int], None] | None = None  # told used_bytes on change
 
     # --- queries -------------------------------------------------------------------------
 
@@ -190,6 +191,8 @@ class ExpertCache:
             self._evict(victim)
         self.state[key] = _LOADING
         self.used_bytes += need
+        if self.occupancy_hook is not None:
+            self.occupancy_hook(self.used_bytes)
         self.loading_prefetch[key] = reason == _PREFETCH
         if reason == _PREFETCH:
             self.prefetched_unused[key] = 1
@@ -214,6 +217,8 @@ class ExpertCache:
         """Abandon an unstarted prefetch of ``key``: LOADING -> ABSENT, space returned."""
         self.state[key] = _ABSENT
         self.used_bytes -= self.expert_bytes
+        if self.occupancy_hook is not None:
+            self.occupancy_hook(self.used_bytes)
         self.stats.bytes_prefetch -= self.expert_bytes
         self.stats.prefetch_cancelled += 1
         self.prefetched_unused[key] = 0
@@ -232,6 +237,8 @@ class ExpertCache:
             raise RuntimeError(f"policy chose non-evictable key {key}")
         self.state[key] = _ABSENT
         self.used_bytes -= self.expert_bytes
+        if self.occupancy_hook is not None:
+            self.occupancy_hook(self.used_bytes)
         self.evicted_pass[key] = self.pass_index
         self.stats.evictions += 1
         if self.prefetched_unused[key]:

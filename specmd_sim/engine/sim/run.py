@@ -103,6 +103,9 @@ class _TimingRun:
         self.layer_compute = np.zeros(num_layers)
         self.space_event: simpy.Event | None = None
         self.cache.listeners.append(self._space_changed)
+        self.in_flight = 0
+        if self.spans.enabled:
+            self.cache.occupancy_hook = self._occupancy
 
     # --- transfers -------------------------------------------------------------------------
 
@@ -115,9 +118,16 @@ class _TimingRun:
         self.engines.submit(job)
         return job
 
+    def _occupancy(self, used_bytes: int) -> None:
+        self.spans.sample("cache_used_bytes", self.env.now, used_bytes)
+
     def _move_chunk(self, job: Job, slot: int, nbytes: int) -> Generator[Any, Any, None]:
         start = self.env.now
+        self.in_flight += nbytes
+        self.spans.sample("bytes_in_flight", start, self.in_flight)
         yield from self.network.transfer(nbytes, self.resources, self.latency)
+        self.in_flight -= nbytes
+        self.spans.sample("bytes_in_flight", self.env.now, self.in_flight)
         kind = "demand_fetch" if job.demand else "prefetch"
         self.spans.add(
             self.copy_lanes[slot], kind, start, self.env.now, job.target[0], job.target[1],
@@ -270,4 +280,5 @@ class _TimingRun:
             hardware_grade=grade_of(self.used),
             spans=spans if self.spans.enabled else None,
             lanes=list(self.spans.lanes),
+            counters=self.spans.counters(),
         )

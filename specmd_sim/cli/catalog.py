@@ -1,0 +1,133 @@
+"""``specmd hardware``, ``specmd models`` and ``specmd policies``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from specmd_sim.cli.app import hardware_app, models_app, policies_app
+from specmd_sim.cli.common import JsonOpt, console
+from specmd_sim.units import format_bytes
+
+# --- hardware ------------------------------------------------------------------------------
+
+
+@hardware_app.command("list")
+def hardware_list() -> None:
+    """List the bundled profiles."""
+    from specmd_sim.hardware import list_profiles, load_profile
+
+    table = Table("id", "GPU", "HBM", "HBM bw", "BF16 dense", "host link")
+    for pid in list_profiles():
+        p = load_profile(pid)
+        gpu = p.gpus[0]
+        link = next((lk for lk in p.links if gpu.id in (lk.a, lk.b)), None)
+        table.add_row(
+            pid,
+            gpu.name,
+            format_bytes(gpu.hbm_bytes.value),
+            f"{gpu.hbm_bandwidth_bytes_per_s.value / 1e12:.2f} TB/s",
+            f"{gpu.dense_bf16_flops.value / 1e12:.0f} TFLOP/s",
+            f"{link.kind} {link.bandwidth_bytes_per_s.value / 1e9:.0f} GB/s" if link else "-",
+        )
+    console().print(table)
+
+
+@hardware_app.command("show")
+def hardware_show(
+    profile: Annotated[str, typer.Argument(help="Profile id or YAML path.")],
+    json_: JsonOpt = False,
+) -> None:
+    """Show every number of a profile with its source and grade."""
+    from specmd_sim.hardware import load_profile, lowest_grade
+
+    p = load_profile(profile)
+    if json_:
+        typer.echo(json.dumps(p.model_dump(mode="json"), indent=2))
+        return
+    table = Table("field", "value", "grade", "source", title=f"{p.id}: {p.name}")
+    quantities = list(p.quantities())
+    for name, q in quantities:
+        table.add_row(name, f"{q.value:.4g}", q.grade, q.source)
+    out = console()
+    out.print(table)
+    out.print(f"lowest grade: {lowest_grade([q for _, q in quantities])}")
+
+
+@hardware_app.command("validate")
+def hardware_validate(file: Annotated[Path, typer.Argument(help="Profile YAML file.")]) -> None:
+    """Validate a profile file (exit 2 with a one-line error if invalid)."""
+    from specmd_sim.hardware import build_graph, find_path, load_profile
+
+    p = load_profile(file)
+    graph = build_graph(p)
+    for gpu in p.gpus:
+        find_path(p, graph, p.hosts[0].id, gpu.id)
+    typer.echo(f"{file}: valid profile {p.id!r} ({len(p.nodes)} nodes, {len(p.links)} links)")
+
+
+# --- models --------------------------------------------------------------------------------
+
+
+@models_app.command("list")
+def models_list(json_: JsonOpt = False) -> None:
+    """List the catalog with derived expert sizes."""
+    from specmd_sim.models import list_models
+
+    models = list_models()
+    if json_:
+        typer.echo(json.dumps([m.model_dump() | m.summary() for m in models], indent=2))
+        return
+    table = Table("id", "layers", "experts", "top-k", "dtype", "expert", "all routed", "5% slots")
+    for m in models:
+        table.add_row(
+            m.id, str(m.moe_layers), str(m.num_experts), str(m.top_k), m.expert_dtype,
+            format_bytes(m.expert_bytes), format_bytes(m.routed_bytes),
+            str(int(0.05 * m.routed_bytes) // m.expert_bytes),
+        )  # fmt: skip
+    console().print(table)
+
+
+@models_app.command("show")
+def models_show(
+    model_id: Annotated[str, typer.Argument(help="Catalog id.")], json_: JsonOpt = False
+) -> None:
+    """Show a model's dimensions and derived bytes and FLOPs."""
+    from specmd_sim.models import load_model
+
+    m = load_model(model_id)
+    data = m.model_dump() | m.summary()
+    if json_:
+        typer.echo(json.dumps(data, indent=2))
+        return
+    table = Table("field", "value", title=m.name)
+    for key, value in data.items():
+        table.add_row(key, f"{value:,}" if isinstance(value, int) else str(value))
+    console().print(table)
+
+
+# --- policies ------------------------------------------------------------------------------
+
+
+@policies_app.command("list")
+def policies_list(json_: JsonOpt = False) -> None:
+    """Every registered eviction policy, prefetch policy and predictor."""
+    from specmd_sim.policies import EVICTION, PREDICTORS, PREFETCH
+
+    rows = [
+        {"family": reg.family, "kind": cls.kind, "description": cls.description,
+         "source": cls.source}
+        for reg in (EVICTION, PREFETCH, PREDICTORS)
+        for cls in reg.entries()
+    ]  # fmt: skip
+    if json_:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("family", "kind", "description", "source")
+    for row in rows:
+        table.add_row(*row.values())
+    console().print(table)

@@ -1,0 +1,77 @@
+"""Options and helpers shared by the commands."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from specmd_sim.config import SimConfig, apply_overrides, build_config, config_to_dict
+from specmd_sim.errors import SpecmdError
+
+# --- shared run options --------------------------------------------------------------------
+
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", help="YAML config file (fields of SimConfig).")
+]
+ModelOpt = Annotated[str | None, typer.Option(help="Catalog model id (default: the trace's).")]
+HardwareOpt = Annotated[str | None, typer.Option(help="Hardware profile id or YAML path.")]
+TraceOpt = Annotated[str | None, typer.Option(help="Trace .npz path or bundled trace name.")]
+CacheOpt = Annotated[
+    str | None, typer.Option(help="Cache capacity: '5%', expert slots (51) or bytes ('0.6GiB').")
+]
+EvictionOpt = Annotated[str | None, typer.Option(help="Eviction policy kind.")]
+PrefetchOpt = Annotated[str | None, typer.Option(help="Prefetch policy kind.")]
+SeedOpt = Annotated[int | None, typer.Option(help="Seed of the run's random generator.")]
+OutOpt = Annotated[
+    Path | None, typer.Option(help="Run folder (default: runs/<engine>-<config hash>).")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override any config field: KEY.PATH=VALUE (repeatable)."),
+]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print the metrics as one JSON object on stdout.")
+]
+
+
+def load_config(
+    config: Path | None,
+    model: str | None,
+    hardware: str | None,
+    trace: str | None,
+    cache: str | None,
+    eviction: str | None,
+    prefetch: str | None,
+    seed: int | None,
+    overrides: list[str] | None,
+) -> SimConfig:
+    data: dict[str, Any] = {}
+    if config is not None:
+        from specmd_sim.hardware.loader import load_yaml
+
+        loaded = load_yaml(config, "config")
+        if loaded is not None and not isinstance(loaded, dict):
+            raise SpecmdError(f"config {config}: expected a mapping, got {type(loaded).__name__}")
+        data = loaded or {}
+    flags = {"model": model, "hardware": hardware, "trace": trace, "seed": seed}
+    data.update({k: v for k, v in flags.items() if v is not None})
+    if cache is not None:
+        data.setdefault("cache", {})["capacity"] = cache
+    if eviction is not None:
+        data["eviction"] = {"kind": eviction}
+    if prefetch is not None:
+        data["prefetch"] = {"kind": prefetch}
+    source = str(config) if config else "config"
+    if overrides:  # on top of the full config, defaults included, so any field can be set
+        data = apply_overrides(config_to_dict(build_config(data, source)), overrides)
+    return build_config(data, source)
+
+
+def console(json_mode: bool = False) -> Console:
+    """Where human output goes: stderr in --json mode; wide tables when not on a terminal."""
+    stream = sys.stderr if json_mode else sys.stdout
+    return Console(stderr=json_mode, highlight=False, width=None if stream.isatty() else 160)
