@@ -97,3 +97,28 @@ def per_layer_cache_table(stats: CacheStats) -> dict[str, list[Any]]:
 
 def load_result(path: Path) -> dict[str, Any]:
     return json.loads(Path(path).read_text())
+
+
+def result_row(result: dict[str, Any]) -> dict[str, Any]:
+    """One flat row of a results table from a ``result.json`` mapping.
+
+    Columns: ``engine``, ``hardware_grade``, every metric under its own name (``hit_rate``,
+    ``ttft_s``, ...), ``inputs.<key>`` and ``config.<dotted.path>`` (e.g. ``config.eviction.kind``,
+    ``config.cache.capacity``). Sweep tables and ``specmd compare`` share this layout.
+    """
+    row: dict[str, Any] = {"engine": result["engine"], "hardware_grade": result["hardware_grade"]}
+    row.update(result["metrics"])
+    row.update({f"inputs.{k}": v for k, v in result["inputs"].items()})
+    row.update(_flatten(result["config"], "config"))
+    return row
+
+
+def _flatten(data: dict[str, Any], prefix: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, dict):
+            out.update(_flatten(value, name))
+        else:
+            out[name] = value
+    return out
