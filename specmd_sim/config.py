@@ -23,7 +23,7 @@ from pydantic import (
 
 from specmd_sim.errors import SpecmdError, from_validation_error
 from specmd_sim.models.spec import Dtype
-from specmd_sim.policies.registry import EVICTION, PREDICTORS, PREFETCH, PluginConfig
+from specmd_sim.policies.registry import EVICTION, MISS, PREDICTORS, PREFETCH, PluginConfig
 from specmd_sim.units import parse_bytes
 
 _PERCENT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*%\s*$")
@@ -144,6 +144,16 @@ class SimConfig(_Frozen):
     predictor: SerializeAsAny[PluginConfig] = _plugin_field(
         PREDICTORS, {"kind": "noisy-oracle"}, "Predictor of upcoming experts: {kind: ..., params}."
     )
+    miss: SerializeAsAny[PluginConfig] = _plugin_field(
+        MISS, {"kind": "stall"}, "What runs when a demanded expert is not resident."
+    )
+    belady_gap: bool = Field(
+        default=False,
+        description=(
+            "Also replay the same trace, capacity and prefetcher with the offline optimum "
+            "(belady, or belady-bypass for policies that stream) and report the gap."
+        ),
+    )
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig, description="Passes.")
     timing: TimingConfig = Field(default_factory=TimingConfig, description="Timing engine.")
     seed: int = Field(default=0, ge=0, description="Seed of the run's one random generator.")
@@ -162,6 +172,11 @@ class SimConfig(_Frozen):
     @classmethod
     def _predictor(cls, value: Any) -> PluginConfig:
         return PREDICTORS.parse_config(value)
+
+    @field_validator("miss", mode="before")
+    @classmethod
+    def _miss(cls, value: Any) -> PluginConfig:
+        return MISS.parse_config(value)
 
 
 def build_config(data: dict[str, Any] | None = None, source: str = "config") -> SimConfig:

@@ -1,9 +1,20 @@
 """Spans: what each resource did when, as a numpy structured array; Chrome/Perfetto export.
 
 A span is ``[start, end)`` in seconds on one *lane* (a resource: the GPU compute stream, a copy
-engine) with a *kind* (attention, expert, lm_head, stall, demand_fetch, prefetch) and the pass,
-layer, expert (flat id), bytes, request and access class it concerns (-1 where none).
-Lanes with capacity one (a compute stream, one copy engine) never hold overlapping spans.
+engine) with a *kind* (one of :data:`KINDS`) and the pass, layer, expert (flat id), bytes,
+request and access class it concerns (-1 where none). Lanes with capacity one (a compute stream,
+one copy engine) never hold overlapping spans.
+
+Lane names are ``"<process>/<track>"``: the part before the first ``/`` names the device that
+owns the resource (``gpu0``, ``host0``, or ``links`` for links), the rest the resource
+(``compute``, ``copy-h2d-0``, ``cpu-experts``, ``pcie:host0-gpu0``). Every view groups lanes by
+that prefix, so an engine that records a new lane or a new kind (appended to :data:`KINDS`) shows
+up in the Perfetto trace and the HTML timelines without changes there.
+
+Besides the recorder this module derives what the exports need from the spans alone: the pass
+table (:func:`pass_table`), the access class a transfer served (:func:`served_class`), sub-tracks
+for lanes whose spans overlap (:func:`track_rows`), and the Chrome Trace Event Format
+(:func:`to_chrome_trace`).
 """
 
 from __future__ import annotations
@@ -16,7 +27,8 @@ import numpy as np
 
 from specmd_sim.cache.states import AccessClass
 
-KINDS = ("attention", "expert", "lm_head", "stall", "demand_fetch", "prefetch")
+KINDS = ("attention", "expert", "lm_head", "stall", "demand_fetch", "prefetch", "cpu_expert")
+"""Span kinds; a span stores the index. Append only: saved spans keep their kind names."""
 COMPUTE_KINDS = ("attention", "expert", "lm_head")
 TRANSFER_KINDS = ("demand_fetch", "prefetch")
 KIND = {name: i for i, name in enumerate(KINDS)}
@@ -123,52 +135,3 @@ def intersection_length(a: np.ndarray, b: np.ndarray) -> float:
     return total
 
 
-def to_chrome_trace(spans: np.ndarray, lanes: list[str], process: str = "gpu0") -> dict[str, Any]:
-    """Chrome Trace Event Format (JSON object form), loadable in Perfetto and chrome://tracing.
-
-    One process; one thread (track) per lane; complete events (``ph: X``) in microseconds.
-    """
-    events: list[dict[str, Any]] = [
-        {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": process}}
-    ]
-    for tid, name in enumerate(lanes):
-        events.append(
-            {"ph": "M", "name": "thread_name", "pid": 0, "tid": tid, "args": {"name": name}}
-        )
-        events.append(
-            {
-                "ph": "M",
-                "name": "thread_sort_index",
-                "pid": 0,
-                "tid": tid,
-                "args": {"sort_index": tid},
-            }
-        )
-    for s in spans:
-        kind = KINDS[int(s["kind"])]
-        args: dict[str, Any] = {"pass": int(s["pass_"]), "layer": int(s["layer"])}
-        if s["expert"] >= 0:
-            args["expert"] = int(s["expert"])
-        if s["bytes"]:
-            args["bytes"] = int(s["bytes"])
-        if s["request"] >= 0:
-            args["request"] = int(s["request"])
-        if s["klass"] >= 0:
-            args["class"] = AccessClass(int(s["klass"])).name.lower()
-        events.append(
-            {
-                "ph": "X",
-                "name": kind,
-                "cat": "transfer" if kind in TRANSFER_KINDS else "compute",
-                "pid": 0,
-                "tid": int(s["lane"]),
-                "ts": round(float(s["start"]) * 1e6, 4),
-                "dur": round(float(s["end"] - s["start"]) * 1e6, 4),
-                "args": args,
-            }
-        )
-    return {"traceEvents": events, "displayTimeUnit": "ms"}
-
-
-def write_chrome_trace(path: Path, spans: np.ndarray, lanes: list[str]) -> None:
-    path.write_text(json.dumps(to_chrome_trace(spans, lanes), separators=(",", ":")))

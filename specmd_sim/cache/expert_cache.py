@@ -46,6 +46,9 @@ class CacheStats:
         self.prefetch_cancelled = 0
         self.prefetch_dropped = 0
         self.evictions = 0
+        self.bypassed = 0  # demand fetches streamed past the cache (not admitted)
+        self.activations_dropped = 0  # expert activations skipped by miss handling
+        self.activations_substituted = 0  # ... replaced by a cached expert of the same layer
 
     @property
     def access_class(self) -> np.ndarray:
@@ -70,6 +73,9 @@ class CacheStats:
             "prefetch_cancelled": self.prefetch_cancelled,
             "prefetch_dropped": self.prefetch_dropped,
             "evictions": self.evictions,
+            "bypassed": self.bypassed,
+            "activations_dropped": self.activations_dropped,
+            "activations_substituted": self.activations_substituted,
             "bytes_demand": self.bytes_demand,
             "bytes_prefetch": self.bytes_prefetch,
         }
@@ -166,6 +172,15 @@ class ExpertCache:
         self.stats.by_layer[layer][klass] += 1
         return klass
 
+    def substitute(self, key: int) -> None:
+        """A resident ``key`` runs in place of a missing expert: counted, and a use."""
+        self.stats.activations_substituted += 1
+        self.policy.on_access(key)
+
+    def drop(self) -> None:
+        """A missing expert's activation is skipped."""
+        self.stats.activations_dropped += 1
+
     def hint(self, key: int) -> None:
         """A prefetcher asked for ``key`` while it is already cached."""
         if self.state[key] != _ABSENT:
@@ -173,17 +188,50 @@ class ExpertCache:
 
     # --- fetches ---------------------------------------------------------------------------
 
-    def reserve(self, key: int, reason: FetchReason) -> bool:
-        """Make room for ``key`` and mark it LOADING. False if nothing evictable frees room.
+    def admits(self, key: int, reason: FetchReason) -> bool:
+        """Whether the policy would cache ``key`` (False: stream it past the cache)."""
+        return self.policy.admit(key, reason)
 
-        The evictions already made stand even when the reservation then fails (with uniform
-        expert sizes one eviction always suffices, so this cannot happen).
+    def stream(self, key: int) -> None:
+        """A demand fetch of ``key`` that bypasses the cache (into a staging buffer)."""
+        self.stats.bypassed += 1
+        self.stats.bytes_demand += self.expert_bytes
+
+    def preload(self, keys: list[int]) -> None:
+        """Make ``keys`` resident before the run, moving no bytes (a warm start)."""
+        for key in keys:
+            if self.state[key] != _ABSENT:
+                continue
+            if self.capacity_bytes - self.used_bytes < self.expert_bytes:
+                raise SpecmdError(
+                    f"cache: expected the preloaded experts to fit in {self.slots} slots, "
+                    f"got {len(set(keys))}"
+                )
+            self.state[key] = _RESIDENT
+            self.ever_resident[key] = 1
+            self.used_bytes += self.expert_bytes
+            self.policy.on_insert(key, FetchReason.PRELOAD)
+
+    def reserve(self, key: int, reason: FetchReason) -> bool:
+        """Make room for ``key`` and mark it LOADING. False if nothing evictable frees room,
+        or if the policy does not admit a prefetch.
+
+        The policy may first name a *quota victim* (a per-layer budget); then, while the cache
+        is full, victims are chosen among evictable entries. The evictions already made stand
+        even when the reservation then fails (with uniform expert sizes one eviction always
+        suffices, so this cannot happen).
         """
         if self.state[key] != _ABSENT:
             raise RuntimeError(f"reserve({key}) while it is {State(self.state[key]).name}")
+        if reason == _PREFETCH and not self.policy.admit(key, reason):
+            self.stats.prefetch_dropped += 1
+            return False
         need = self.expert_bytes
+        quota = self.policy.quota_victim(key, self.evictable)
+        if quota is not None:
+            self._evict(quota)
         while self.capacity_bytes - self.used_bytes < need:
-            victim = self.policy.choose_victim(self.evictable)
+            victim = self.policy.choose_victim(self.evictable, key)
             if victim is None:
                 if reason == _PREFETCH:
                     self.stats.prefetch_dropped += 1

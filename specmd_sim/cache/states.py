@@ -26,3 +26,4 @@ class AccessClass(IntEnum):
 class FetchReason(IntEnum):
     DEMAND = 0
     PREFETCH = 1
+    PRELOAD = 2  # placed before the run (e.g. static-hot's pinned experts); moves no bytes

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
 from specmd_sim.config import config_to_dict
 from specmd_sim.hardware.schema import Quantity, lowest_grade
+from specmd_sim.metrics import RunResult
 from specmd_sim.scenario import Scenario
 
 Progress = Callable[[int, int], None]  # (passes done, passes total)
@@ -38,6 +40,39 @@ def config_echo(scenario: Scenario) -> dict[str, Any]:
 
 def grade_of(quantities: list[Quantity]) -> str:
     return lowest_grade(quantities)
+
+
+def finish_result(scenario: Scenario, result: RunResult) -> RunResult:
+    """Fill the config echo and inputs, and the Belady gap when the config asks for it."""
+    result.config = config_echo(scenario)
+    result.inputs = inputs_echo(scenario)
+    if scenario.config.belady_gap:
+        result.metrics.update(belady_gap(scenario, result.metrics))
+    return result
+
+
+def belady_gap(scenario: Scenario, metrics: dict[str, Any]) -> dict[str, Any]:
+    """Replay the same trace, capacity and prefetcher with the offline optimum.
+
+    Policies that may stream experts past the cache are compared with ``belady-bypass``
+    (optimal admission and eviction), all others with always-admit ``belady``.
+    """
+    from specmd_sim.engine.replay import replay
+    from specmd_sim.policies.registry import EVICTION
+
+    config = scenario.config
+    policy = EVICTION.get(config.eviction.kind)
+    reference = "belady-bypass" if getattr(policy, "may_bypass", False) else "belady"
+    optimal_config = config.model_copy(
+        update={"eviction": EVICTION.parse_config(reference), "belady_gap": False}
+    )
+    optimal = replay(dataclasses.replace(scenario, config=optimal_config)).metrics
+    return {
+        "belady_reference": reference,
+        "belady_misses": optimal["misses"],
+        "belady_hit_rate": optimal["hit_rate"],
+        "belady_gap_misses": metrics["misses"] - optimal["misses"],
+    }
 
 
 def report_progress(progress: Progress | None, done: int, total: int) -> None:

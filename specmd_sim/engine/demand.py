@@ -42,6 +42,7 @@ class Passes:
 class DemandSets:
     keys: np.ndarray  # int32 [A]: flat expert ids, the access sequence
     tokens: np.ndarray  # int32 [A]: tokens of the pass routed to that expert
+    gates: np.ndarray  # float32 [A]: its highest gate in the pass; NaN without gates
     offsets: np.ndarray  # int64 [P * L + 1]
     num_layers: int
 
@@ -114,6 +115,7 @@ def build_demand(trace: Trace, passes: Passes) -> DemandSets:
     layer_base = (np.arange(num_layers, dtype=np.int32) * num_experts)[:, None]
     key_parts: list[np.ndarray] = []
     token_parts: list[np.ndarray] = []
+    gate_parts: list[np.ndarray] = []
     counts = np.zeros(passes.num_passes * num_layers, np.int64)
     experts, gates = trace.experts, trace.gates
     for p in range(passes.num_passes):
@@ -123,21 +125,26 @@ def build_demand(trace: Trace, passes: Passes) -> DemandSets:
             valid = e >= 0
             key_parts.append((e + layer_base)[valid])
             token_parts.append(np.ones(int(valid.sum()), np.int32))
+            g = np.full(e.shape, np.nan, np.float32) if gates is None else gates[rows[0]]
+            gate_parts.append(g[valid])
             counts[p * num_layers : (p + 1) * num_layers] = valid.sum(axis=1)
             continue
         for layer in range(num_layers):
-            ids, n = _union(experts[rows, layer], None if gates is None else gates[rows, layer])
+            ids, n, g = _union(experts[rows, layer], None if gates is None else gates[rows, layer])
             key_parts.append(ids + layer * num_experts)
             token_parts.append(n)
+            gate_parts.append(g)
             counts[p * num_layers + layer] = ids.size
     keys = np.concatenate(key_parts).astype(np.int32) if key_parts else np.zeros(0, np.int32)
     tokens = np.concatenate(token_parts).astype(np.int32) if token_parts else keys.copy()
+    gate = np.concatenate(gate_parts).astype(np.float32) if gate_parts else np.zeros(0, np.float32)
     offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    return DemandSets(keys=keys, tokens=tokens, offsets=offsets, num_layers=num_layers)
+    return DemandSets(keys=keys, tokens=tokens, gates=gate, offsets=offsets, num_layers=num_layers)
 
 
-def _union(ids: np.ndarray, gates: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct experts of a [tokens, k] block, ordered as the module docstring says."""
+def _union(ids: np.ndarray, gates: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct experts of a [tokens, k] block, ordered as the module docstring says, with
+    their token counts and highest gates (NaN without gates)."""
     flat = ids.reshape(-1).astype(np.int64)
     rank = np.tile(np.arange(ids.shape[1]), ids.shape[0])
     valid = flat >= 0
@@ -149,8 +156,11 @@ def _union(ids: np.ndarray, gates: np.ndarray | None) -> tuple[np.ndarray, np.nd
         best = np.full(uniq.size, -np.inf)
         np.maximum.at(best, inverse, g)
         order = np.lexsort((uniq, -best))
+        best_gate = best[order]
     else:
         best_rank = np.full(uniq.size, np.iinfo(np.int64).max)
         np.minimum.at(best_rank, inverse, rank)
         order = np.lexsort((uniq, -count, best_rank))
-    return uniq[order].astype(np.int32), count[order].astype(np.int32)
+        best_gate = np.full(uniq.size, np.nan)
+    best_gate = np.where(np.isinf(best_gate), np.nan, best_gate).astype(np.float32)
+    return uniq[order].astype(np.int32), count[order].astype(np.int32), best_gate

@@ -1,20 +1,23 @@
 """The timing-free engine: prefetches land instantly; gives hit rates and the miss taxonomy.
 
 Per pass and layer, in the order of DESIGN.md §4: the router decides, the demand set is pinned,
-hits are recorded, misses are fetched (highest gate first), the prefetcher's list for the next
-layers is applied (cached entries as hints, absent ones fetched unless nothing is evictable),
-and the pins are released. With ``cache.pin_demand_set: false`` each access is looked up and, on
-a miss, fetched before the next one (classic cache-simulator semantics).
+hits are recorded, each miss is resolved in gate order — by the miss handler: fetched (or, if
+the eviction policy does not admit it, streamed past the cache), dropped, or replaced by a
+cached expert of the same layer — the prefetcher's list for the next layers is applied (cached
+entries as hints, absent ones fetched unless nothing is evictable), and the pins are released.
+With ``cache.pin_demand_set: false`` each access is looked up and resolved before the next one
+(classic cache-simulator semantics).
 """
 
 from __future__ import annotations
 
-from specmd_sim.cache import FetchReason
+from specmd_sim.cache import ExpertCache, FetchReason
 from specmd_sim.cache.states import AccessClass
 from specmd_sim.config import SimConfig
-from specmd_sim.engine.common import Progress, config_echo, inputs_echo, report_progress
+from specmd_sim.engine.common import Progress, finish_result, report_progress
 from specmd_sim.engine.setup import build_run
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
+from specmd_sim.policies.miss.base import DROP, MissHandler
 from specmd_sim.scenario import Scenario, build_scenario
 
 _FIRST_MISS = int(AccessClass.COMPULSORY)
@@ -25,13 +28,14 @@ def replay(config: SimConfig | Scenario, progress: Progress | None = None) -> Ru
     """Run the timing-free engine on a config (or an already built scenario)."""
     scenario = config if isinstance(config, Scenario) else build_scenario(config)
     run = build_run(scenario)
-    cache, prefetch, predictor = run.cache, run.prefetch, run.predictor
+    cache, prefetch, predictor, miss = run.cache, run.prefetch, run.predictor, run.miss
     demand = scenario.demand
     keys_all, offsets = demand.keys, demand.offsets
     num_layers = scenario.trace.num_layers
     pin = scenario.config.cache.pin_demand_set
     access, reserve, complete = cache.access, cache.reserve, cache.complete
     state = cache.state
+    fetch_all = miss.always_fetches
     total = scenario.passes.num_passes
 
     for p in range(total):
@@ -43,20 +47,23 @@ def replay(config: SimConfig | Scenario, progress: Progress | None = None) -> Ru
             lo, hi = int(offsets[base + layer]) - lo0, int(offsets[base + layer + 1]) - lo0
             keys = pass_keys[lo:hi]
             cache.begin_layer(layer)
+            held = keys
             if pin:
                 for key in keys:
                     cache.pin(key)
                 misses = [key for key in keys if access(key, layer) >= _FIRST_MISS]
-                for key in misses:
-                    if not reserve(key, _DEMAND):
-                        raise RuntimeError("demand fetch found nothing evictable")
-                    complete(key)
+                if fetch_all:
+                    for key in misses:
+                        _fetch(cache, key)
+                elif misses:
+                    held = _resolve(cache, miss, p, layer, keys, misses, pin=True)
             else:
                 for key in keys:
                     if access(key, layer) >= _FIRST_MISS:
-                        if not reserve(key, _DEMAND):
-                            raise RuntimeError("demand fetch found nothing evictable")
-                        complete(key)
+                        if fetch_all:
+                            _fetch(cache, key)
+                        else:
+                            _resolve(cache, miss, p, layer, keys, [key], pin=False)
             if predictor is not None:
                 for key in prefetch.plan(p, layer, predictor, cache):
                     if state[key]:
@@ -64,17 +71,57 @@ def replay(config: SimConfig | Scenario, progress: Progress | None = None) -> Ru
                     elif reserve(key, _PREFETCH):
                         complete(key)
             if pin:
-                for key in keys:
+                for key in held:
                     cache.unpin(key)
         report_progress(progress, p + 1, total)
     cache.finish()
 
-    return RunResult(
-        engine="replay",
-        metrics=cache_metrics(cache.stats),
-        per_layer=per_layer_cache_table(cache.stats),
-        per_request={},
-        config=config_echo(scenario),
-        inputs=inputs_echo(scenario),
-        hardware_grade=None,  # replay uses no hardware number
+    return finish_result(
+        scenario,
+        RunResult(
+            engine="replay",
+            metrics=cache_metrics(cache.stats),
+            per_layer=per_layer_cache_table(cache.stats),
+            per_request={},
+            config={},
+            inputs={},
+            hardware_grade=None,  # replay uses no hardware number
+        ),
     )
+
+
+def _fetch(cache: ExpertCache, key: int) -> None:
+    """A demand fetch that lands at once; streamed past the cache if not admitted."""
+    if not cache.admits(key, _DEMAND):
+        cache.stream(key)
+    elif cache.reserve(key, _DEMAND):
+        cache.complete(key)
+    else:
+        raise RuntimeError("demand fetch found nothing evictable")
+
+
+def _resolve(
+    cache: ExpertCache,
+    miss: MissHandler,
+    p: int,
+    layer: int,
+    keys: list[int],
+    misses: list[int],
+    pin: bool,
+) -> list[int]:
+    """Resolve misses through the miss handler; returns the keys to unpin at layer end."""
+    taken = set(keys)
+    held = list(keys)
+    for key in misses:
+        target = miss.decide(p, layer, key, cache, taken)
+        if target == key:
+            _fetch(cache, key)
+        elif target == DROP:
+            cache.drop()
+        else:
+            cache.substitute(target)
+            taken.add(target)
+            if pin:
+                cache.pin(target)
+                held.append(target)
+    return held

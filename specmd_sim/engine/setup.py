@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from specmd_sim.cache import ExpertCache
+from specmd_sim.hardware import host_path
+from specmd_sim.models import CostModel
 from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.eviction.base import EvictionPolicy
+from specmd_sim.policies.miss.base import MissHandler
 from specmd_sim.policies.predictors.base import Predictor
 from specmd_sim.policies.prefetch.base import PrefetchPolicy
-from specmd_sim.policies.registry import EVICTION, PREDICTORS, PREFETCH
+from specmd_sim.policies.registry import EVICTION, MISS, PREDICTORS, PREFETCH
 from specmd_sim.scenario import Scenario, new_rng
 
 
@@ -20,10 +25,12 @@ class RunObjects:
     eviction: EvictionPolicy
     prefetch: PrefetchPolicy
     predictor: Predictor | None  # None when the prefetcher never asks for scores
+    miss: MissHandler
 
 
 def build_run(scenario: Scenario) -> RunObjects:
     config = scenario.config
+    profile = scenario.profile
     ctx = RunContext(
         model=scenario.model,
         trace=scenario.trace,
@@ -31,6 +38,9 @@ def build_run(scenario: Scenario) -> RunObjects:
         demand=scenario.demand,
         rng=new_rng(config),
         slots=scenario.slots,
+        profile=profile,
+        cost=CostModel(scenario.model, profile.gpus[0]),
+        path=host_path(profile),
     )
     eviction = EVICTION.get(config.eviction.kind)(config.eviction, ctx)
     cache = ExpertCache(
@@ -41,8 +51,26 @@ def build_run(scenario: Scenario) -> RunObjects:
         eviction,
     )
     eviction.attach(cache)
+    cache.preload(eviction.initial_contents())
     prefetch = PREFETCH.get(config.prefetch.kind)(config.prefetch, ctx)
     predictor = None
     if prefetch.lookahead > 0:
         predictor = PREDICTORS.get(config.predictor.kind)(config.predictor, ctx)
-    return RunObjects(ctx, cache, eviction, prefetch, predictor)
+        predictor = _Tapped(predictor, eviction)
+    miss = MISS.get(config.miss.kind)(config.miss, ctx)
+    return RunObjects(ctx, cache, eviction, prefetch, predictor, miss)
+
+
+class _Tapped:
+    """A predictor whose every score vector is also shown to the eviction policy."""
+
+    def __init__(self, inner: Predictor, eviction: EvictionPolicy) -> None:
+        self.inner = inner
+        self.eviction = eviction
+        self.kind = inner.kind
+
+    def scores(self, pass_index: int, layer: int, target: int) -> np.ndarray | None:
+        out = self.inner.scores(pass_index, layer, target)
+        if out is not None:
+            self.eviction.on_scores(target, out)
+        return out

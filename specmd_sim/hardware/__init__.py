@@ -2,13 +2,15 @@
 
 from specmd_sim.hardware.loader import list_profiles, load_profile
 from specmd_sim.hardware.schema import HardwareProfile, lowest_grade
-from specmd_sim.hardware.topology import Hop, build_graph, find_path
+from specmd_sim.hardware.topology import Hop, HostPath, build_graph, find_path, host_path
 
 __all__ = [
     "HardwareProfile",
     "Hop",
+    "HostPath",
     "build_graph",
     "find_path",
+    "host_path",
     "list_profiles",
     "load_profile",
     "lowest_grade",

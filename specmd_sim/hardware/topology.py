@@ -70,3 +70,34 @@ def find_path(profile: HardwareProfile, graph: nx.Graph, src: str, dst: str) -> 
 
 def _pairs(path: list[str]) -> list[tuple[str, str]]:
     return list(itertools.pairwise(path))
+
+
+@dataclass(frozen=True)
+class HostPath:
+    """How experts travel from the first host's DRAM to a GPU: the resources a transfer
+    shares (each link direction, then the host's DRAM) with their bandwidths, and its latency."""
+
+    hops: tuple[Hop, ...]
+    resources: tuple[str, ...]
+    capacity: dict[str, float]
+    latency_s: float
+
+    @property
+    def bandwidth(self) -> float:
+        """Bytes/s of one transfer alone on the path (its narrowest resource)."""
+        return min(self.capacity.values())
+
+
+def host_path(profile: HardwareProfile, gpu_id: str | None = None) -> HostPath:
+    gpu = profile.gpus[0] if gpu_id is None else profile.node(gpu_id)
+    host = profile.hosts[0]
+    hops = tuple(find_path(profile, build_graph(profile), host.id, gpu.id))
+    dram = f"dram:{host.id}"
+    capacity = {h.key: h.link.bandwidth_bytes_per_s.value for h in hops}
+    capacity[dram] = host.dram_bandwidth_bytes_per_s.value
+    return HostPath(
+        hops=hops,
+        resources=(*(h.key for h in hops), dram),
+        capacity=capacity,
+        latency_s=sum(h.link.latency_s.value for h in hops),
+    )

@@ -1,6 +1,7 @@
 """Plug-in registries: one per family (eviction, prefetch, predictor).
 
-A plug-in is one module in its family's package that defines a class with
+Families: eviction, prefetch, predictor and miss (what to do when a demanded expert is not
+resident). A plug-in is one module in its family's package that defines a class with
 
 - ``kind``: the registered name, equal to the ``kind`` of its config (``"lru"``);
 - ``Config``: a frozen pydantic model deriving from :class:`PluginConfig` with
@@ -102,3 +103,4 @@ class Registry(Generic[T]):
 EVICTION: Registry[Any] = Registry("eviction", "specmd_sim.policies.eviction")
 PREFETCH: Registry[Any] = Registry("prefetch", "specmd_sim.policies.prefetch")
 PREDICTORS: Registry[Any] = Registry("predictor", "specmd_sim.policies.predictors")
+MISS: Registry[Any] = Registry("miss", "specmd_sim.policies.miss")

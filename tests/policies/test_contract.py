@@ -46,8 +46,8 @@ class CheckedCache(ExpertCache):
         assert held * self.expert_bytes == self.used_bytes
 
     def reserve(self, key, reason):  # type: ignore[override]
-        victim_before = self.policy.choose_victim(self.evictable)
-        again = self.policy.choose_victim(self.evictable)
+        victim_before = self.policy.choose_victim(self.evictable, key)
+        again = self.policy.choose_victim(self.evictable, key)
         assert victim_before == again, "choose_victim must not change the policy's state"
         ok = super().reserve(key, reason)
         self._check()

@@ -24,6 +24,7 @@ class Job:
     nbytes: int
     chunks: list[int]
     done: simpy.Event
+    bypass: bool = False  # into a staging buffer, not the cache
     started: bool = False
     cancelled: bool = False
     start_time: float = -1.0

@@ -24,19 +24,12 @@ import simpy
 from specmd_sim.cache import AccessClass, FetchReason
 from specmd_sim.cache.states import State
 from specmd_sim.config import SimConfig
-from specmd_sim.engine.common import (
-    Progress,
-    config_echo,
-    grade_of,
-    inputs_echo,
-    report_progress,
-)
+from specmd_sim.engine.common import Progress, finish_result, grade_of, report_progress
 from specmd_sim.engine.setup import build_run
 from specmd_sim.engine.sim.copy_engines import CopyEngines, Job
 from specmd_sim.engine.sim.flows import FlowNetwork
-from specmd_sim.hardware import build_graph, find_path
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
-from specmd_sim.models import CostModel
+from specmd_sim.policies.miss.base import DROP
 from specmd_sim.scenario import Scenario, build_scenario
 from specmd_sim.timeline import (
     COMPUTE_KINDS,
@@ -65,14 +58,12 @@ class _TimingRun:
         self.env = simpy.Environment()
         profile = scenario.profile
         gpu, host = profile.gpus[0], profile.hosts[0]
-        hops = find_path(profile, build_graph(profile), host.id, gpu.id)
-        dram = f"dram:{host.id}"
-        self.resources = (*(h.key for h in hops), dram)
-        self.latency = sum(h.link.latency_s.value for h in hops)
-        capacity = {h.key: h.link.bandwidth_bytes_per_s.value for h in hops}
-        capacity[dram] = host.dram_bandwidth_bytes_per_s.value
-        self.network = FlowNetwork(self.env, capacity)
-        self.cost = CostModel(scenario.model, gpu)
+        path = self.objs.ctx.path
+        hops = path.hops
+        self.resources = path.resources
+        self.latency = path.latency_s
+        self.network = FlowNetwork(self.env, dict(path.capacity))
+        self.cost = self.objs.ctx.cost
         self.used = [
             gpu.hbm_bandwidth_bytes_per_s, gpu.dense_bf16_flops, gpu.compute_efficiency,
             gpu.memory_efficiency, gpu.kernel_launch_overhead_s, gpu.copy_engines_h2d,
@@ -109,12 +100,16 @@ class _TimingRun:
 
     # --- transfers -------------------------------------------------------------------------
 
-    def _start_fetch(self, key: int, demand: bool, target: tuple[int, int]) -> Job:
+    def _start_fetch(
+        self, key: int, demand: bool, target: tuple[int, int], bypass: bool = False
+    ) -> Job:
+        """Queue a transfer of ``key``; ``bypass`` moves it to a staging buffer, not the cache."""
         nbytes = self.cache.expert_bytes
         step = self.chunk_bytes or nbytes
         chunks = [min(step, nbytes - off) for off in range(0, nbytes, step)]
-        job = Job(key, demand, target, nbytes, chunks, self.env.event())
-        self.jobs[key] = job
+        job = Job(key, demand, target, nbytes, chunks, self.env.event(), bypass=bypass)
+        if not bypass:
+            self.jobs[key] = job
         self.engines.submit(job)
         return job
 
@@ -142,8 +137,9 @@ class _TimingRun:
         self.cache.cancel(job.key)
 
     def _arrived(self, job: Job) -> None:
-        del self.jobs[job.key]
-        self.cache.complete(job.key)
+        if not job.bypass:
+            del self.jobs[job.key]
+            self.cache.complete(job.key)
         job.done.succeed()
 
     def _space_changed(self) -> None:
@@ -176,7 +172,8 @@ class _TimingRun:
     def _stream(self) -> Generator[Any, Any, None]:
         sc, cache, env, cost = self.sc, self.cache, self.env, self.cost
         passes, demand = sc.passes, sc.demand
-        prefetch, predictor = self.objs.prefetch, self.objs.predictor
+        prefetch, predictor, miss = self.objs.prefetch, self.objs.predictor, self.objs.miss
+        fetch_all = miss.always_fetches
         num_layers, lane = sc.trace.num_layers, self.compute_lane
         pin = sc.config.cache.pin_demand_set
         arrival: dict[int, float] = {}
@@ -199,31 +196,50 @@ class _TimingRun:
                 lo, hi = demand.span(p, layer)
                 keys = demand.keys[lo:hi].tolist()
                 ntok = demand.tokens[lo:hi].tolist()
-                ready: list[tuple[int, int, int]] = []
-                waiting: list[tuple[int, int, int]] = []
+                ready: list[tuple[int, int, int, Job | None]] = []
+                waiting: list[tuple[int, int, int, Job | None]] = []
+                held = list(keys)  # pinned until the layer ends (pin_demand_set)
+                taken = set(keys)
                 for key in keys:
                     cache.pin(key)
                 for key, n in zip(keys, ntok, strict=True):
                     klass = cache.access(key, layer)
                     if klass == _HIT:
-                        ready.append((key, n, klass))
+                        ready.append((key, n, klass, None))
+                        continue
+                    target = key if fetch_all else miss.decide(p, layer, key, cache, taken)
+                    if target != key:
+                        if not pin:
+                            cache.unpin(key)
+                        if target == DROP:
+                            cache.drop()
+                            continue
+                        cache.substitute(target)
+                        cache.pin(target)
+                        taken.add(target)
+                        held.append(target)
+                        ready.append((target, n, klass, None))
                         continue
                     if klass == _LATE:
-                        self.engines.promote(self.jobs[key])
-                    else:
+                        job = self.jobs[key]
+                        self.engines.promote(job)
+                    elif cache.admits(key, FetchReason.DEMAND):
                         yield from self._reserve_demand(key)
-                        self._start_fetch(key, True, (p, layer))
-                    waiting.append((key, n, klass))
+                        job = self._start_fetch(key, True, (p, layer))
+                    else:
+                        cache.stream(key)
+                        job = self._start_fetch(key, True, (p, layer), bypass=True)
+                    waiting.append((key, n, klass, job))
                 if predictor is not None:
                     for key in prefetch.plan(p, layer, predictor, cache):
                         if cache.state[key] != _ABSENT:
                             cache.hint(key)
                         elif cache.reserve(key, FetchReason.PREFETCH):
                             self._start_fetch(key, False, (p, key // sc.trace.num_experts))
-                for key, n, klass in ready + waiting:
-                    if cache.state[key] != _RESIDENT:
+                for key, n, klass, job in ready + waiting:
+                    if job is not None and not job.done.triggered:
                         t0 = env.now
-                        yield self.jobs[key].done
+                        yield job.done
                         self.spans.add(lane, "stall", t0, env.now, p, layer, key, 0, req, klass)
                         self.layer_stall[layer] += env.now - t0
                     t_exp = cost.expert_time(n)
@@ -234,7 +250,7 @@ class _TimingRun:
                     if not pin:
                         cache.unpin(key)
                 if pin:
-                    for key in keys:
+                    for key in held:
                         cache.unpin(key)
             if passes.phase[p] == 1 or passes.first_token[p]:
                 yield self._compute(lane, "lm_head", cost.lm_head_time(), pass_=p, request=req)
@@ -270,15 +286,16 @@ class _TimingRun:
         per_layer = per_layer_cache_table(self.cache.stats)
         per_layer["stall_s"] = self.layer_stall.tolist()
         per_layer["compute_s"] = self.layer_compute.tolist()
-        return RunResult(
+        result = RunResult(
             engine="simulate",
             metrics=metrics,
             per_layer=per_layer,
             per_request={"request": requests, "ttft_s": [self.ttft[r] for r in requests]},
-            config=config_echo(sc),
-            inputs=inputs_echo(sc),
+            config={},
+            inputs={},
             hardware_grade=grade_of(self.used),
             spans=spans if self.spans.enabled else None,
             lanes=list(self.spans.lanes),
             counters=self.spans.counters(),
         )
+        return finish_result(sc, result)

@@ -1,22 +1,34 @@
 """The eviction-policy contract.
 
 A policy observes the cache through hooks and ranks its contents; it never changes the cache.
-``choose_victim(evictable)`` returns the key to evict among those for which ``evictable(key)``
-is true, or None; it must not change the policy's state (the cache may ask and then not
-evict). The cache calls, for every key it holds:
+``choose_victim(evictable, incoming)`` returns the key to evict, to make room for
+``incoming``, among those for which ``evictable(key)`` is true, or None; it must not change
+the policy's state (the cache may ask and then not evict). Optional decisions:
+
+- ``admit(key, reason)``: False streams a demand fetch past the cache, or drops a prefetch
+  (default True: always admit);
+- ``quota_victim(incoming, evictable)``: a key to evict before ``incoming`` even if the cache
+  has room (per-layer budgets; default None);
+- ``initial_contents()``: keys placed in the cache before the run (default none).
+
+The cache calls, for every key it holds:
 
 - ``on_insert(key, reason)`` when a fetch reserves space (the entry is LOADING);
 - ``on_access(key)`` when the router selects a cached key (hit or late hit);
 - ``on_prefetch_hint(key)`` when a prefetcher asks for a key that is already cached;
 - ``on_remove(key)`` when the key leaves (evicted, or its prefetch cancelled);
 
-and, for the run, ``on_pass_start(pass_index)`` and ``on_layer(layer)`` at each router decision.
+and, for the run, ``on_pass_start(pass_index)``, ``on_layer(layer)`` at each router decision
+(the policy may read that layer's demand set, gates and tokens from ``ctx.demand``), and
+``on_scores(layer, scores)`` whenever the predictor scores a layer's experts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
 
 from specmd_sim.cache.states import FetchReason
 from specmd_sim.policies.registry import Plugin, PluginConfig
@@ -40,6 +52,21 @@ class EvictionPolicy(Plugin):
         """Called once by the cache that uses this policy (offline policies read its clock)."""
         self.cache = cache
 
+    def initial_contents(self) -> list[int]:
+        """Keys to place in the cache before the run (moving no bytes)."""
+        return []
+
+    def admit(self, key: int, reason: FetchReason) -> bool:
+        """Whether to cache ``key``; False streams a demand fetch / drops a prefetch."""
+        return True
+
+    def quota_victim(self, incoming: int, evictable: Evictable) -> int | None:
+        """A key to evict before admitting ``incoming`` even if there is room."""
+        return None
+
+    def on_scores(self, layer: int, scores: np.ndarray) -> None:
+        """The predictor scored ``layer``'s experts (higher = more likely)."""
+
     def on_pass_start(self, pass_index: int) -> None:
         """A new pass (decode step or prefill chunk) begins."""
 
@@ -60,8 +87,9 @@ class EvictionPolicy(Plugin):
         """``key`` left the cache."""
         raise NotImplementedError
 
-    def choose_victim(self, evictable: Evictable) -> int | None:
-        """The key to evict among evictable ones, or None; no side effects."""
+    def choose_victim(self, evictable: Evictable, incoming: int) -> int | None:
+        """The key to evict among evictable ones to make room for ``incoming``, or None;
+        no side effects."""
         raise NotImplementedError
 
 

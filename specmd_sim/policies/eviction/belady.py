@@ -70,7 +70,7 @@ class BeladyEviction(EvictionPolicy):
     def on_remove(self, key: int) -> None:
         del self.next_of[key]
 
-    def choose_victim(self, evictable: Evictable) -> int | None:
+    def choose_victim(self, evictable: Evictable, incoming: int) -> int | None:
         heap, held = self.heap, []
         victim = None
         while heap:

@@ -30,5 +30,5 @@ class FIFOEviction(EvictionPolicy):
     def on_remove(self, key: int) -> None:
         del self.order[key]
 
-    def choose_victim(self, evictable: Evictable) -> int | None:
+    def choose_victim(self, evictable: Evictable, incoming: int) -> int | None:
         return first_evictable(self.order, evictable)

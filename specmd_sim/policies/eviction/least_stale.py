@@ -76,7 +76,7 @@ class LeastStaleEviction(EvictionPolicy):
         else:
             del self.current[key]
 
-    def choose_victim(self, evictable: Evictable) -> int | None:
+    def choose_victim(self, evictable: Evictable, incoming: int) -> int | None:
         for queue in (self.stale, self.current):
             victim = (
                 self._pick_by_layer(queue, evictable)

@@ -51,7 +51,7 @@ class LFUEviction(EvictionPolicy):
         if not bucket:
             del self.buckets[min(b for b, v in self.buckets.items() if not v)]
 
-    def choose_victim(self, evictable: Evictable) -> int | None:
+    def choose_victim(self, evictable: Evictable, incoming: int) -> int | None:
         for count in sorted(self.buckets):
             for key in self.buckets[count]:
                 if evictable(key):

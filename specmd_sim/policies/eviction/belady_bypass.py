@@ -1,0 +1,38 @@
+"""Belady with bypass: the offline optimum when an expert may be streamed past the cache.
+
+Like ``belady`` it evicts the farthest next use, but on a miss it first compares: if the
+missing expert's own next use is at least as far as that of every evictable cached expert, it
+is not admitted (streamed for this one use; a prefetch of it is dropped). For equal-size
+objects this is the optimal policy with optional admission, so its miss count bounds every
+policy, including those that stream (``static-hot``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.eviction.belady import BeladyEviction
+from specmd_sim.policies.registry import EVICTION, PluginConfig
+
+
+class BeladyBypassConfig(PluginConfig):
+    kind: Literal["belady-bypass"] = "belady-bypass"
+
+
+@EVICTION.register
+class BeladyBypassEviction(BeladyEviction):
+    kind = "belady-bypass"
+    Config = BeladyBypassConfig
+    description = "Offline optimum with bypass: farthest next use, or don't cache at all."
+    source = "Belady 1966 with optional admission (MIN with bypass)"
+    may_bypass = True
+
+    def admit(self, key: int, reason: FetchReason) -> bool:
+        cache = self.cache
+        if cache is None or cache.capacity_bytes - cache.used_bytes >= cache.expert_bytes:
+            return True
+        victim = self.choose_victim(cache.evictable, key)
+        if victim is None:
+            return True  # nothing evictable: let the cache decide (a prefetch is dropped)
+        return self.next_use.after(key, cache.clock) < self.next_of[victim]

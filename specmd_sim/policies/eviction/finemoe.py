@@ -1,0 +1,79 @@
+"""FineMoE-style eviction: predicted probability x frequency, protecting unused prefetches.
+
+FineMoE (fine-grained expert offloading) keeps the experts it expects to need: each cached
+expert is scored ``p(expert) * f(expert)``, where ``p`` is the latest probability the predictor
+gave it (its layer's scores, normalized to sum to 1; ``1 / num_experts`` before any) and ``f``
+is how often it has been used in the run (+1). Prefetched experts not yet used are protected:
+they are evicted only when nothing unprotected is evictable. The victim is the lowest score;
+ties go to the least recently used.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy
+from specmd_sim.policies.registry import EVICTION, PluginConfig
+
+
+class FineMoEConfig(PluginConfig):
+    kind: Literal["finemoe"] = "finemoe"
+
+
+def as_probabilities(scores: np.ndarray) -> np.ndarray:
+    """Scores as probabilities: softmax if any is negative (logits), else normalized; NaN -> 0."""
+    s = np.nan_to_num(np.asarray(scores, np.float64), nan=-np.inf)
+    if (s < 0).any():
+        s = np.exp(s - s.max())
+    total = s.sum()
+    return s / total if total > 0 else np.full(s.size, 1.0 / s.size)
+
+
+@EVICTION.register
+class FineMoEEviction(EvictionPolicy):
+    kind = "finemoe"
+    Config = FineMoEConfig
+    description = "Lowest predicted probability x use frequency first; unused prefetches kept."
+    source = "FineMoE / fine-grained expert offloading (Yu et al., arXiv 2502.05370)"
+
+    def __init__(self, config: FineMoEConfig, ctx: object) -> None:
+        super().__init__(config, ctx)  # type: ignore[arg-type]
+        c = self.ctx
+        n = c.num_layers * c.num_experts  # type: ignore[attr-defined]
+        self.num_experts = c.num_experts  # type: ignore[attr-defined]
+        self.prob = np.full(n, 1.0 / self.num_experts)
+        self.freq = np.ones(n)
+        self.protected: set[int] = set()
+        self.recency: dict[int, None] = {}
+
+    def on_scores(self, layer: int, scores: np.ndarray) -> None:
+        base = layer * self.num_experts
+        self.prob[base : base + self.num_experts] = as_probabilities(scores)
+
+    def on_access(self, key: int) -> None:
+        self.freq[key] += 1
+        self.protected.discard(key)
+        del self.recency[key]
+        self.recency[key] = None
+
+    def on_insert(self, key: int, reason: FetchReason) -> None:
+        if reason == FetchReason.PREFETCH:
+            self.protected.add(key)
+        else:
+            self.freq[key] += 1
+        self.recency[key] = None
+
+    def on_remove(self, key: int) -> None:
+        self.protected.discard(key)
+        del self.recency[key]
+
+    def choose_victim(self, evictable: Evictable, incoming: int) -> int | None:
+        best, best_rank = None, None
+        for key in self.recency:
+            rank = (key in self.protected, self.prob[key] * self.freq[key])
+            if (best_rank is None or rank < best_rank) and evictable(key):
+                best, best_rank = key, rank
+        return best

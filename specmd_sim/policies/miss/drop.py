@@ -1,0 +1,27 @@
+"""Drop: skip a missing expert's activation (its gate weight is lost); never fetch on demand.
+
+Counted in ``activations_dropped`` as an accuracy proxy. The access is still classified (a
+miss stays a miss).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from specmd_sim.policies.miss.base import DROP, MissHandler
+from specmd_sim.policies.registry import MISS, PluginConfig
+
+
+class DropConfig(PluginConfig):
+    kind: Literal["drop"] = "drop"
+
+
+@MISS.register
+class DropMiss(MissHandler):
+    kind = "drop"
+    Config = DropConfig
+    description = "Skip the missing expert's activation (no demand fetch)."
+    source = "lossy expert skipping, e.g. AdapMoE / approximate offloading studies"
+
+    def decide(self, pass_index: int, layer: int, key: int, cache: object, taken: set[int]) -> int:
+        return DROP

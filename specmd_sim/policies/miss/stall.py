@@ -1,0 +1,25 @@
+"""Stall: fetch the missing expert and wait for it (the default, and what every offloading
+system without CPU fallback does)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from specmd_sim.policies.miss.base import MissHandler
+from specmd_sim.policies.registry import MISS, PluginConfig
+
+
+class StallConfig(PluginConfig):
+    kind: Literal["stall"] = "stall"
+
+
+@MISS.register
+class StallMiss(MissHandler):
+    kind = "stall"
+    Config = StallConfig
+    description = "Fetch the missing expert and wait for it."
+    source = "baseline of all offloading systems"
+    always_fetches = True
+
+    def decide(self, pass_index: int, layer: int, key: int, cache: object, taken: set[int]) -> int:
+        return key
