@@ -36,6 +36,7 @@ def replay(config: SimConfig | Scenario, progress: Progress | None = None) -> Ru
     access, reserve, complete = cache.access, cache.reserve, cache.complete
     state = cache.state
     fetch_all = miss.always_fetches
+    prefetching = prefetch.lookahead > 0
     total = scenario.passes.num_passes
 
     for p in range(total):
@@ -64,7 +65,7 @@ def replay(config: SimConfig | Scenario, progress: Progress | None = None) -> Ru
                             _fetch(cache, key)
                         else:
                             _resolve(cache, miss, p, layer, keys, [key], pin=False)
-            if predictor is not None:
+            if prefetching:
                 for key in prefetch.plan(p, layer, predictor, cache):
                     if state[key]:
                         cache.hint(key)

@@ -24,7 +24,7 @@ class RunObjects:
     cache: ExpertCache
     eviction: EvictionPolicy
     prefetch: PrefetchPolicy
-    predictor: Predictor | None  # None when the prefetcher never asks for scores
+    predictor: Predictor | None  # None when the prefetcher asks for no scores
     miss: MissHandler
 
 
@@ -54,7 +54,7 @@ def build_run(scenario: Scenario) -> RunObjects:
     cache.preload(eviction.initial_contents())
     prefetch = PREFETCH.get(config.prefetch.kind)(config.prefetch, ctx)
     predictor = None
-    if prefetch.lookahead > 0:
+    if prefetch.lookahead > 0 and prefetch.uses_predictor:
         predictor = PREDICTORS.get(config.predictor.kind)(config.predictor, ctx)
         predictor = _Tapped(predictor, eviction)
     miss = MISS.get(config.miss.kind)(config.miss, ctx)

@@ -121,7 +121,13 @@ def test_every_eviction_policy_keeps_the_invariants_in_simulate(
 @pytest.mark.parametrize("prefetch", PREFETCH_KINDS)
 @pytest.mark.parametrize("predictor", PREDICTOR_KINDS)
 def test_every_prefetcher_and_predictor_run(prefetch: str, predictor: str) -> None:
-    cfg = SimConfig(prefetch={"kind": prefetch}, predictor={"kind": predictor})
+    cfg = SimConfig(
+        trace="mixtral-synthetic",
+        cache={"capacity": 12},
+        prefetch={"kind": prefetch},
+        predictor={"kind": predictor},
+        workload={"max_requests": 2},
+    )
     _invariants(replay(cfg))
 
 

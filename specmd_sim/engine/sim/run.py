@@ -174,6 +174,7 @@ class _TimingRun:
         passes, demand = sc.passes, sc.demand
         prefetch, predictor, miss = self.objs.prefetch, self.objs.predictor, self.objs.miss
         fetch_all = miss.always_fetches
+        prefetching = prefetch.lookahead > 0
         num_layers, lane = sc.trace.num_layers, self.compute_lane
         pin = sc.config.cache.pin_demand_set
         arrival: dict[int, float] = {}
@@ -230,7 +231,7 @@ class _TimingRun:
                         cache.stream(key)
                         job = self._start_fetch(key, True, (p, layer), bypass=True)
                     waiting.append((key, n, klass, job))
-                if predictor is not None:
+                if prefetching:
                     for key in prefetch.plan(p, layer, predictor, cache):
                         if cache.state[key] != _ABSENT:
                             cache.hint(key)

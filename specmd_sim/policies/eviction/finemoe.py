@@ -17,19 +17,11 @@ import numpy as np
 from specmd_sim.cache.states import FetchReason
 from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy
 from specmd_sim.policies.registry import EVICTION, PluginConfig
+from specmd_sim.policies.scores import as_probabilities
 
 
 class FineMoEConfig(PluginConfig):
     kind: Literal["finemoe"] = "finemoe"
-
-
-def as_probabilities(scores: np.ndarray) -> np.ndarray:
-    """Scores as probabilities: softmax if any is negative (logits), else normalized; NaN -> 0."""
-    s = np.nan_to_num(np.asarray(scores, np.float64), nan=-np.inf)
-    if (s < 0).any():
-        s = np.exp(s - s.max())
-    total = s.sum()
-    return s / total if total > 0 else np.full(s.size, 1.0 / s.size)
 
 
 @EVICTION.register

@@ -4,14 +4,21 @@ After the router of layer ``l`` decides, the engine asks the policy for an order
 expert ids to fetch for layers ``l+1 .. l+lookahead``; the policy reads the predictor's scores
 (and may read the cache). The cache then treats listed experts that are already cached as
 *hints* (a touch for policies that care) and fetches the absent ones in list order, dropping
-those for which nothing can be evicted.
+those for which nothing can be evicted. Layers past the last one are never targeted (no
+prefetching across passes).
+
+Policies that select per target layer implement ``select(probabilities, scores)``; the base
+class walks the targets and asks the predictor.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+import numpy as np
+
 from specmd_sim.policies.registry import Plugin, PluginConfig
+from specmd_sim.policies.scores import as_probabilities
 
 if TYPE_CHECKING:
     from specmd_sim.cache.expert_cache import ExpertCache
@@ -21,14 +28,38 @@ if TYPE_CHECKING:
 
 class PrefetchPolicy(Plugin):
     Config: ClassVar[type[PluginConfig]]
-    lookahead: int = 0
+    lookahead: int = 0  # 0: the engine never calls plan()
+    uses_predictor: ClassVar[bool] = True  # False: plan() gets predictor=None
 
     def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
         self.config = config
         self.ctx = ctx
+        self.lookahead = int(getattr(config, "lookahead", 0) or 0)
+        self.num_layers = ctx.num_layers
+        self.num_experts = ctx.num_experts
+
+    def targets(self, layer: int) -> range:
+        return range(layer + 1, min(layer + self.lookahead, self.num_layers - 1) + 1)
 
     def plan(
         self, pass_index: int, layer: int, predictor: Predictor, cache: ExpertCache
     ) -> list[int]:
         """Flat expert ids to fetch, most wanted first."""
+        out: list[int] = []
+        for target in self.targets(layer):
+            scores = predictor.scores(pass_index, layer, target)
+            if scores is None:
+                continue
+            chosen = self.select(as_probabilities(scores), scores)
+            base = target * self.num_experts
+            out.extend(int(base + e) for e in chosen)
+        return out
+
+    def select(self, probabilities: np.ndarray, scores: np.ndarray) -> np.ndarray:
+        """Expert ids of one target layer to fetch, most wanted first."""
         raise NotImplementedError
+
+
+def ranked(probabilities: np.ndarray) -> np.ndarray:
+    """Expert ids by descending probability, ties to the lower id; zero-probability last."""
+    return np.lexsort((np.arange(probabilities.size), -probabilities))

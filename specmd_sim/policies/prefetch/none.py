@@ -18,6 +18,7 @@ class NoPrefetch(PrefetchPolicy):
     Config = NoPrefetchConfig
     description = "Demand fetching only."
     source = "baseline"
+    uses_predictor = False
 
     def plan(self, pass_index: int, layer: int, predictor: object, cache: object) -> list[int]:
         return []

@@ -1,0 +1,34 @@
+"""Activation-matrix predictor: the target layer's row of the past request whose expert
+activation matrix best matches the running request's (MoE-Infinity's prediction, usable by
+any prefetch policy). See :mod:`specmd_sim.policies.activation`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from specmd_sim.policies.activation import ActivationMatrices
+from specmd_sim.policies.predictors.base import Predictor
+from specmd_sim.policies.registry import PREDICTORS, PluginConfig
+
+
+class ActivationMatrixConfig(PluginConfig):
+    kind: Literal["activation-matrix"] = "activation-matrix"
+    history: int = Field(default=32, ge=1, description="Finished requests' EAMs kept.")
+
+
+@PREDICTORS.register
+class ActivationMatrixPredictor(Predictor):
+    kind = "activation-matrix"
+    Config = ActivationMatrixConfig
+    description = "The best-matching past request's activations for the target layer."
+    source = "MoE-Infinity (Xue et al., arXiv 2401.14361)"
+
+    def __init__(self, config: ActivationMatrixConfig, ctx: object) -> None:
+        super().__init__(config, ctx)  # type: ignore[arg-type]
+        self.eams = ActivationMatrices(self.ctx, config.history)
+
+    def scores(self, pass_index: int, layer: int, target: int) -> np.ndarray | None:
+        return self.eams.predict(pass_index, layer, target)

@@ -1,0 +1,41 @@
+"""Popularity: how often each expert of the target layer was selected so far in the run.
+
+Learns online from the demand sets already seen (never the future); no prediction before the
+target layer has been seen once. Scores are the counts normalized per layer.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from specmd_sim.policies.observe import DemandObserver
+from specmd_sim.policies.predictors.base import Predictor
+from specmd_sim.policies.registry import PREDICTORS, PluginConfig
+
+
+class PopularityConfig(PluginConfig):
+    kind: Literal["popularity"] = "popularity"
+
+
+@PREDICTORS.register
+class PopularityPredictor(Predictor):
+    kind = "popularity"
+    Config = PopularityConfig
+    description = "Per-layer selection frequency so far in the run."
+    source = "frequency-based prefetching (e.g. EdgeMoE's statistics, Fiddler's profile)"
+
+    def __init__(self, config: PopularityConfig, ctx: object) -> None:
+        super().__init__(config, ctx)  # type: ignore[arg-type]
+        self.counts = np.zeros((self.ctx.num_layers, self.ctx.num_experts))
+        self.observer = DemandObserver(self.ctx, self._observe)
+
+    def _observe(self, pass_index: int, layer: int, experts: np.ndarray) -> None:
+        self.counts[layer, experts] += 1
+
+    def scores(self, pass_index: int, layer: int, target: int) -> np.ndarray | None:
+        self.observer.advance(pass_index, layer)
+        row = self.counts[target]
+        total = row.sum()
+        return row / total if total > 0 else None

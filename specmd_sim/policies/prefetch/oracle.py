@@ -1,0 +1,35 @@
+"""Oracle prefetch: the exact demand sets of the next ``lookahead`` layers (default: all
+remaining layers of the pass). An upper bound on what any predictor can give a prefetcher."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from specmd_sim.policies.prefetch.base import PrefetchPolicy
+from specmd_sim.policies.registry import PREFETCH, PluginConfig
+
+
+class OracleConfig(PluginConfig):
+    kind: Literal["oracle"] = "oracle"
+    lookahead: int | None = Field(
+        default=None, ge=1, description="Layers ahead; null = all remaining layers."
+    )
+
+
+@PREFETCH.register
+class OraclePrefetch(PrefetchPolicy):
+    kind = "oracle"
+    Config = OracleConfig
+    description = "The exact experts of the next layers (perfect knowledge)."
+    source = "upper bound for speculative prefetching"
+    uses_predictor = False
+
+    def __init__(self, config: OracleConfig, ctx: object) -> None:
+        super().__init__(config, ctx)  # type: ignore[arg-type]
+        self.lookahead = config.lookahead or self.num_layers
+
+    def plan(self, pass_index: int, layer: int, predictor: object, cache: object) -> list[int]:
+        demand = self.ctx.demand
+        return [int(k) for t in self.targets(layer) for k in demand.keys_of(pass_index, t)]

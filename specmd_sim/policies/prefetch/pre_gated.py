@@ -1,0 +1,25 @@
+"""Pre-gated prefetch (Pre-gated MoE): layer ``l`` computes the next layer's gate, so the next
+layer's experts are known exactly one layer ahead (``lookahead`` layers with a deeper pre-gate).
+Unlike ``oracle`` it never looks past its pre-gate distance."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from specmd_sim.policies.prefetch.oracle import OraclePrefetch
+from specmd_sim.policies.registry import PREFETCH, PluginConfig
+
+
+class PreGatedConfig(PluginConfig):
+    kind: Literal["pre-gated"] = "pre-gated"
+    lookahead: int = Field(default=1, ge=1, description="Pre-gate distance in layers.")
+
+
+@PREFETCH.register
+class PreGatedPrefetch(OraclePrefetch):
+    kind = "pre-gated"
+    Config = PreGatedConfig
+    description = "The next layer's exact experts, from a gate evaluated one layer early."
+    source = "Pre-gated MoE (Hwang et al., ISCA 2024)"
