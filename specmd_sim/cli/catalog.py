@@ -115,13 +115,13 @@ def models_show(
 
 @policies_app.command("list")
 def policies_list(json_: JsonOpt = False) -> None:
-    """Every registered eviction policy, prefetch policy and predictor."""
-    from specmd_sim.policies import EVICTION, PREDICTORS, PREFETCH
+    """Every registered eviction policy, prefetch policy, predictor and miss handler."""
+    from specmd_sim.policies import EVICTION, MISS, PREDICTORS, PREFETCH
 
     rows = [
         {"family": reg.family, "kind": cls.kind, "description": cls.description,
          "source": cls.source}
-        for reg in (EVICTION, PREFETCH, PREDICTORS)
+        for reg in (EVICTION, PREFETCH, PREDICTORS, MISS)
         for cls in reg.entries()
     ]  # fmt: skip
     if json_:
@@ -131,3 +131,11 @@ def policies_list(json_: JsonOpt = False) -> None:
     for row in rows:
         table.add_row(*row.values())
     console().print(table)
+
+
+@policies_app.command("docs")
+def policies_docs() -> None:
+    """Print docs/policies.md: every plug-in with its parameters and exact rule."""
+    from specmd_sim.policies.docs import render
+
+    typer.echo(render(), nl=False)

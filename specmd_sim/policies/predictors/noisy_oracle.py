@@ -2,12 +2,19 @@
 
 For the true demand set ``S`` (in gate order, size ``m``) each expert is kept with probability
 ``accuracy``; a dropped one is replaced, in its place, by a uniformly drawn expert outside
-``S``. Scores are probabilities: a softmax over logits where the predicted expert in position
-``i`` gets ``confidence + (m - i) / m`` and every other expert a draw from ``[0, 1)``. With
-``confidence >= 1`` the predicted experts are exactly the top-``m`` scores, so the predicted
-top-|S| holds each true expert with probability ``accuracy`` ("a predictor with X % top-k
-accuracy"); ``confidence`` sets how much probability mass they carry (higher: more certain),
-which is what score-based prefetchers react to.
+``S``. Scores are probabilities: a softmax over logits where
+
+- the predicted expert in position ``i`` gets ``confidence + (m - i) / m``;
+- a dropped true expert gets ``confidence - near_miss * u`` with ``u`` uniform in ``(0, 1]``:
+  just below the predicted band, as real routers' k-th and (k+1)-th scores are near ties
+  (``../shared/traces/README.md``: median ratio 1.07-1.13);
+- every other expert gets a draw from ``[0, 1)``.
+
+With ``confidence >= 1`` the predicted experts are exactly the top-``m`` scores, so the
+predicted top-|S| holds each true expert with probability ``accuracy`` ("a predictor with X %
+top-k accuracy"); ``confidence`` sets how much mass they carry, and ``near_miss`` how clearly
+the missed true experts stand out from the rest: what score-based prefetchers react to.
+``near_miss = confidence`` makes a missed expert look like any other.
 """
 
 from __future__ import annotations
@@ -29,6 +36,9 @@ class NoisyOracleConfig(PluginConfig):
     confidence: float = Field(
         default=3.0, ge=1.0, description="Logit margin of predicted experts over the others."
     )
+    near_miss: float = Field(
+        default=1.0, gt=0.0, description="How far below the predicted band a missed expert sits."
+    )
 
 
 @PREDICTORS.register
@@ -48,11 +58,19 @@ class NoisyOraclePredictor(Predictor):
             predicted = truth.copy()
             dropped = np.flatnonzero(rng.random(m) >= config.accuracy)  # type: ignore[attr-defined]
             if dropped.size:
-                outside = np.setdiff1d(np.arange(num_experts), truth, assume_unique=True)
+                outside_mask = np.ones(num_experts, bool)
+                outside_mask[truth] = False
+                outside = np.flatnonzero(outside_mask)
                 n = min(dropped.size, outside.size)
+                missed = truth[dropped]
                 predicted[dropped[:n]] = rng.choice(outside, size=n, replace=False)
-                predicted = np.delete(predicted, dropped[n:])  # no outsider left for them
-            rank = np.arange(predicted.size)
+                if n < dropped.size:  # no outsider left to replace them: they stay predicted
+                    dropped = dropped[:n]
+                    missed = missed[:n]
+            rank = np.arange(m)
             logits[predicted] = config.confidence + (m - rank) / m  # type: ignore[attr-defined]
+            if dropped.size:
+                u = 1.0 - rng.random(dropped.size)  # (0, 1]
+                logits[missed] = config.confidence - config.near_miss * u  # type: ignore[attr-defined]
         p = np.exp(logits - logits.max())
         return p / p.sum()

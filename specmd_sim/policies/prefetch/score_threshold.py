@@ -18,7 +18,12 @@ from specmd_sim.policies.registry import PREFETCH, PluginConfig
 
 class ScoreThresholdConfig(PluginConfig):
     kind: Literal["score-threshold"] = "score-threshold"
-    threshold: float = Field(default=0.05, gt=0.0, le=1.0, description="Minimum probability.")
+    threshold: float = Field(
+        default=0.02,
+        gt=0.0,
+        le=1.0,
+        description="Minimum probability (about 1.3 / E for OLMoE's 64 experts).",
+    )
     max_per_layer: int | None = Field(
         default=None, ge=1, description="Cap per target layer; null = no cap."
     )
