@@ -146,6 +146,8 @@ def test_cache_smaller_than_one_layers_demand_set() -> None:
         (("run", "--model", "mixtral-8x7b"), ("num_layers", "expected 32", "got 16")),
         (("run", "--trace", "mixtral-synthetic", "--cache", "100%"), ("cache.capacity", "HBM")),
         (("models", "show", "gpt-5"), ("model", "gpt-5")),
+        (("reproduce", "nope"), ("study", "expected one of specmd", "'nope'")),
+        (("run", "--set", "miss.kind=pray"), ("miss.kind", "'pray'")),
     ],
 )
 def test_bad_input_is_one_line(args: tuple[str, ...], fragments: tuple[str, ...]) -> None:
