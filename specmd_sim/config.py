@@ -9,7 +9,7 @@ brings its own config class. Every field has a description and, where it has one
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import (
@@ -19,6 +19,7 @@ from pydantic import (
     SerializeAsAny,
     ValidationError,
     field_validator,
+    model_validator,
 )
 
 from specmd_sim.errors import SpecmdError, from_validation_error
@@ -98,6 +99,36 @@ class WorkloadConfig(_Frozen):
     max_requests: int | None = Field(
         default=None, ge=1, description="Use only the first N requests of the trace."
     )
+    batch_size: int = Field(
+        default=1,
+        ge=1,
+        description=(
+            "Requests decoded together: a decode pass takes the next token of up to this many "
+            "active requests (its demand set per layer is the union over them). A request "
+            "joins when a slot is free and runs its prefill chunks first."
+        ),
+    )
+    arrivals: Literal["closed-loop", "poisson"] = Field(
+        default="closed-loop",
+        description=(
+            "When requests arrive: 'closed-loop' = each when a batch slot frees for it (batch "
+            "1: when the previous one has finished); 'poisson' = a Poisson process of "
+            "arrival_rate_per_s, drawn from the run's random generator, in trace order."
+        ),
+    )
+    arrival_rate_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Mean request arrivals per second, 1/s; required with arrivals: poisson.",
+    )
+
+    @model_validator(mode="after")
+    def _check_rate(self) -> WorkloadConfig:
+        if self.arrivals == "poisson" and self.arrival_rate_per_s is None:
+            raise ValueError(
+                "arrival_rate_per_s: expected a rate > 0 with arrivals: poisson, got none"
+            )
+        return self
 
 
 class TimingConfig(_Frozen):

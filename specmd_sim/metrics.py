@@ -33,6 +33,7 @@ class RunResult:
     spans: np.ndarray | None = field(default=None, repr=False)
     lanes: list[str] = field(default_factory=list)
     counters: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    per_resource: dict[str, list[Any]] = field(default_factory=dict)  # links, DRAM, engines
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -43,6 +44,7 @@ class RunResult:
             "metrics": self.metrics,
             "per_layer": self.per_layer,
             "per_request": self.per_request,
+            "per_resource": self.per_resource,
             "hardware_grade": self.hardware_grade,
             "inputs": self.inputs,
             "config": self.config,

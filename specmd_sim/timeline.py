@@ -20,6 +20,7 @@ for lanes whose spans overlap (:func:`track_rows`), and the Chrome Trace Event F
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,16 @@ SPAN_DTYPE = np.dtype(
 
 
 COUNTER_DTYPE = np.dtype([("time", "f8"), ("value", "f8")])
+
+
+@dataclass(eq=False)
+class Recording:
+    """Everything a :class:`SpanRecorder` holds after a run: the spans (``SPAN_DTYPE``), the
+    lane names their ``lane`` field indexes, and the counters (``COUNTER_DTYPE``) by name."""
+
+    spans: np.ndarray
+    lanes: list[str]
+    counters: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class SpanRecorder:
@@ -135,3 +146,342 @@ def intersection_length(a: np.ndarray, b: np.ndarray) -> float:
     return total
 
 
+# --- lanes and tracks ----------------------------------------------------------------------
+
+
+def lane_process(name: str) -> str:
+    """The device a lane belongs to: the part of its name before the first ``/``."""
+    return name.split("/", 1)[0]
+
+
+def lane_track(name: str) -> str:
+    """The resource part of a lane name (the whole name when it has no ``/``)."""
+    return name.split("/", 1)[1] if "/" in name else name
+
+
+def track_rows(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, int]:
+    """Sub-track of each span so that no two spans of one sub-track overlap; and their number.
+
+    Spans go, in order of start (ties by position), to the lowest-numbered sub-track that is
+    free by then. A capacity-one lane therefore keeps a single sub-track; a lane that holds
+    concurrent spans (a link carrying several flows) gets as many as it needs.
+    """
+    n = len(start)
+    if n == 0:
+        return np.zeros(0, np.int32), 0
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    if n == 1 or bool(np.all(s[1:] >= np.maximum.accumulate(e)[:-1])):
+        return np.zeros(n, np.int32), 1
+    rows = np.zeros(n, np.int32)
+    free_at: list[float] = []  # end of the last span on each sub-track
+    for i in range(n):
+        row = next((r for r, t in enumerate(free_at) if t <= s[i]), len(free_at))
+        if row == len(free_at):
+            free_at.append(0.0)
+        free_at[row] = float(e[i])
+        rows[order[i]] = row
+    return rows, len(free_at)
+
+
+# --- what the spans tell about passes, requests and transfers -----------------------------
+
+PASS_DTYPE = np.dtype([("pass_", "i4"), ("request", "i4"), ("start", "f8"), ("end", "f8")])
+REQUEST_DTYPE = np.dtype(
+    [("request", "i4"), ("arrival", "f8"), ("first_token", "f8"), ("end", "f8")]
+)
+_TRANSFER_IDS = [KIND[k] for k in TRANSFER_KINDS]
+_RUN_IDS = [KIND["expert"], KIND["cpu_expert"]]
+
+
+def pass_table(spans: np.ndarray) -> np.ndarray:
+    """One row per pass, in pass order: its request (-1 when its spans name several), and the
+    time from its first to its last non-transfer span (transfers may outlive the pass that
+    issued them)."""
+    own = spans[(spans["pass_"] >= 0) & ~np.isin(spans["kind"], _TRANSFER_IDS)]
+    out = np.zeros(0, PASS_DTYPE)
+    if not own.size:
+        return out
+    order = np.argsort(own["pass_"], kind="stable")
+    p = own["pass_"][order]
+    idx = np.flatnonzero(np.r_[True, p[1:] != p[:-1]])
+    out = np.zeros(idx.size, PASS_DTYPE)
+    out["pass_"] = p[idx]
+    req = own["request"][order]
+    low, high = np.minimum.reduceat(req, idx), np.maximum.reduceat(req, idx)
+    out["request"] = np.where(low == high, low, -1)
+    out["start"] = np.minimum.reduceat(own["start"][order], idx)
+    out["end"] = np.maximum.reduceat(own["end"][order], idx)
+    return out
+
+
+def request_table(passes: np.ndarray, ttft: dict[int, float] | None = None) -> np.ndarray:
+    """One row per request, by id: arrival (start of its first pass), first-token time
+    (arrival + TTFT; NaN where the request has no prefill or TTFT is unknown), end. Passes of
+    several requests (-1) are left out."""
+    passes = passes[passes["request"] >= 0]
+    ids = np.unique(passes["request"])
+    out = np.zeros(ids.size, REQUEST_DTYPE)
+    out["request"] = ids
+    pos = np.searchsorted(ids, passes["request"])
+    out["arrival"] = np.full(ids.size, np.inf)
+    np.minimum.at(out["arrival"], pos, passes["start"])
+    out["end"] = np.full(ids.size, -np.inf)
+    np.maximum.at(out["end"], pos, passes["end"])
+    ttft = ttft or {}
+    out["first_token"] = [
+        a + ttft[int(r)] if int(r) in ttft else np.nan
+        for r, a in zip(ids, out["arrival"], strict=True)
+    ]
+    return out
+
+
+def served_class(spans: np.ndarray) -> np.ndarray:
+    """The access class of each span; for a transfer, the class of the access it served.
+
+    A transfer serves the access of its target (pass, expert) when that expert ran there: a
+    demand fetch serves a miss (or a late hit, when a queued prefetch was promoted), a prefetch
+    a hit or a late hit. A prefetch whose target layer did not run its expert gets -1.
+    """
+    out = spans["klass"].astype(np.int8).copy()
+    transfer = np.isin(spans["kind"], _TRANSFER_IDS)
+    runs = np.isin(spans["kind"], _RUN_IDS) & (spans["klass"] >= 0) & (spans["pass_"] >= 0)
+    if not transfer.any():
+        return out
+    if not runs.any():
+        out[transfer] = -1
+        return out
+
+    def key(s: np.ndarray) -> np.ndarray:
+        return (s["pass_"].astype(np.int64) << 32) | (s["expert"].astype(np.int64) & 0xFFFFFFFF)
+
+    run_keys = key(spans[runs])
+    order = np.argsort(run_keys, kind="stable")
+    sorted_keys, sorted_class = run_keys[order], spans["klass"][runs][order]
+    wanted = key(spans[transfer])
+    pos = np.minimum(np.searchsorted(sorted_keys, wanted), sorted_keys.size - 1)
+    out[transfer] = np.where(sorted_keys[pos] == wanted, sorted_class[pos], -1)
+    return out
+
+
+_CLASS_NAMES = [c.name.lower() for c in sorted(AccessClass)]
+
+
+def class_name(klass: int) -> str:
+    """``'hit'``, ``'late_hit'``, ``'compulsory'``, ...; ``''`` for -1."""
+    return _CLASS_NAMES[klass] if klass >= 0 else ""
+
+
+# --- Chrome / Perfetto trace ---------------------------------------------------------------
+
+
+def _ns(seconds: np.ndarray | float) -> np.ndarray:
+    """Whole nanoseconds. Rounding is monotonic, so spans that do not overlap in seconds do not
+    overlap in the trace either, and ``ns / 1000`` prints (and parses back) exactly."""
+    return np.rint(np.asarray(seconds, dtype=np.float64) * 1e9).astype(np.int64)
+
+
+def counter_label(name: str) -> tuple[str, str]:
+    """Perfetto names a counter track ``"<event name> <arg>"``: ``cache_used_bytes`` becomes
+    ``cache used`` + ``bytes``."""
+    base = name.rpartition("/")[2]
+    if base.endswith("_bytes"):
+        return base.removesuffix("_bytes").replace("_", " "), "bytes"
+    if base.startswith("bytes_"):
+        return base.removeprefix("bytes_").replace("_", " "), "bytes"
+    return base.replace("_", " "), "value"
+
+
+def _step_changes(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A step counter's change points in whole ns: the last sample at each instant, and only
+    where the value changes."""
+    if not samples.size:
+        return np.zeros(0, np.int64), np.zeros(0)
+    t, v = _ns(samples["time"]), samples["value"].astype(np.float64)
+    last = np.r_[t[1:] != t[:-1], True]
+    t, v = t[last], v[last]
+    keep = np.r_[True, v[1:] != v[:-1]]
+    return t[keep], v[keep]
+
+
+def to_chrome_trace(
+    spans: np.ndarray,
+    lanes: list[str],
+    counters: dict[str, np.ndarray] | None = None,
+    *,
+    ttft: dict[int, float] | None = None,
+    num_experts: int | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The Chrome Trace Event Format (JSON object form), for ui.perfetto.dev and chrome://tracing.
+
+    - a process per device (:func:`lane_process`), a thread track per lane (split into
+      sub-tracks where its spans overlap, so no track holds overlapping slices);
+    - complete events (``ph: X``, microseconds with nanosecond resolution) with args ``pass``,
+      ``request``, ``layer``, ``expert`` (index within its layer, given ``num_experts``),
+      ``expert_id`` (flat id), ``bytes`` and ``class`` (for a transfer, the class of the access
+      it served: :func:`served_class`);
+    - in the first lane's process, a ``passes`` track (one slice per pass), one async slice
+      per request phase (prefill until its first token, then decode), an instant event at each
+      first token, and counter tracks (``ph: C``) for every counter (a counter named
+      ``"<device>/<name>"`` goes to that device's process);
+    - ``otherData``: ``metadata`` (e.g. model, hardware, policies).
+    """
+    counters = counters or {}
+    processes = list(dict.fromkeys(lane_process(name) for name in lanes))
+    for name in counters:
+        device = name.rpartition("/")[0]
+        if device and device not in processes:
+            processes.append(device)
+    pid_of = {name: i + 1 for i, name in enumerate(processes or ["specmd"])}
+    main_pid = pid_of[lane_process(lanes[0])] if lanes else 1
+    meta: list[dict[str, Any]] = []
+    for name, pid in pid_of.items():
+        meta.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}})
+        meta.append(
+            {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}}
+        )
+    next_tid = 1
+
+    def new_track(pid: int, name: str) -> int:
+        nonlocal next_tid
+        tid = next_tid
+        next_tid += 1
+        meta.append(
+            {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
+        )
+        meta.append(
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": pid,
+                "tid": tid,
+                "args": {"sort_index": tid},
+            }
+        )
+        return tid
+
+    events: list[dict[str, Any]] = []
+    passes = pass_table(spans)
+    if passes.size:
+        events.extend(_pass_events(passes, ttft, main_pid, new_track(main_pid, "passes")))
+    names = ("kind", "pass_", "request", "layer", "expert", "bytes")
+    cols = {name: spans[name].tolist() for name in names}
+    cols["class"] = served_class(spans).tolist()
+    start_ns, end_ns = _ns(spans["start"]), _ns(spans["end"])
+    starts, ends = start_ns.tolist(), end_ns.tolist()
+    for lane_id, lane in enumerate(lanes):
+        idx = np.flatnonzero(spans["lane"] == lane_id)
+        idx = idx[np.lexsort((idx, start_ns[idx]))]
+        rows, n_rows = track_rows(start_ns[idx], end_ns[idx])
+        pid = pid_of[lane_process(lane)]
+        track = lane_track(lane)
+        tids = [new_track(pid, track if n_rows == 1 else f"{track} #{r}") for r in range(n_rows)]
+        for i, row in zip(idx.tolist(), rows.tolist(), strict=True):
+            event = _span_event(cols, i, num_experts)
+            event.update(pid=pid, tid=tids[row], ts=starts[i] / 1000)
+            event["dur"] = (ends[i] - starts[i]) / 1000
+            events.append(event)
+    for name, samples in sorted(counters.items()):
+        label, arg = counter_label(name)
+        device = name.rpartition("/")[0]
+        pid = pid_of.get(device, main_pid)
+        t, v = _step_changes(samples)
+        for ts, value in zip(t.tolist(), v.tolist(), strict=True):
+            value = int(value) if float(value).is_integer() else value
+            events.append(
+                {"ph": "C", "name": label, "pid": pid, "ts": ts / 1000, "args": {arg: value}}
+            )
+    trace: dict[str, Any] = {"traceEvents": meta + events, "displayTimeUnit": "ms"}
+    if metadata:
+        trace["otherData"] = {k: str(v) for k, v in metadata.items()}
+    return trace
+
+
+def _span_event(cols: dict[str, list[int]], i: int, num_experts: int | None) -> dict[str, Any]:
+    """The event of span ``i`` (columns as lists, for speed), without place and time."""
+    kind = KINDS[cols["kind"][i]]
+    args: dict[str, Any] = {"pass": cols["pass_"][i], "request": cols["request"][i]}
+    if cols["layer"][i] >= 0:
+        args["layer"] = cols["layer"][i]
+    expert = cols["expert"][i]
+    if expert >= 0:
+        if num_experts:
+            args["expert"] = expert % num_experts
+        args["expert_id"] = expert
+    if cols["bytes"][i]:
+        args["bytes"] = cols["bytes"][i]
+    klass = cols["class"][i]
+    if klass >= 0:
+        args["class"] = class_name(klass)
+    elif kind in TRANSFER_KINDS:
+        args["class"] = "unused"  # a prefetch whose target layer did not run its expert
+    category = "transfer" if kind in TRANSFER_KINDS else "stall" if kind == "stall" else "compute"
+    return {"ph": "X", "name": kind, "cat": category, "args": args}
+
+
+def _pass_events(
+    passes: np.ndarray, ttft: dict[int, float] | None, pid: int, tid: int
+) -> list[dict[str, Any]]:
+    requests = request_table(passes, ttft)
+    first_ns = {
+        int(r["request"]): int(_ns(r["first_token"]))
+        for r in requests
+        if np.isfinite(r["first_token"])
+    }
+    start, end = _ns(passes["start"]), _ns(passes["end"])
+    out: list[dict[str, Any]] = []
+    for p, req, s, e in zip(
+        passes["pass_"].tolist(),
+        passes["request"].tolist(),
+        start.tolist(),
+        end.tolist(),
+        strict=True,
+    ):
+        args: dict[str, Any] = {"pass": p, "request": req}
+        if req in first_ns:
+            args["phase"] = "prefill" if e <= first_ns[req] else "decode"
+        out.append(
+            {
+                "ph": "X",
+                "name": f"pass {p}",
+                "cat": "pass",
+                "pid": pid,
+                "tid": tid,
+                "ts": s / 1000,
+                "dur": (e - s) / 1000,
+                "args": args,
+            }
+        )
+    for r in requests:
+        req, a, z = int(r["request"]), int(_ns(r["arrival"])), int(_ns(r["end"]))
+        phases = [("request", a, z)]
+        if req in first_ns:
+            phases = [("prefill", a, first_ns[req]), ("decode", first_ns[req], z)]
+        for phase, lo, hi in phases:
+            if hi <= lo and phase == "decode":
+                continue
+            name = f"request {req} {phase}"
+            common = {"cat": "request", "id": req, "pid": pid, "tid": tid, "name": name}
+            out.append({"ph": "b", "ts": lo / 1000, **common})
+            out.append({"ph": "e", "ts": hi / 1000, **common})
+        if req in first_ns:
+            out.append(
+                {
+                    "ph": "i",
+                    "s": "p",
+                    "name": f"first token (request {req})",
+                    "cat": "request",
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": first_ns[req] / 1000,
+                    "args": {"ttft_ms": (first_ns[req] - a) / 1e6},
+                }
+            )
+    return out
+
+
+def write_chrome_trace(path: Path, spans: np.ndarray, lanes: list[str], **kwargs: Any) -> None:
+    """Write :func:`to_chrome_trace` compactly (same inputs, same bytes)."""
+    trace = to_chrome_trace(spans, lanes, **kwargs)
+    path.write_text(json.dumps(trace, separators=(",", ":")))

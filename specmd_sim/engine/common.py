@@ -28,7 +28,7 @@ def inputs_echo(scenario: Scenario) -> dict[str, Any]:
         "num_experts": trace.num_experts,
         "top_k": trace.top_k,
         "passes": scenario.passes.num_passes,
-        "requests": len(set(scenario.passes.request.tolist())),
+        "requests": len(set(scenario.passes.row_request.tolist())),
         "capacity_bytes": scenario.capacity_bytes,
         "capacity_slots": scenario.slots,
     }
@@ -42,20 +42,22 @@ def grade_of(quantities: list[Quantity]) -> str:
     return lowest_grade(quantities)
 
 
-def finish_result(scenario: Scenario, result: RunResult) -> RunResult:
+def finish_result(scenario: Scenario, warm: list[int], result: RunResult) -> RunResult:
     """Fill the config echo and inputs, and the Belady gap when the config asks for it."""
     result.config = config_echo(scenario)
     result.inputs = inputs_echo(scenario)
     if scenario.config.belady_gap:
-        result.metrics.update(belady_gap(scenario, result.metrics))
+        result.metrics.update(belady_gap(scenario, result.metrics, warm))
     return result
 
 
-def belady_gap(scenario: Scenario, metrics: dict[str, Any]) -> dict[str, Any]:
+def belady_gap(scenario: Scenario, metrics: dict[str, Any], warm: list[int]) -> dict[str, Any]:
     """Replay the same trace, capacity and prefetcher with the offline optimum.
 
     Policies that may stream experts past the cache are compared with ``belady-bypass``
-    (optimal admission and eviction), all others with always-admit ``belady``.
+    (optimal admission and eviction), all others with always-admit ``belady``. The optimum
+    starts with the same warm contents as the policy (``static-hot``'s preloaded hot set),
+    else a warm-started policy could beat a cold optimum.
     """
     from specmd_sim.engine.replay import replay
     from specmd_sim.policies.registry import EVICTION
@@ -66,7 +68,7 @@ def belady_gap(scenario: Scenario, metrics: dict[str, Any]) -> dict[str, Any]:
     optimal_config = config.model_copy(
         update={"eviction": EVICTION.parse_config(reference), "belady_gap": False}
     )
-    optimal = replay(dataclasses.replace(scenario, config=optimal_config)).metrics
+    optimal = replay(dataclasses.replace(scenario, config=optimal_config), warm=warm).metrics
     return {
         "belady_reference": reference,
         "belady_misses": optimal["misses"],

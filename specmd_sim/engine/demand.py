@@ -1,8 +1,15 @@
 """Passes and demand sets: how a trace becomes the sequence of cache accesses.
 
-A *pass* is one forward pass through all MoE layers: one decode step, or one prefill chunk of
-``workload.prefill_chunk_tokens`` prompt tokens (0 = the whole prompt). Requests are served one
-after another in order of first appearance in the trace (batch 1, closed loop).
+A *pass* is one forward pass through all MoE layers: one decode step of up to
+``workload.batch_size`` active requests (one token each), or one prefill chunk of
+``workload.prefill_chunk_tokens`` prompt tokens (0 = the whole prompt) of one request.
+
+The pass table is fixed before the run, so that both engines and offline policies see the same
+access sequence. Requests are admitted in order of first appearance in the trace (their arrival
+order) into ``batch_size`` slots: whenever a slot is free, the next request joins and its prefill
+chunks run as passes of their own (prefill first); then every decode pass takes the next token of
+each active request, in the order they joined; a request leaves after its last token. With
+``batch_size: 1`` this is one request after another.
 
 The *demand set* of (pass, layer) is the union of its tokens' selections, ordered by highest
 gate first (the max over the pass's tokens; without gates, the best slot rank, then the number
@@ -13,6 +20,7 @@ both engines follow and offline policies (Belady) read in advance.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +37,10 @@ class Passes:
     phase: np.ndarray  # uint8 [P]: 0 prefill, 1 decode
     context_end: np.ndarray  # int64 [P]: the request's tokens up to and including this pass
     first_token: np.ndarray  # bool [P]: this pass produces its request's first output token
+    row_request: np.ndarray  # int32 [N]: the request of each row of ``rows``
+    attended: np.ndarray  # int64 [P]: sum over the pass's tokens of their 1-based positions
+    kv_tokens: np.ndarray  # int64 [P]: sum over the pass's requests of their context ends
+    joins: np.ndarray  # bool [P]: some request runs its first pass here
 
     @property
     def num_passes(self) -> int:
@@ -36,6 +48,11 @@ class Passes:
 
     def tokens(self, p: int) -> int:
         return int(self.start[p + 1] - self.start[p])
+
+    def requests_of(self, p: int) -> list[int]:
+        """The pass's requests, in slot order (a prefill pass has one)."""
+        reqs = self.row_request[self.start[p] : self.start[p + 1]].tolist()
+        return list(dict.fromkeys(reqs))
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,45 +86,78 @@ def build_passes(trace: Trace, workload: WorkloadConfig) -> Passes:
     groups.sort(key=lambda g: int(g[0]))  # requests in order of first appearance
     if workload.max_requests is not None:
         groups = groups[: workload.max_requests]
-    chunk = workload.prefill_chunk_tokens
-    rows: list[np.ndarray] = []
-    sizes: list[int] = []
-    request: list[int] = []
-    phase: list[int] = []
-    context: list[int] = []
-    first: list[bool] = []
-    for g in groups:
-        req = int(trace.request[g[0]])
-        prefill = g[trace.phase[g] == PREFILL]
-        decode = g[trace.phase[g] == DECODE]
-        step = chunk or max(prefill.size, 1)
-        done = 0
-        for lo in range(0, prefill.size, step):
-            part = prefill[lo : lo + step]
-            done += part.size
-            rows.append(part)
-            sizes.append(part.size)
-            request.append(req)
-            phase.append(PREFILL)
-            context.append(done)
-            first.append(done == prefill.size)
-        for row in decode:
-            done += 1
-            rows.append(np.array([row]))
-            sizes.append(1)
-            request.append(req)
-            phase.append(DECODE)
-            context.append(done)
-            first.append(False)
-    start = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-    return Passes(
-        rows=np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, np.int64),
-        start=start,
-        request=np.asarray(request, np.int32),
-        phase=np.asarray(phase, np.uint8),
-        context_end=np.asarray(context, np.int64),
-        first_token=np.asarray(first, bool),
-    )
+    table = _PassTable()
+    queue = deque(groups)
+    active: list[tuple[int, np.ndarray, int]] = []  # (request, decode rows, prompt length)
+    done: dict[int, int] = {}  # request -> tokens processed so far
+    while queue or active:
+        while queue and len(active) < workload.batch_size:
+            g = queue.popleft()
+            req = int(trace.request[g[0]])
+            prefill = g[trace.phase[g] == PREFILL]
+            decode = g[trace.phase[g] == DECODE]
+            step = workload.prefill_chunk_tokens or max(prefill.size, 1)
+            done[req] = 0
+            for lo in range(0, prefill.size, step):
+                part = prefill[lo : lo + step]
+                table.add(part, [req] * part.size, PREFILL, done, part.size == prefill.size - lo)
+            if decode.size:
+                active.append((req, decode, 0))
+        if active:
+            rows = np.array([dec[i] for _, dec, i in active], np.int64)
+            table.add(rows, [req for req, _, _ in active], DECODE, done, False)
+            active = [(r, dec, i + 1) for r, dec, i in active if i + 1 < dec.size]
+    return table.build()
+
+
+class _PassTable:
+    """Accumulates passes; ``add`` advances each member request's processed-token count."""
+
+    def __init__(self) -> None:
+        self.rows: list[np.ndarray] = []
+        self.row_request: list[int] = []
+        self.sizes: list[int] = []
+        self.request: list[int] = []
+        self.phase: list[int] = []
+        self.context: list[int] = []
+        self.first: list[bool] = []
+        self.attended: list[int] = []
+        self.kv_tokens: list[int] = []
+        self.joins: list[bool] = []
+
+    def add(
+        self, rows: np.ndarray, reqs: list[int], phase: int, done: dict[int, int], first: bool
+    ) -> None:
+        members = list(dict.fromkeys(reqs))
+        joins = any(done[r] == 0 for r in members)
+        attended = 0
+        for r in reqs:
+            done[r] += 1
+            attended += done[r]
+        self.rows.append(rows)
+        self.row_request.extend(reqs)
+        self.sizes.append(rows.size)
+        self.request.append(members[0])
+        self.phase.append(phase)
+        self.context.append(done[members[0]])
+        self.first.append(first)
+        self.attended.append(attended)
+        self.kv_tokens.append(sum(done[r] for r in members))
+        self.joins.append(joins)
+
+    def build(self) -> Passes:
+        return Passes(
+            rows=np.concatenate(self.rows).astype(np.int64) if self.rows else np.zeros(0, np.int64),
+            start=np.concatenate(([0], np.cumsum(self.sizes))).astype(np.int64),
+            request=np.asarray(self.request, np.int32),
+            phase=np.asarray(self.phase, np.uint8),
+            context_end=np.asarray(self.context, np.int64),
+            first_token=np.asarray(self.first, bool),
+            row_request=np.asarray(self.row_request, np.int32),
+            attended=np.asarray(self.attended, np.int64),
+            kv_tokens=np.asarray(self.kv_tokens, np.int64),
+            joins=np.asarray(self.joins, bool),
+        )
 
 
 def build_demand(trace: Trace, passes: Passes) -> DemandSets:

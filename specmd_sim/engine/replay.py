@@ -24,10 +24,14 @@ _FIRST_MISS = int(AccessClass.COMPULSORY)
 _DEMAND, _PREFETCH = FetchReason.DEMAND, FetchReason.PREFETCH
 
 
-def replay(config: SimConfig | Scenario, progress: Progress | None = None) -> RunResult:
-    """Run the timing-free engine on a config (or an already built scenario)."""
+def replay(
+    config: SimConfig | Scenario, progress: Progress | None = None, warm: list[int] | None = None
+) -> RunResult:
+    """Run the timing-free engine on a config (or an already built scenario); ``warm`` are
+    experts placed in the cache before the run (used to give the Belady reference the same
+    warm start as the policy it bounds)."""
     scenario = config if isinstance(config, Scenario) else build_scenario(config)
-    run = build_run(scenario)
+    run = build_run(scenario, warm)
     cache, prefetch, predictor, miss = run.cache, run.prefetch, run.predictor, run.miss
     demand = scenario.demand
     keys_all, offsets = demand.keys, demand.offsets
@@ -79,6 +83,7 @@ def replay(config: SimConfig | Scenario, progress: Progress | None = None) -> Ru
 
     return finish_result(
         scenario,
+        run.eviction.initial_contents(),
         RunResult(
             engine="replay",
             metrics=cache_metrics(cache.stats),

@@ -26,17 +26,29 @@ class RunObjects:
     prefetch: PrefetchPolicy
     predictor: Predictor | None  # None when the prefetcher asks for no scores
     miss: MissHandler
+    arrivals: (
+        np.ndarray | None
+    )  # arrival time of each request in admission order, s; None = closed loop
 
 
-def build_run(scenario: Scenario) -> RunObjects:
+def build_run(scenario: Scenario, warm: list[int] | None = None) -> RunObjects:
+    """The run's objects; ``warm`` adds experts to place in the cache before the run."""
     config = scenario.config
     profile = scenario.profile
+    rng = new_rng(config)
+    arrivals = None
+    workload = config.workload
+    if workload.arrivals == "poisson":
+        # drawn first, in both engines, so that the plug-ins see the same random stream
+        requests = int(scenario.passes.joins.sum())
+        gaps = rng.exponential(1.0 / workload.arrival_rate_per_s, requests)
+        arrivals = np.cumsum(gaps)
     ctx = RunContext(
         model=scenario.model,
         trace=scenario.trace,
         passes=scenario.passes,
         demand=scenario.demand,
-        rng=new_rng(config),
+        rng=rng,
         slots=scenario.slots,
         profile=profile,
         cost=CostModel(scenario.model, profile.gpus[0]),
@@ -51,14 +63,14 @@ def build_run(scenario: Scenario) -> RunObjects:
         eviction,
     )
     eviction.attach(cache)
-    cache.preload(eviction.initial_contents())
+    cache.preload(eviction.initial_contents() + list(warm or []))
     prefetch = PREFETCH.get(config.prefetch.kind)(config.prefetch, ctx)
     predictor = None
     if prefetch.lookahead > 0 and prefetch.uses_predictor:
         predictor = PREDICTORS.get(config.predictor.kind)(config.predictor, ctx)
         predictor = _Tapped(predictor, eviction)
     miss = MISS.get(config.miss.kind)(config.miss, ctx)
-    return RunObjects(ctx, cache, eviction, prefetch, predictor, miss)
+    return RunObjects(ctx, cache, eviction, prefetch, predictor, miss, arrivals)
 
 
 class _Tapped:

@@ -3,15 +3,17 @@
 ``time(op) = max(flops / (peak_flops * compute_efficiency),
                  bytes / (hbm_bandwidth * memory_efficiency)) + kernel_launch_overhead``
 
-Operations per pass (``n`` tokens, attending to a context that ends at position ``P``):
+Operations per pass (``n`` tokens; token ``i`` at 1-based position ``pos_i`` of its request):
 
 - ``attention`` of an MoE layer: attention projections, router and shared experts
   (``2 * params * n`` FLOPs, reading the weights once) plus the attention itself
-  (``4 * heads * head_dim * ctx`` FLOPs per token, reading the KV cache once);
+  (``4 * heads * head_dim * sum(pos_i)`` FLOPs, reading each request's KV cache once, i.e.
+  ``kv_bytes_per_token`` times the sum of the requests' context ends);
 - ``expert``: one routed expert over the ``m`` tokens routed to it
   (``2 * expert_params * m`` FLOPs, reading its weights once);
 - ``dense layer``: a layer with a dense FFN (DeepSeek's first layers);
-- ``lm_head``: the output projection for the last token of the pass.
+- ``lm_head``: the output projection for one token per request of the pass (the last prompt
+  token of a prefill chunk, each request's token of a decode pass).
 
 Peak FLOP/s by dtype: fp8 weights use the GPU's FP8 peak where it has one; int4 weights are
 dequantized and run at the BF16 peak (W4A16).
@@ -45,22 +47,32 @@ class CostModel:
         memory = bytes_ / (gpu.hbm_bandwidth_bytes_per_s.value * gpu.memory_efficiency.value)
         return max(compute, memory) + gpu.kernel_launch_overhead_s.value
 
-    def _attention(self, params: int, tokens: int, context_end: int) -> tuple[float, float]:
+    def _attention(
+        self, params: int, tokens: int, attended: int, kv_tokens: int
+    ) -> tuple[float, float]:
         m = self.model
-        # tokens occupy positions context_end - tokens + 1 .. context_end; mean context:
-        mean_ctx = context_end - (tokens - 1) / 2.0
-        flops = 2.0 * params * tokens + 4.0 * m.num_attention_heads * m.head_dim * mean_ctx * tokens
+        flops = 2.0 * params * tokens + 4.0 * m.num_attention_heads * m.head_dim * attended
         weights = params * BYTES_PER_PARAM[m.dense_dtype]
-        kv = context_end * m.kv_bytes_per_token + 2 * tokens * m.hidden_size * ACT_BYTES
+        kv = kv_tokens * m.kv_bytes_per_token + 2 * tokens * m.hidden_size * ACT_BYTES
         return flops, weights + kv
 
     def attention_time(self, tokens: int, context_end: int) -> float:
-        """Non-expert part of one MoE layer for a pass of ``tokens`` tokens."""
-        flops, bytes_ = self._attention(self.model.moe_layer_dense_params, tokens, context_end)
+        """Non-expert part of one MoE layer for ``tokens`` consecutive tokens of one request
+        ending at position ``context_end``."""
+        return self.batch_attention_time(tokens, *_one_request(tokens, context_end))
+
+    def batch_attention_time(self, tokens: int, attended: int, kv_tokens: int) -> float:
+        """Non-expert part of one MoE layer for a pass whose tokens' positions sum to
+        ``attended`` and whose requests' contexts hold ``kv_tokens`` tokens in all."""
+        flops, bytes_ = self._attention(
+            self.model.moe_layer_dense_params, tokens, attended, kv_tokens
+        )
         return self.op_time(flops, bytes_, self.model.dense_dtype)
 
     def dense_layer_time(self, tokens: int, context_end: int) -> float:
-        flops, bytes_ = self._attention(self.model.dense_layer_params, tokens, context_end)
+        flops, bytes_ = self._attention(
+            self.model.dense_layer_params, tokens, *_one_request(tokens, context_end)
+        )
         return self.op_time(flops, bytes_, self.model.dense_dtype)
 
     def expert_time(self, tokens: int) -> float:
@@ -70,7 +82,14 @@ class CostModel:
         bytes_ = m.expert_bytes + 2 * tokens * m.hidden_size * ACT_BYTES
         return self.op_time(flops, bytes_, m.expert_dtype)
 
-    def lm_head_time(self) -> float:
+    def lm_head_time(self, tokens: int = 1) -> float:
+        """The output projection for ``tokens`` tokens (one per request of the pass)."""
         m = self.model
         params = m.hidden_size * m.vocab_size
-        return self.op_time(2.0 * params, params * BYTES_PER_PARAM[m.dense_dtype], m.dense_dtype)
+        flops = 2.0 * params * tokens
+        return self.op_time(flops, params * BYTES_PER_PARAM[m.dense_dtype], m.dense_dtype)
+
+
+def _one_request(tokens: int, context_end: int) -> tuple[int, int]:
+    """(sum of positions, KV tokens) of ``tokens`` consecutive tokens ending at ``context_end``."""
+    return tokens * context_end - tokens * (tokens - 1) // 2, context_end

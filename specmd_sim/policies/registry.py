@@ -10,15 +10,20 @@ resident). A plug-in is one module in its family's package that defines a class 
 
 and registers it with ``@EVICTION.register`` (or ``PREFETCH``, ``PREDICTORS``). Modules of a
 family package are imported on first use, so adding a plug-in is adding one module.
+
+A plug-in outside the package is named in a config by its import path, ``kind:
+"my_module:MyEviction"``: :meth:`Registry.get` imports the module (whose decorator registers the
+class) and registers the class again under that path, so the resolved config names it in a way
+any process (a sweep worker, a CI job) can resolve.
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from specmd_sim.errors import SpecmdError, from_validation_error
 
@@ -76,11 +81,40 @@ class Registry(Generic[T]):
 
     def get(self, kind: str) -> T:
         self._load()
+        if kind not in self._entries and ":" in kind:
+            self.register(self._import(kind))
         if kind not in self._entries:
             raise SpecmdError(
                 f"{self.family}.kind: expected one of {', '.join(self.kinds())}, got {kind!r}"
             )
         return self._entries[kind]
+
+    def _import(self, path: str) -> T:
+        """The plug-in class named ``module:Class``, as a subclass whose kind is ``path``.
+
+        The class must be registered in this family (its module's ``@register`` decorator ran
+        on import); the subclass only renames it, its Config accepting ``kind: path``.
+        """
+        module_name, _, name = path.partition(":")
+        try:
+            cls = getattr(importlib.import_module(module_name), name)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise SpecmdError(
+                f"{self.family}.kind: expected an importable 'module:Class', got {path!r} ({exc})"
+            ) from None
+        if not isinstance(cls, type) or self._entries.get(getattr(cls, "kind", None)) is not cls:
+            raise SpecmdError(
+                f"{self.family}.kind: expected a class registered in the {self.family} "
+                f"registry, got {path!r}"
+            )
+        config = create_model(
+            cls.Config.__name__,
+            __base__=cls.Config,
+            __module__=cls.__module__,
+            kind=(Literal[path], path),  # type: ignore[valid-type]
+        )
+        attrs = {"kind": path, "Config": config, "__module__": cls.__module__}
+        return type(cls.__name__, (cls,), attrs)  # type: ignore[return-value]
 
     def entries(self) -> list[T]:
         return [self.get(kind) for kind in self.kinds()]

@@ -1,7 +1,14 @@
-"""The per-resource timeline: a lane per compute stream and copy engine, spans coloured by kind.
+"""The per-resource timeline: a lane per compute stream, copy engine and link of each device.
 
-Beyond ``max_spans`` spans the figure shows the earliest ones (the first passes, where TTFT
-is) and says so in its title; the Perfetto trace always holds every span.
+Rows, top to bottom: ``requests`` (each request's prefill, ending at its first token, then its
+decode), ``passes`` (one bar per forward pass, coloured by phase, with its stall share), then
+one lane per resource, grouped by device (:func:`specmd_sim.timeline.lane_process`); a lane
+whose spans overlap is split into sub-lanes. Spans are coloured by kind; hovering one shows its
+pass, request, token, layer, expert, bytes and access class. Dashed lines mark each request's
+first token (TTFT). Under the lanes, one small plot per counter (cache occupancy, bytes in
+flight). Beyond ``max_spans`` spans the view follows :mod:`specmd_sim.report.lod` and says so.
+
+:func:`write_timeline` writes ``timeline.html``: this view, then the per-layer view.
 """
 
 from __future__ import annotations
@@ -10,75 +17,339 @@ from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
-from specmd_sim.cache.states import AccessClass
-from specmd_sim.timeline import KINDS
+from specmd_sim.report.bars import (
+    bin_traces,
+    detail_note,
+    span_traces,
+    ttft_marks,
+    window_shapes,
+)
+from specmd_sim.report.html import Block, write_page
+from specmd_sim.report.lod import bin_spans, choose_detail, step_bins
+from specmd_sim.report.run_data import RunData
+from specmd_sim.report.style import PHASE_COLOURS, base_layout, ms
+from specmd_sim.timeline import KIND, counter_label, lane_process, track_rows
 
-COLOURS = {
-    "attention": "#4C78A8",
-    "expert": "#54A24B",
-    "lm_head": "#B279A2",
-    "stall": "#E45756",
-    "demand_fetch": "#F58518",
-    "prefetch": "#72B7B2",
-}
+DEFAULT_MAX_SPANS = 8_000
+"""Spans drawn one by one by default; beyond, the rest is aggregated (see ``lod``)."""
+MAX_PASS_BARS = 3_000
+MAX_COUNTER_POINTS = 4_000
+
+
+def lane_rows(run: RunData) -> tuple[np.ndarray, list[str]]:
+    """Row of each span and the row names: lanes in order of their device's first appearance,
+    a lane whose spans overlap split into ``"<lane> #k"`` sub-lanes."""
+    rec = run.require_spans("the timeline")
+    spans = rec.spans
+    devices = list(dict.fromkeys(lane_process(n) for n in rec.lanes))
+    order = sorted(
+        range(len(rec.lanes)), key=lambda i: (devices.index(lane_process(rec.lanes[i])), i)
+    )
+    row = np.zeros(len(spans), np.int64)
+    names: list[str] = []
+    for lane_id in order:
+        idx = np.flatnonzero(spans["lane"] == lane_id)
+        sub, n_sub = track_rows(spans["start"][idx], spans["end"][idx])
+        row[idx] = len(names) + sub
+        lane = rec.lanes[lane_id]
+        names.extend([lane] if n_sub <= 1 else [f"{lane} #{k}" for k in range(n_sub)])
+    return row, names
 
 
 def timeline_figure(
-    spans: np.ndarray,
-    lanes: list[str],
-    title: str = "specmd-sim timeline",
-    max_spans: int = 20_000,
-    ttft_s: float | None = None,
+    run: RunData,
+    max_spans: int = DEFAULT_MAX_SPANS,
+    window: tuple[float, float] | None = None,
+    bar_budget: int = 3_000,
 ) -> go.Figure:
-    total = len(spans)
-    shown = (
-        spans[np.argsort(spans["start"], kind="stable")[:max_spans]] if total > max_spans else spans
+    """The per-resource timeline of a timing-engine run (``window`` in seconds)."""
+    rec = run.require_spans("the timeline")
+    spans = rec.spans
+    row, lane_names = lane_rows(run)
+    top = ["requests", "passes"]
+    names = top + lane_names
+    y_of_row = np.arange(len(top), len(names), dtype=np.float64)
+    detail = choose_detail(spans, max_spans, window)
+    bins = bin_spans(spans, row, len(lane_names), detail, bar_budget)
+    counters = {n: c for n, c in sorted(rec.counters.items()) if c.size}
+    n_plots = 1 + len(counters)
+    lane_px = 30 * len(names) + 40
+    fig = make_subplots(
+        rows=n_plots,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.04 if counters else 0.0,
+        row_heights=[lane_px] + [90] * len(counters),
     )
-    if total > max_spans:
-        until = float(shown["start"].max()) * 1e3
-        title += (
-            f" — first {len(shown):,} of {total:,} spans (to {until:.3f} ms); all in trace.json"
+    legend: set[str] = set()
+    exact = np.flatnonzero(detail.exact)
+    for trace in span_traces(run, exact, y_of_row[row[exact]], 0.8, legend):
+        fig.add_trace(trace, row=1, col=1)
+    if bins is not None:
+        for trace in bin_traces(bins, y_of_row, 0.8, lane_names, legend):
+            fig.add_trace(trace, row=1, col=1)
+    for trace in _request_traces(run) + _pass_traces(run, detail.window):
+        fig.add_trace(trace, row=1, col=1)
+    for i, (name, samples) in enumerate(counters.items(), start=2):
+        for trace in _counter_traces(name, samples, run, detail.window):
+            fig.add_trace(trace, row=i, col=1)
+        label, unit = counter_label(name)
+        fig.update_yaxes(
+            title_text=f"{label}<br>({'MiB' if unit == 'bytes' else unit})",
+            title_font_size=10,
+            row=i,
+            col=1,
+            fixedrange=True,
         )
-    fig = go.Figure()
-    for kind_id, kind in enumerate(KINDS):
-        s = shown[shown["kind"] == kind_id]
-        if not len(s):
-            continue
-        names = np.array([""] + [c.name.lower() for c in AccessClass])
-        custom = np.stack([s["pass_"], s["layer"], s["expert"], s["bytes"], s["request"]], axis=1)
-        fig.add_trace(
-            go.Bar(
-                name=kind,
-                orientation="h",
-                y=np.asarray(lanes, dtype=object)[s["lane"]],
-                text=names[s["klass"].astype(np.int64) + 1],
-                textposition="none",
-                base=s["start"] * 1e3,
-                x=(s["end"] - s["start"]) * 1e3,
-                marker_color=COLOURS[kind],
-                customdata=custom,
-                hovertemplate=(
-                    f"<b>{kind}</b><br>start %{{base:.4f}} ms, %{{x:.4f}} ms<br>"
-                    "pass %{customdata[0]} layer %{customdata[1]} request %{customdata[4]}<br>"
-                    "expert %{customdata[2]} bytes %{customdata[3]} %{text}"
-                    "<extra></extra>"
-                ),
-            )
-        )
-    if ttft_s is not None:
-        fig.add_vline(x=ttft_s * 1e3, line_dash="dash", annotation_text="TTFT (mean)")
+    shapes, notes = ttft_marks(run, y=0.0)
+    layout = base_layout(
+        f"Per-resource timeline — {run.title}",
+        detail_note(detail, bins) + "<br>Drag to zoom in time, double-click to reset; "
+        "click a legend entry to hide a kind.",
+        plot_height=lane_px + 110 * len(counters),
+    )
     fig.update_layout(
-        title=title,
+        **layout,
         barmode="overlay",
-        xaxis_title="time (ms)",
-        yaxis={"categoryorder": "array", "categoryarray": list(reversed(lanes))},
-        height=220 + 40 * len(lanes),
-        legend_title="span kind",
+        bargap=0,
+        dragmode="zoom",
+        shapes=window_shapes(detail, bins) + shapes,
+        annotations=notes,
+        hovermode="closest",
     )
+    fig.update_yaxes(
+        tickvals=np.arange(len(names)),
+        ticktext=names,
+        range=[len(names) - 0.5, -0.5],
+        fixedrange=True,
+        showgrid=False,
+        zeroline=False,
+        row=1,
+        col=1,
+    )
+    fig.update_xaxes(showspikes=True, spikemode="across", spikethickness=1, spikedash="dot")
+    fig.update_xaxes(title_text="time (ms)", row=n_plots, col=1)
+    if window is not None and detail.window is not None:
+        fig.update_xaxes(range=[detail.window[0] * 1e3, detail.window[1] * 1e3])
     return fig
 
 
-def write_timeline_html(path: Path, fig: go.Figure) -> None:
-    """Self-contained HTML (plotly.js inlined) that opens offline."""
-    fig.write_html(path, include_plotlyjs=True, full_html=True)
+def _request_traces(run: RunData) -> list[go.Bar]:
+    req = run.requests
+    if not req.size:
+        return []
+    first = np.where(np.isfinite(req["first_token"]), req["first_token"], req["arrival"])
+    phase = run.pass_phase
+    decode_passes = np.bincount(
+        np.searchsorted(req["request"], run.passes["request"][phase == 1]), minlength=req.size
+    )
+    traces = []
+    for name, lo, hi, colour in (
+        ("prefill", req["arrival"], first, PHASE_COLOURS["prefill"]),
+        ("decode", first, req["end"], PHASE_COLOURS["decode"]),
+    ):
+        keep = hi > lo
+        if not keep.any():
+            continue
+        custom = np.stack(
+            [req["request"], (first - req["arrival"]) * 1e3, decode_passes, lo * 1e3],
+            axis=1,
+        )[keep]
+        hover = (
+            "<b>request %{customdata[0]}: prefill</b><br>arrives %{customdata[3]:.4f} ms, "
+            "first token after %{customdata[1]:.4f} ms (TTFT)"
+            if name == "prefill"
+            else "<b>request %{customdata[0]}: decode</b><br>%{customdata[2]} decode passes, "
+            "%{x:.4f} ms"
+        )
+        traces.append(
+            go.Bar(
+                orientation="h",
+                name=name,
+                legendgroup="phase",
+                showlegend=False,
+                base=lo[keep] * 1e3,
+                x=(hi - lo)[keep] * 1e3,
+                y=np.zeros(int(keep.sum())),
+                width=0.8,
+                marker={"color": colour, "line": {"width": 0.5, "color": "#FFFFFF"}},
+                customdata=custom,
+                hovertemplate=hover + "<extra></extra>",
+            )
+        )
+    return traces
+
+
+def _pass_traces(run: RunData, window: tuple[float, float] | None) -> list[go.Bar]:
+    passes = run.passes
+    if not passes.size:
+        return []
+    keep = np.ones(passes.size, bool)
+    if passes.size > MAX_PASS_BARS and window is not None:
+        keep = (passes["start"] < window[1]) & (passes["end"] > window[0])
+    spans = run.spans
+    stall = spans["kind"] == KIND["stall"]
+    stall_s = np.zeros(passes.size)
+    pos = np.searchsorted(passes["pass_"], spans["pass_"][stall])
+    np.add.at(
+        stall_s, np.clip(pos, 0, passes.size - 1), spans["end"][stall] - spans["start"][stall]
+    )
+    dur = passes["end"] - passes["start"]
+    phase = run.pass_phase
+    palette = np.array([PHASE_COLOURS[k] for k in ("prefill", "decode", "pass")], dtype=object)
+    colour = palette[np.where(phase < 0, 2, phase)]
+    phase_name = np.array(["prefill", "decode", ""], dtype=object)[np.where(phase < 0, 2, phase)]
+    token_word = "token" if run.token_serial else "step"
+    custom = np.stack(
+        [
+            passes["pass_"],
+            passes["request"],
+            run.pass_step,
+            passes["start"] * 1e3,
+            stall_s * 1e3,
+            100 * stall_s / np.where(dur > 0, dur, 1),
+        ],
+        axis=1,
+    )
+    return [
+        go.Bar(
+            orientation="h",
+            name="passes",
+            showlegend=False,
+            base=passes["start"][keep] * 1e3,
+            x=dur[keep] * 1e3,
+            y=np.ones(int(keep.sum())),
+            width=0.8,
+            marker={"color": colour[keep], "line": {"width": 0.5, "color": "#FFFFFF"}},
+            customdata=custom[keep],
+            hovertext=phase_name[keep],
+            hovertemplate=(
+                "<b>pass %{customdata[0]}</b> · request %{customdata[1]} · %{hovertext} · "
+                f"{token_word} %{{customdata[2]}}<br>"
+                "%{customdata[3]:.4f} ms + %{x:.4f} ms<br>"
+                "stall %{customdata[4]:.4f} ms (%{customdata[5]:.1f}% of the pass)"
+                "<extra></extra>"
+            ),
+        )
+    ]
+
+
+def _counter_traces(
+    name: str, samples: np.ndarray, run: RunData, window: tuple[float, float] | None
+) -> list[go.Scatter]:
+    """A counter as a step line: exact inside the detail window (and everywhere when it has
+    few changes), elsewhere its min-max band and time-weighted mean per bin."""
+    label, unit = counter_label(name)
+    scale = 1 / 2**20 if unit == "bytes" else 1.0
+    t, v = samples["time"], samples["value"] * scale
+    hover = f"{label}: %{{y:.1f}} {'MiB' if unit == 'bytes' else ''}<extra></extra>"
+    line = {"color": "#555555", "width": 1, "shape": "hv"}
+    t_end = max(float(run.metrics.get("makespan_s") or 0.0), float(t.max()))
+    segments = [(float(t.min()), t_end)]
+    traces: list[go.Scatter] = []
+    if t.size > MAX_COUNTER_POINTS and window is not None:
+        inside = (t >= window[0]) & (t < window[1])
+        if inside.sum() <= MAX_COUNTER_POINTS:
+            segments = [
+                (a, b) for a, b in ((segments[0][0], window[0]), (window[1], t_end)) if b > a
+            ]
+            k = np.flatnonzero(inside)
+            before = max(int(k[0]) - 1, 0) if k.size else 0
+            k = np.r_[before, k] if k.size else k
+            traces.append(
+                go.Scatter(
+                    x=t[k] * 1e3,
+                    y=v[k],
+                    mode="lines",
+                    line=line,
+                    name=label,
+                    showlegend=False,
+                    hovertemplate=hover,
+                )
+            )
+    if t.size <= MAX_COUNTER_POINTS:
+        x = np.r_[t, t_end] * 1e3
+        return [
+            go.Scatter(
+                x=x,
+                y=np.r_[v, v[-1]],
+                mode="lines",
+                line=line,
+                name=label,
+                showlegend=False,
+                hovertemplate=hover,
+            )
+        ]
+    total = sum(b - a for a, b in segments)
+    for a, b in segments:
+        n = max(2, int(MAX_COUNTER_POINTS // 2 * (b - a) / total))
+        x, vmin, vmax, mean = step_bins(t, v, a, b, n)
+        x = np.r_[x, b] * 1e3
+        band = {
+            "mode": "lines",
+            "line": {"width": 0, "shape": "hv"},
+            "showlegend": False,
+            "hoverinfo": "skip",
+        }
+        traces += [
+            go.Scatter(x=x, y=np.r_[vmin, vmin[-1]], name=f"{label} (min)", **band),
+            go.Scatter(
+                x=x,
+                y=np.r_[vmax, vmax[-1]],
+                name=f"{label} (max)",
+                fill="tonexty",
+                fillcolor="rgba(85,85,85,0.18)",
+                **band,
+            ),
+            go.Scatter(
+                x=x,
+                y=np.r_[mean, mean[-1]],
+                mode="lines",
+                line=line,
+                name=f"{label} (mean in bin)",
+                showlegend=False,
+                hovertemplate=f"mean {hover}",
+            ),
+        ]
+    return traces
+
+
+def write_timeline(
+    run: RunData,
+    path: Path,
+    max_spans: int = DEFAULT_MAX_SPANS,
+    window: tuple[float, float] | None = None,
+) -> dict[str, go.Figure]:
+    """Write ``timeline.html`` (the per-resource view, then the per-layer view) as one
+    self-contained page; returns the figures by name."""
+    from specmd_sim.report.layers import layer_figure
+
+    figures = {
+        "timeline": timeline_figure(run, max_spans, window),
+        "layers": layer_figure(run, max_spans, window),
+    }
+    m = run.metrics
+    write_page(
+        path,
+        f"specmd timeline — {run.title}",
+        [
+            Block(
+                "Timeline",
+                f"TTFT {ms(m.get('ttft_s'))} · TPOT {ms(m.get('tpot_s'))} · stall "
+                f"{ms(m.get('stall_s'))} · transfer hidden behind compute "
+                f"{ms(m.get('overlap_s'))} · makespan {ms(m.get('makespan_s'))}. The same "
+                "spans, with every detail, are in trace.json (open it at ui.perfetto.dev).",
+                figures["timeline"],
+            ),
+            Block(
+                "Per layer",
+                "Each layer's row: compute (attention, experts, stalls) above, the transfers "
+                "that fetch its experts below; the right panel totals each layer's compute and "
+                "stall over the run.",
+                figures["layers"],
+            ),
+        ],
+    )
+    return figures

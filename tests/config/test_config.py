@@ -39,7 +39,12 @@ def test_defaults_are_the_main_job() -> None:
     assert data["cache"] == {"capacity": "5%", "pin_demand_set": True}
     assert data["eviction"] == {"kind": "least-stale", "order": "touch"}
     assert data["prefetch"] == {"kind": "top-k", "k": None, "lookahead": 1}
-    assert data["predictor"] == {"kind": "noisy-oracle", "accuracy": 0.9}
+    assert data["predictor"] == {
+        "kind": "noisy-oracle",
+        "accuracy": 0.9,
+        "confidence": 3.0,
+        "near_miss": 1.0,
+    }
 
 
 def test_config_round_trips_and_is_frozen() -> None:

@@ -60,3 +60,12 @@ def test_latency_precedes_the_bytes() -> None:
     env.process(net.transfer(100, ("L",), latency=0.5))
     env.run()
     assert env.now == pytest.approx(10.5, rel=1e-12)
+
+
+def test_busy_time_counts_moving_bytes_not_latency() -> None:
+    env = simpy.Environment()
+    net = FlowNetwork(env, {"L": 10.0, "M": 100.0})
+    env.process(net.transfer(100, ("L", "M"), latency=0.5))
+    env.run()
+    assert net.busy_s == {"L": pytest.approx(10.0), "M": pytest.approx(10.0)}
+    assert net.bytes_through == {"L": 100, "M": 100}

@@ -8,6 +8,9 @@ waits its path latency, then moves its bytes at its (changing) rate.
 
 Closed forms (tests): one flow alone takes ``latency + nbytes / bandwidth``; two equal flows on
 one link each get half of it; a path's narrowest link sets its rate.
+
+Per resource the network counts ``bytes_through`` (bytes of finished flows) and ``busy_s``
+(time during which at least one flow moved bytes over it; latency phases do not count).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class FlowNetwork:
     capacity: dict[str, float]
     flows: list[_Flow] = field(default_factory=list)
     bytes_through: dict[str, float] = field(default_factory=dict)
+    busy_s: dict[str, float] = field(default_factory=dict)  # time with at least one flow
     _last: float = 0.0
     _generation: int = 0
     _count: int = 0
@@ -61,8 +65,12 @@ class FlowNetwork:
     def _advance(self) -> None:
         dt = self.env.now - self._last
         if dt > 0:
+            busy: set[str] = set()
             for f in self.flows:
                 f.remaining -= f.rate * dt
+                busy.update(f.resources)
+            for r in busy:
+                self.busy_s[r] = self.busy_s.get(r, 0.0) + dt
         self._last = self.env.now
 
     def _rates(self) -> None:

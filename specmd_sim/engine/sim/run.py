@@ -9,8 +9,10 @@ target layer has already started, and which that layer did not demand, is cancel
 starts. A demand fetch that finds nothing evictable first cancels queued prefetches, then waits
 for a transfer to finish.
 
-Requests are served one after another (closed loop): a request arrives when the previous one
-has finished, so its TTFT is its prefill time plus the LM head.
+Passes follow the pass table of :mod:`specmd_sim.engine.demand` (batching and admission order are
+fixed before the run). A request arrives, closed loop, when its first pass starts, or at its
+Poisson arrival time; a pass that admits a request not yet arrived waits for it (idle time, the
+*other* part of the breakdown in :mod:`.breakdown`).
 """
 
 from __future__ import annotations
@@ -26,18 +28,13 @@ from specmd_sim.cache.states import State
 from specmd_sim.config import SimConfig
 from specmd_sim.engine.common import Progress, finish_result, grade_of, report_progress
 from specmd_sim.engine.setup import build_run
+from specmd_sim.engine.sim.breakdown import Busy, Intervals, mean_of, request_table
 from specmd_sim.engine.sim.copy_engines import CopyEngines, Job
 from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
 from specmd_sim.policies.miss.base import DROP
 from specmd_sim.scenario import Scenario, build_scenario
-from specmd_sim.timeline import (
-    COMPUTE_KINDS,
-    TRANSFER_KINDS,
-    SpanRecorder,
-    busy_union,
-    intersection_length,
-)
+from specmd_sim.timeline import SpanRecorder, intersection_length
 
 _HIT, _LATE = AccessClass.HIT, AccessClass.LATE_HIT
 _RESIDENT, _ABSENT = int(State.RESIDENT), int(State.ABSENT)
@@ -92,6 +89,15 @@ class _TimingRun:
         num_layers = scenario.trace.num_layers
         self.layer_stall = np.zeros(num_layers)
         self.layer_compute = np.zeros(num_layers)
+        self.phase_compute = np.zeros((2, num_layers))  # [prefill/decode, layer]
+        self.phase_stall = np.zeros((2, num_layers))
+        self.compute_iv = Intervals()
+        self.stall_iv = Intervals()
+        self.transfers = Busy()
+        self.engine_busy = np.zeros(gpu.copy_engines_h2d.value)
+        self.engine_bytes = [0] * gpu.copy_engines_h2d.value
+        self.copy_lane_names = [f"{gpu.id}/copy-h2d-{i}" for i in range(gpu.copy_engines_h2d.value)]
+        self.arrivals = self.objs.arrivals
         self.space_event: simpy.Event | None = None
         self.cache.listeners.append(self._space_changed)
         self.in_flight = 0
@@ -119,9 +125,13 @@ class _TimingRun:
     def _move_chunk(self, job: Job, slot: int, nbytes: int) -> Generator[Any, Any, None]:
         start = self.env.now
         self.in_flight += nbytes
+        self.transfers.start(start)
         self.spans.sample("bytes_in_flight", start, self.in_flight)
         yield from self.network.transfer(nbytes, self.resources, self.latency)
         self.in_flight -= nbytes
+        self.transfers.stop(self.env.now)
+        self.engine_busy[slot] += self.env.now - start
+        self.engine_bytes[slot] += nbytes
         self.spans.sample("bytes_in_flight", self.env.now, self.in_flight)
         kind = "demand_fetch" if job.demand else "prefetch"
         self.spans.add(
@@ -167,6 +177,7 @@ class _TimingRun:
     def _compute(self, lane: int, kind: str, seconds: float, **where: int) -> simpy.Timeout:
         now = self.env.now
         self.spans.add(lane, kind, now, now + seconds, **where)
+        self.compute_iv.add(now, now + seconds)
         return self.env.timeout(seconds)
 
     def _stream(self) -> Generator[Any, Any, None]:
@@ -177,20 +188,31 @@ class _TimingRun:
         prefetching = prefetch.lookahead > 0
         num_layers, lane = sc.trace.num_layers, self.compute_lane
         pin = sc.config.cache.pin_demand_set
-        arrival: dict[int, float] = {}
-        self.ttft: dict[int, float] = {}
+        self.arrival: dict[int, float] = {}
+        self.first_token: dict[int, float] = {}
+        self.last_token: dict[int, float] = {}
+        self.decode_tokens: dict[int, int] = {}
         self.pass_time = np.zeros(passes.num_passes)
+        self.pass_compute = np.zeros(passes.num_passes)
+        self.pass_stall = np.zeros(passes.num_passes)
         total = passes.num_passes
         for p in range(total):
             req = int(passes.request[p])
+            members = passes.requests_of(p)
+            if passes.joins[p]:
+                yield from self._admit(members)
             t_pass = env.now
-            arrival.setdefault(req, t_pass)
+            compute_before, stall_before = self.compute_iv.sum, self.stall_iv.sum
+            phase = int(passes.phase[p])
             cache.begin_pass(p)
-            tokens, context = passes.tokens(p), int(passes.context_end[p])
+            tokens = passes.tokens(p)
+            t_attn = cost.batch_attention_time(
+                tokens, int(passes.attended[p]), int(passes.kv_tokens[p])
+            )
             for layer in range(num_layers):
                 where = {"pass_": p, "layer": layer, "request": req}
-                t_attn = cost.attention_time(tokens, context)
                 self.layer_compute[layer] += t_attn
+                self.phase_compute[phase, layer] += t_attn
                 yield self._compute(lane, "attention", t_attn, **where)
                 self.position = (p, layer)
                 cache.begin_layer(layer)
@@ -242,9 +264,12 @@ class _TimingRun:
                         t0 = env.now
                         yield job.done
                         self.spans.add(lane, "stall", t0, env.now, p, layer, key, 0, req, klass)
+                        self.stall_iv.add(t0, env.now)
                         self.layer_stall[layer] += env.now - t0
+                        self.phase_stall[phase, layer] += env.now - t0
                     t_exp = cost.expert_time(n)
                     self.layer_compute[layer] += t_exp
+                    self.phase_compute[phase, layer] += t_exp
                     yield self._compute(
                         lane, "expert", t_exp, expert=key, klass=int(klass), **where
                     )
@@ -253,12 +278,33 @@ class _TimingRun:
                 if pin:
                     for key in held:
                         cache.unpin(key)
-            if passes.phase[p] == 1 or passes.first_token[p]:
-                yield self._compute(lane, "lm_head", cost.lm_head_time(), pass_=p, request=req)
+            if phase == 1 or passes.first_token[p]:
+                t_head = cost.lm_head_time(len(members))
+                yield self._compute(lane, "lm_head", t_head, pass_=p, request=req)
             if passes.first_token[p]:
-                self.ttft[req] = env.now - arrival[req]
+                self.first_token[req] = env.now
+            elif phase == 1:
+                for r in members:
+                    self.last_token[r] = env.now
+                    self.decode_tokens[r] = self.decode_tokens.get(r, 0) + 1
             self.pass_time[p] = env.now - t_pass
+            self.pass_compute[p] = self.compute_iv.sum - compute_before
+            self.pass_stall[p] = self.stall_iv.sum - stall_before
             report_progress(self.progress, p + 1, total)
+
+    def _admit(self, members: list[int]) -> Generator[Any, Any, None]:
+        """Record the arrival of the pass's new requests; wait until all have arrived."""
+        latest = self.env.now
+        for r in members:
+            if r in self.arrival:
+                continue
+            if self.arrivals is None:
+                self.arrival[r] = self.env.now
+            else:
+                self.arrival[r] = float(self.arrivals[len(self.arrival)])
+            latest = max(latest, self.arrival[r])
+        if latest > self.env.now:
+            yield self.env.timeout(latest - self.env.now)
 
     # --- result ----------------------------------------------------------------------------
 
@@ -267,36 +313,106 @@ class _TimingRun:
         self.env.run()
         self.cache.finish()
         spans = self.spans.array()
-        sc = self.sc
+        sc, passes = self.sc, self.sc.passes
         metrics = cache_metrics(self.cache.stats)
-        decode = sc.passes.phase == 1
-        requests = sorted(self.ttft)
-        stall = float(self.layer_stall.sum())
+        makespan = float(self.env.now)
+        requests = sorted(self.arrival)
+        per_request = request_table(
+            requests, self.arrival, self.first_token, self.last_token, self.decode_tokens,
+            self.compute_iv, self.stall_iv,
+        )  # fmt: skip
+        decode = passes.phase == 1
+        n_decode = int(decode.sum())
+        tokens_out = len(self.first_token) + sum(self.decode_tokens.values())
+        tokens_in = int(passes.rows.size)
+        moved = metrics["bytes_demand"] + metrics["bytes_prefetch"]
+        transfer = self.transfers.intervals
+        transfer_busy = transfer.total()
+        overlap = intersection_length(self.compute_iv.array(), transfer.array())
+        tpot = float(self.pass_time[decode].mean()) if n_decode else None
+        tpot_compute = float(self.pass_compute[decode].mean()) if n_decode else None
+        tpot_stall = float(self.pass_stall[decode].mean()) if n_decode else None
+        resources = self._resource_table(makespan)
         metrics.update(
-            ttft_s=float(np.mean([self.ttft[r] for r in requests])) if requests else None,
-            tpot_s=float(self.pass_time[decode].mean()) if decode.any() else None,
-            stall_s=stall,
-            makespan_s=float(self.env.now),
+            ttft_s=mean_of(per_request["ttft_s"]),
+            ttft_compute_s=mean_of(per_request["ttft_compute_s"]),
+            ttft_stall_s=mean_of(per_request["ttft_stall_s"]),
+            ttft_other_s=mean_of(per_request["ttft_other_s"]),
+            tpot_s=tpot,
+            tpot_compute_s=tpot_compute,
+            tpot_stall_s=tpot_stall,
+            tpot_other_s=None if tpot is None else _other(tpot, tpot_compute, tpot_stall),
+            stall_s=float(self.layer_stall.sum()),
+            makespan_s=makespan,
             compute_s=float(self.layer_compute.sum()),
-        )
-        if self.spans.enabled:
-            compute = busy_union(spans, COMPUTE_KINDS)
-            transfer = busy_union(spans, TRANSFER_KINDS)
-            metrics["transfer_busy_s"] = float(np.sum(transfer[:, 1] - transfer[:, 0]))
-            metrics["overlap_s"] = intersection_length(compute, transfer)
+            tokens_generated=tokens_out,
+            throughput_tok_s=tokens_out / makespan if makespan > 0 else None,
+            bytes_per_token=moved / tokens_in if tokens_in else None,
+            transfer_busy_s=transfer_busy,
+            overlap_s=overlap,
+            overlap_fraction=overlap / transfer_busy if transfer_busy > 0 else None,
+            copy_engine_utilization=_ratio(float(self.engine_busy.mean()), makespan),
+            link_utilization_max=max(
+                (u for u, k in zip(resources["utilization"], resources["kind"], strict=True)
+                 if k != "copy-engine" and u is not None),
+                default=None,
+            ),
+        )  # fmt: skip
+        with_prefill = max(len(self.first_token), 1)
         per_layer = per_layer_cache_table(self.cache.stats)
         per_layer["stall_s"] = self.layer_stall.tolist()
         per_layer["compute_s"] = self.layer_compute.tolist()
+        per_layer["ttft_compute_s"] = (self.phase_compute[0] / with_prefill).tolist()
+        per_layer["ttft_stall_s"] = (self.phase_stall[0] / with_prefill).tolist()
+        per_layer["tpot_compute_s"] = (self.phase_compute[1] / max(n_decode, 1)).tolist()
+        per_layer["tpot_stall_s"] = (self.phase_stall[1] / max(n_decode, 1)).tolist()
         result = RunResult(
             engine="simulate",
             metrics=metrics,
             per_layer=per_layer,
-            per_request={"request": requests, "ttft_s": [self.ttft[r] for r in requests]},
+            per_request=per_request,
             config={},
             inputs={},
             hardware_grade=grade_of(self.used),
             spans=spans if self.spans.enabled else None,
             lanes=list(self.spans.lanes),
             counters=self.spans.counters(),
+            per_resource=resources,
         )
-        return finish_result(sc, result)
+        return finish_result(sc, self.objs.eviction.initial_contents(), result)
+
+    def _resource_table(self, makespan: float) -> dict[str, list[Any]]:
+        """Links, DRAM and copy engines: bytes moved, busy time and utilization."""
+        net = self.network
+        table: dict[str, list[Any]] = {
+            k: [] for k in ("resource", "kind", "capacity_bytes_per_s", "bytes", "busy_s")
+        }
+        for r in self.resources:
+            table["resource"].append(r)
+            table["kind"].append(r.split(":", 1)[0] if r.startswith("dram:") else "link")
+            table["capacity_bytes_per_s"].append(net.capacity[r])
+            table["bytes"].append(net.bytes_through.get(r, 0.0))
+            table["busy_s"].append(net.busy_s.get(r, 0.0))
+        for slot, lane in enumerate(self.copy_lane_names):
+            table["resource"].append(lane)
+            table["kind"].append("copy-engine")
+            table["capacity_bytes_per_s"].append(None)
+            table["bytes"].append(self.engine_bytes[slot])
+            table["busy_s"].append(float(self.engine_busy[slot]))
+        table["busy_fraction"] = [_ratio(b, makespan) for b in table["busy_s"]]
+        table["utilization"] = [
+            _ratio(n, c * makespan) if c is not None else _ratio(b, makespan)
+            for n, c, b in zip(
+                table["bytes"], table["capacity_bytes_per_s"], table["busy_s"], strict=True
+            )
+        ]
+        return table
+
+
+def _other(total: float, compute: float, stall: float) -> float:
+    other = total - compute - stall
+    return other if other > 1e-9 * total else 0.0
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den > 0 else None

@@ -4,7 +4,8 @@ Like ``belady`` it evicts the farthest next use, but on a miss it first compares
 missing expert's own next use is at least as far as that of every evictable cached expert, it
 is not admitted (streamed for this one use; a prefetch of it is dropped). For equal-size
 objects this is the optimal policy with optional admission, so its miss count bounds every
-policy, including those that stream (``static-hot``).
+policy started with the same cache contents, including those that stream (``static-hot``,
+whose preloaded hot set ``belady_gap`` gives the optimum too).
 """
 
 from __future__ import annotations

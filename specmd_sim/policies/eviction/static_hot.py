@@ -5,7 +5,8 @@ frequently selected experts of the trace (profiling on the run's own trace: an o
 stand-in for a calibration set). Hot experts are never evicted. The remaining slots, if any,
 hold other experts under LRU; with none left, every other expert is streamed past the cache
 for its single use (a staging buffer), never cached. Prefetches of experts that would not be
-admitted are dropped. Its bound is ``belady-bypass``, not always-admit Belady.
+admitted are dropped. Its bound is ``belady-bypass`` started with the same hot set (what
+``belady_gap`` does), not always-admit Belady.
 """
 
 from __future__ import annotations

@@ -1,0 +1,125 @@
+"""``specmd report``, ``specmd compare`` and ``specmd timeline``: pages from finished runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from specmd_sim.cli.app import app
+from specmd_sim.cli.common import console
+from specmd_sim.errors import SpecmdError
+
+ImageOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--image",
+        help="Also write every figure as a static image: png or svg (needs kaleido: "
+        "pip install 'specmd-sim[images]'; skipped with a note otherwise).",
+    ),
+]
+RunDirArg = Annotated[Path, typer.Argument(help="A run folder (written by specmd run).")]
+
+
+def _images(figures: dict[str, Any], page: Path, fmt: str | None) -> None:
+    if fmt is None:
+        return
+    from specmd_sim.report.images import export_images
+
+    written, reason = export_images(figures, page.parent, page.stem, fmt)
+    for path in written:
+        typer.echo(f"wrote {path}")
+    if reason:
+        typer.echo(f"image export skipped: {reason}", err=True)
+
+
+def parse_window(text: str | None) -> tuple[float, float] | None:
+    """``"START:END"`` in milliseconds to seconds."""
+    if text is None:
+        return None
+    try:
+        lo, hi = (float(x) for x in text.split(":"))
+    except ValueError:
+        raise SpecmdError(
+            f"--window: expected START:END in milliseconds (e.g. 500:520), got {text!r}"
+        ) from None
+    if not hi > lo >= 0:
+        raise SpecmdError(f"--window: expected 0 <= START < END, got {text!r}")
+    return lo / 1e3, hi / 1e3
+
+
+@app.command("report")
+def report(
+    run_dir: RunDirArg,
+    out: Annotated[
+        Path | None, typer.Option(help="Output page (default: RUN_DIR/report.html).")
+    ] = None,
+    image: ImageOpt = None,
+) -> None:
+    """One run on one page: summary, miss taxonomy per layer, prefetching, stall breakdown
+    and TTFT decomposition (the last two for timing-engine runs)."""
+    from specmd_sim.report import RunData
+    from specmd_sim.report.run_report import write_run_report
+
+    run = RunData.load(run_dir)
+    path = out or run_dir / "report.html"
+    figures = write_run_report(run, path)
+    typer.echo(f"wrote {path}")
+    _images(figures, path, image)
+
+
+@app.command("timeline")
+def timeline(
+    run_dir: RunDirArg,
+    out: Annotated[
+        Path | None, typer.Option(help="Output page (default: RUN_DIR/timeline.html).")
+    ] = None,
+    max_spans: Annotated[
+        int, typer.Option(min=100, help="Spans drawn one by one; the rest is aggregated.")
+    ] = 8_000,
+    window: Annotated[
+        str | None,
+        typer.Option(help="Draw the spans of START:END (milliseconds) one by one."),
+    ] = None,
+    image: ImageOpt = None,
+) -> None:
+    """Rebuild the per-resource and per-layer timeline of a timing-engine run from its
+    spans.npz."""
+    from specmd_sim.report import RunData, write_timeline
+
+    run = RunData.load(run_dir)
+    run.require_spans("specmd timeline")
+    path = out or run_dir / "timeline.html"
+    figures = write_timeline(run, path, max_spans, parse_window(window))
+    typer.echo(f"wrote {path}")
+    _images(figures, path, image)
+
+
+@app.command("compare")
+def compare(
+    paths: Annotated[list[Path], typer.Argument(help="Run folders and sweep folders, in any mix.")],
+    out: Annotated[Path, typer.Option(help="Output page.")] = Path("compare.html"),
+    image: ImageOpt = None,
+) -> None:
+    """Several runs or sweeps side by side: curves against what varies (cache capacity,
+    link bandwidth, ...), policy bars and a table of every run."""
+    from specmd_sim.report.compare import compare_table, write_compare
+    from specmd_sim.report.rows import load_rows, plan
+
+    rows = load_rows(paths)
+    layout = plan(rows)
+    if not layout.rows:
+        raise SpecmdError(f"compare: expected at least one successful run, got {len(rows)} failed")
+    figures = write_compare(layout, out, [str(p) for p in paths])
+    header, body = compare_table(layout)
+    table = Table(*header, title=f"{len(body)} run(s)")
+    for cells in body[:40]:
+        table.add_row(*cells)
+    out_console = console()
+    out_console.print(table)
+    if len(body) > 40:
+        out_console.print(f"(first 40 of {len(body)} rows; all are in {out})")
+    typer.echo(f"wrote {out}")
+    _images(figures, out, image)

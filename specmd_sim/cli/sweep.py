@@ -1,0 +1,164 @@
+"""``specmd sweep`` (run a sweep spec into a results table) and ``specmd regress`` (check runs
+against a baseline)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from specmd_sim.cli.app import app
+from specmd_sim.cli.common import console
+from specmd_sim.errors import SpecmdError
+
+
+@app.command(
+    "sweep",
+    help="Run every point of a sweep spec; each finished point is stored at once in --out. "
+    "The table reads with pandas.read_parquet(OUT); `specmd compare OUT` plots it. Exit code 1 "
+    "when any point of the table failed (its row holds the error), 0 otherwise.",
+)
+def sweep(
+    spec: Annotated[Path, typer.Argument(help="Sweep spec YAML (see docs/sweeps.md).")],
+    out: Annotated[Path, typer.Option("--out", help="Sweep folder: the results table.")],
+    executor: Annotated[
+        str, typer.Option(help="Where points run: local (a process pool) or ray.")
+    ] = "local",
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            help="Worker processes (local) or CPUs of a local Ray (default: one per core)."
+        ),
+    ] = None,
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (default: start a local Ray).")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the sweep in --out; skip finished points.")
+    ] = False,
+    retry_errors: Annotated[
+        bool, typer.Option("--retry-errors", help="With --resume: run failed points again.")
+    ] = False,
+    csv: Annotated[
+        Path | None, typer.Option("--csv", help="Also export the table as CSV to this file.")
+    ] = None,
+) -> None:
+    """Run a sweep spec into a results table (the help text is in the decorator)."""
+    from specmd_sim.sweep import PointDone, export_csv, run_sweep
+
+    if retry_errors and not resume:
+        raise SpecmdError("--retry-errors: expected together with --resume, got it alone")
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    bar = Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("points"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=err,
+        disable=not sys.stderr.isatty(),
+    )
+    task = bar.add_task(spec.stem, total=None)
+
+    def on_start(to_run: int, skipped: int) -> None:
+        bar.update(task, total=to_run)
+        if skipped:
+            err.print(f"resuming: {skipped} points already done, {to_run} to run", markup=False)
+
+    def on_point(done: PointDone) -> None:
+        bar.update(task, completed=done.done)
+        if done.row["status"] != "ok":
+            message = f"point {done.point.index} ({done.point.key}): {done.row['error']}"
+            bar.console.print(message, markup=False)
+
+    with bar:
+        summary = run_sweep(
+            spec, out, executor=executor, workers=workers, address=address, resume=resume,
+            retry_errors=retry_errors, on_start=on_start, on_point=on_point,
+        )  # fmt: skip
+    line = (
+        f"{summary.points} points: {summary.ok} ok, {summary.errors} failed "
+        f"({summary.ran} run now, {summary.skipped} done before) in {summary.seconds:.1f} s; "
+        f"table: {out} (pandas.read_parquet)"
+    )
+    typer.echo(line)
+    if csv is not None:
+        typer.echo(f"csv: {export_csv(out, csv)}")
+    if summary.errors:
+        raise typer.Exit(1)
+
+
+@app.command(
+    "regress",
+    help="Compare metrics with a baseline: a table of what moved; exit 1 on a regression. A "
+    "metric regresses when it moves in its bad direction by more than max(abs, rel * "
+    "|baseline|). --update writes the present values (creating the file if needed) and exits 0.",
+)
+def regress(
+    baseline: Annotated[Path, typer.Argument(help="Baseline JSON (see docs/regression.md).")],
+    run: Annotated[
+        Path | None, typer.Option("--run", help="A run folder (with result.json).")
+    ] = None,
+    sweep_dir: Annotated[
+        Path | None, typer.Option("--sweep", help="A sweep folder (its results table).")
+    ] = None,
+    key: Annotated[
+        str, typer.Option(help="With --run: the name of the run's point in the baseline.")
+    ] = "run",
+    update: Annotated[
+        bool, typer.Option("--update", help="Rewrite the baseline with the present values.")
+    ] = False,
+    metric: Annotated[
+        list[str] | None,
+        typer.Option("--metric", help="With --update: also check this metric (repeatable)."),
+    ] = None,
+    show_all: Annotated[bool, typer.Option("--all", help="Show unchanged metrics too.")] = False,
+) -> None:
+    """Check runs or a sweep against a baseline (the help text is in the decorator)."""
+    from specmd_sim import regress as rg
+
+    if (run is None) == (sweep_dir is None):
+        raise SpecmdError("regress: expected exactly one of --run RUN_DIR or --sweep SWEEP_DIR")
+    if sweep_dir is not None and key != "run":
+        raise SpecmdError("--key: expected only with --run (sweep points are keyed by their axes)")
+    if metric and not update:
+        raise SpecmdError("--metric: expected together with --update, got it alone")
+    if run is not None:
+        current = [rg.current_from_run(run, key)]
+        only: list[str] | None = [key]
+    else:
+        current = rg.current_from_sweep(sweep_dir)  # type: ignore[arg-type]
+        only = None
+    out = console()
+    if not baseline.exists():
+        if not update:
+            raise SpecmdError(
+                f"baseline {baseline}: expected a baseline file, got none (create it with --update)"
+            )
+        new = rg.update_baseline(None, current, metric)
+        rg.save_baseline(new, baseline)
+        out.print(f"wrote {baseline}: {len(new.points)} points x {len(new.metrics)} metrics")
+        return
+    old = rg.load_baseline(baseline)
+    comparison = rg.compare(old, current, only)
+    rg.print_report(out, comparison, show_all)
+    if update:
+        new = rg.update_baseline(old, current, metric, replace_all=run is None)
+        rg.save_baseline(new, baseline)
+        out.print(f"updated {baseline}: {len(new.points)} points x {len(new.metrics)} metrics")
+        return
+    if comparison.regressed:
+        raise typer.Exit(1)

@@ -1,0 +1,128 @@
+"""Self-contained HTML pages holding several plotly figures, tables and text.
+
+plotly.js is inlined once per page, so a page opens offline and from a local file. Figure
+containers get fixed ids (``fig-<n>``), so the same figures give the same bytes.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from specmd_sim import __version__
+
+PLOT_CONFIG: dict[str, Any] = {
+    "displaylogo": False,
+    "responsive": True,
+    "modeBarButtonsToRemove": ["select2d", "lasso2d"],
+    "toImageButtonOptions": {"format": "png", "scale": 2},
+}
+
+_CSS = """
+body { font-family: Inter, 'Segoe UI', Helvetica, Arial, sans-serif; margin: 0; color: #222;
+       background: #FAFAFA; }
+main { max-width: 1500px; margin: 0 auto; padding: 16px 28px 48px; }
+h1 { font-size: 22px; margin: 12px 0 4px; }
+h2 { font-size: 17px; margin: 28px 0 6px; border-bottom: 1px solid #DDD; padding-bottom: 4px; }
+p, li { font-size: 14px; line-height: 1.5; max-width: 110ch; }
+.sub { color: #666; font-size: 13px; margin: 0 0 8px; }
+.fig { background: #FFF; border: 1px solid #E5E5E5; border-radius: 6px; margin: 10px 0; }
+table { border-collapse: collapse; font-size: 13px; margin: 8px 0; background: #FFF; }
+th, td { border: 1px solid #E0E0E0; padding: 4px 9px; text-align: left; }
+th { background: #F2F2F2; font-weight: 600; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+.cards { display: flex; flex-wrap: wrap; gap: 10px; margin: 10px 0; }
+.card { background: #FFF; border: 1px solid #E5E5E5; border-radius: 6px; padding: 8px 14px;
+        min-width: 120px; }
+.card .v { font-size: 20px; font-weight: 600; }
+.card .k { font-size: 12px; color: #666; }
+.note { color: #8A5A00; }
+footer { color: #888; font-size: 12px; margin-top: 32px; }
+"""
+
+
+@dataclass
+class Block:
+    """A section: heading, a paragraph of plain text, figures, then raw HTML (tables)."""
+
+    heading: str
+    text: str = ""
+    figures: go.Figure | list[go.Figure] | None = None
+    html: str = ""
+
+
+def write_page(path: Path, title: str, blocks: list[Block], subtitle_html: str = "") -> None:
+    """Write one self-contained page (atomically)."""
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title>",
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<style>{_CSS}</style>",
+        f'<script type="text/javascript">{get_plotlyjs()}</script>',
+        "</head><body><main>",
+        f"<h1>{html.escape(title)}</h1>",
+    ]
+    if subtitle_html:
+        parts.append(f'<p class="sub">{subtitle_html}</p>')
+    n = 0
+    for block in blocks:
+        parts.append(f"<section><h2>{html.escape(block.heading)}</h2>")
+        if block.text:
+            parts.append(f"<p>{html.escape(block.text)}</p>")
+        figures = block.figures if isinstance(block.figures, list) else [block.figures]
+        for fig in figures:
+            if fig is None:
+                continue
+            n += 1
+            parts.append(f'<div class="fig">{figure_div(fig, f"fig-{n}")}</div>')
+        parts.append(block.html)
+        parts.append("</section>")
+    parts.append(f"<footer>specmd-sim {__version__}</footer></main></body></html>")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(parts), encoding="utf-8")
+    tmp.replace(path)
+
+
+def figure_div(fig: go.Figure, div_id: str) -> str:
+    """The figure as a ``<div>`` and the script that draws it (plotly.js not included)."""
+    return pio.to_html(
+        fig, full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOT_CONFIG
+    )
+
+
+def table_html(
+    header: list[str], rows: list[list[Any]], numeric: tuple[int, ...] | None = None
+) -> str:
+    """A plain HTML table; cells are escaped. Columns in ``numeric`` (default: all but the
+    first) are right-aligned."""
+    numeric = tuple(range(1, len(header))) if numeric is None else numeric
+
+    def cls(i: int) -> str:
+        return ' class="num"' if i in numeric else ""
+
+    head = "".join(f"<th{cls(i)}>{html.escape(str(h))}</th>" for i, h in enumerate(header))
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td{cls(i)}>{html.escape(str(c))}</td>" for i, c in enumerate(row))
+        + "</tr>"
+        for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def cards_html(items: list[tuple[str, str]]) -> str:
+    """Headline numbers as cards: (label, value)."""
+    cells = "".join(
+        f'<div class="card"><div class="v">{html.escape(v)}</div>'
+        f'<div class="k">{html.escape(k)}</div></div>'
+        for k, v in items
+    )
+    return f'<div class="cards">{cells}</div>'

@@ -1,0 +1,40 @@
+"""Static PNG/SVG copies of figures, where a plotly image engine (kaleido) is available.
+
+Never required: without kaleido, or when kaleido cannot start the Chrome it drives, the caller
+gets one line saying why and the HTML pages are written as always. Install it with
+``pip install 'specmd-sim[images]'``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from specmd_sim.errors import SpecmdError
+
+FORMATS = ("png", "svg")
+WIDTH = 1400
+
+
+def export_images(
+    figures: dict[str, go.Figure], out_dir: Path, stem: str, fmt: str
+) -> tuple[list[Path], str | None]:
+    """Write each figure as ``out_dir/<stem>-<name>.<fmt>``; returns the files written and,
+    when export is not possible, why (one line)."""
+    if fmt not in FORMATS:
+        raise SpecmdError(f"--image: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return [], "kaleido is not installed (pip install 'specmd-sim[images]')"
+    written: list[Path] = []
+    for name, fig in figures.items():
+        path = out_dir / f"{stem}-{name}.{fmt}"
+        try:
+            fig.write_image(path, format=fmt, width=WIDTH, scale=2 if fmt == "png" else 1)
+        except Exception as exc:  # kaleido's failures (no Chrome, a crash) have many types
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            return written, f"kaleido could not export images: {type(exc).__name__}: {reason}"
+        written.append(path)
+    return written, None

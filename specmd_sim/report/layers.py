@@ -1,0 +1,205 @@
+"""The per-layer view: layer on the y axis, time on x.
+
+Each layer's row holds two bands. Above: the compute stream's work for that layer (attention,
+expert compute and the stalls waiting for its experts). Below: the transfers that fetch the
+layer's experts (demand fetches and prefetches, on whichever copy engine; concurrent transfers
+get sub-bands). A forward pass draws a staircase from layer 0 down; a prefetch for layer
+``l+1`` sits under layer ``l``'s compute when it is hidden, and a stall appears where it is
+not. The right panel totals each layer's compute and stall over the whole run, so the layers
+that stall stand out.
+
+Beyond ``max_spans`` spans this view draws only the detail window of
+:mod:`specmd_sim.report.lod` (by default the start of the run) and says so: summarised into
+time bins, a layer's row would show little more than its 1/L share of each bin, which the
+right panel already totals.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from specmd_sim.report.bars import span_traces, ttft_marks
+from specmd_sim.report.lod import Detail, choose_detail
+from specmd_sim.report.run_data import RunData
+from specmd_sim.report.style import base_layout, kind_colour, ms
+from specmd_sim.timeline import KIND, TRANSFER_KINDS, track_rows
+
+BAND = 0.38  # height of each band, in layer rows
+FIRST_VIEW_PASSES = 3
+MAX_PASS_LINES = 300
+
+
+def layer_figure(
+    run: RunData,
+    max_spans: int = 8_000,
+    window: tuple[float, float] | None = None,
+) -> go.Figure:
+    """The per-layer view of a timing-engine run (``window`` in seconds)."""
+    spans = run.require_spans("the per-layer view").spans
+    n_layers = run.num_layers
+    transfer = np.isin(spans["kind"], [KIND[k] for k in TRANSFER_KINDS])
+    layer = np.where(spans["layer"] >= 0, spans["layer"], n_layers).astype(np.int64)
+    has_head = bool((layer == n_layers).any())
+    n_y = n_layers + int(has_head)
+    detail = choose_detail(spans, max_spans, window)
+    exact = np.flatnonzero(detail.exact)
+    # compute band above the layer's centre line, transfer band below
+    y = layer[exact] + np.where(transfer[exact], BAND / 2 + 0.02, -BAND / 2 - 0.02)
+    thickness = np.full(exact.size, BAND)
+    _split_transfer_bands(spans, exact, transfer[exact], layer[exact], y, thickness)
+
+    fig = make_subplots(
+        rows=1,
+        cols=2,
+        shared_yaxes=True,
+        column_widths=[0.84, 0.16],
+        horizontal_spacing=0.015,
+        subplot_titles=["", "compute and stall per layer"],
+    )
+    legend: set[str] = set()
+    for trace in span_traces(run, exact, y, thickness, legend):
+        fig.add_trace(trace, row=1, col=1)
+    for trace in _totals(run):
+        fig.add_trace(trace, row=1, col=2)
+
+    shapes, notes = ttft_marks(run, y=-0.5, yanchor="top")
+    first_view, view_note = _first_view(run, detail.window, window is not None)
+    shapes += _pass_lines(run, detail.window)
+    fig.update_layout(
+        **base_layout(
+            f"Per-layer view — {run.title}",
+            _note(detail) + "<br>" + view_note,
+            plot_height=max(34 * n_y, 300),
+            subplot_titles=True,
+        ),
+        barmode="overlay",
+        bargap=0,
+        shapes=shapes,
+        annotations=notes,
+        hovermode="closest",
+    )
+    labels = [f"layer {i}" for i in range(n_layers)] + (["LM head"] if has_head else [])
+    fig.update_yaxes(
+        tickvals=np.arange(n_y),
+        ticktext=labels,
+        range=[n_y - 0.5, -0.5],
+        fixedrange=True,
+        showgrid=False,
+        zeroline=False,
+    )
+    fig.update_xaxes(title_text="time (ms)", row=1, col=1)
+    if first_view is not None:
+        fig.update_xaxes(range=first_view, row=1, col=1)
+    fig.update_xaxes(title_text="total over the run (s)", fixedrange=True, row=1, col=2)
+    return fig
+
+
+def _split_transfer_bands(
+    spans: np.ndarray,
+    idx: np.ndarray,
+    is_transfer: np.ndarray,
+    layer: np.ndarray,
+    y: np.ndarray,
+    thickness: np.ndarray,
+) -> None:
+    """Give overlapping transfers of one layer separate sub-bands (in place)."""
+    for lyr in np.unique(layer[is_transfer]).tolist():
+        m = np.flatnonzero(is_transfer & (layer == lyr))
+        sub, n_sub = track_rows(spans["start"][idx[m]], spans["end"][idx[m]])
+        if n_sub <= 1:
+            continue
+        step = BAND / n_sub
+        y[m] = lyr + 0.02 + (sub + 0.5) * step
+        thickness[m] = step * 0.9
+
+
+def _totals(run: RunData) -> list[go.Bar]:
+    table = run.per_layer
+    if "stall_s" not in table:
+        return []
+    layers = np.asarray(table["layer"])
+    custom = np.stack(
+        [
+            table["hit_rate"],
+            table["late_hits"],
+            table["misses_compulsory"],
+            table["misses_capacity"],
+            table["misses_collision"],
+        ],
+        axis=1,
+    ).astype(np.float64)
+    hover = (
+        "<b>layer %{y}</b>: %{x:.4f} s %{meta}<br>hit rate %{customdata[0]:.1%} · "
+        "late hits %{customdata[1]}<br>misses: compulsory %{customdata[2]}, capacity "
+        "%{customdata[3]}, collision %{customdata[4]}<extra></extra>"
+    )
+    return [
+        go.Bar(
+            orientation="h",
+            y=layers,
+            x=np.asarray(table[key]),
+            name=f"{what} per layer",
+            meta=what,
+            marker={"color": kind_colour(kind), "line": {"width": 0}},
+            width=0.7,
+            customdata=custom,
+            hovertemplate=hover,
+            showlegend=False,
+        )
+        for key, what, kind in (("compute_s", "compute", "expert"), ("stall_s", "stall", "stall"))
+    ]
+
+
+def _note(detail: Detail) -> str:
+    if detail.complete:
+        return f"All {detail.total:,} spans drawn one by one."
+    lo, hi = detail.window or (0.0, 0.0)
+    return (
+        f"{detail.shown:,} of {detail.total:,} spans: this view shows {ms(lo)}–{ms(hi)} only "
+        "(the right panel totals the whole run; specmd timeline --window draws another window)."
+    )
+
+
+def _first_view(
+    run: RunData, window: tuple[float, float] | None, asked: bool
+) -> tuple[list[float] | None, str]:
+    """The x range shown first: the window asked for, else a few passes, where the staircase
+    is readable."""
+    if asked and window is not None:
+        return [window[0] * 1e3, window[1] * 1e3], "Drag to zoom, double-click to reset."
+    passes = run.passes
+    if window is not None:
+        passes = passes[(passes["end"] > window[0]) & (passes["start"] < window[1])]
+    if passes.size <= FIRST_VIEW_PASSES:
+        return None, "Drag to zoom, double-click to reset."
+    first, last = passes[0], passes[FIRST_VIEW_PASSES - 1]
+    return (
+        [float(first["start"]) * 1e3, float(last["end"]) * 1e3],
+        f"Showing passes {int(first['pass_'])}–{int(last['pass_'])} at first: drag to zoom, "
+        "double-click to see the whole window.",
+    )
+
+
+def _pass_lines(run: RunData, window: tuple[float, float] | None) -> list[dict]:
+    """Thin vertical lines at pass starts inside the detail window (none if too many)."""
+    passes = run.passes
+    if window is not None:
+        passes = passes[(passes["start"] >= window[0]) & (passes["start"] < window[1])]
+    if not passes.size or passes.size > MAX_PASS_LINES:
+        return []
+    return [
+        {
+            "type": "line",
+            "xref": "x",
+            "yref": "y domain",
+            "x0": t,
+            "x1": t,
+            "y0": 0,
+            "y1": 1,
+            "line": {"color": "#BBBBBB", "width": 1, "dash": "dot"},
+            "layer": "below",
+        }
+        for t in (passes["start"] * 1e3).tolist()
+    ]

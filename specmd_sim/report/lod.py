@@ -1,0 +1,221 @@
+"""Level of detail: which spans a figure draws one by one, and how it summarises the rest.
+
+A browser draws a few thousand bars smoothly, not the ~100,000 spans of a default run. A figure
+therefore draws at most ``max_spans`` spans exactly -- those of a *detail window*: by default
+the start of the run (the first request's prefill, where its TTFT is), or a window the user
+asks for -- and summarises every other span in time bins. For each row (a lane, or a layer) and
+kind, a bin holds the busy time of that kind inside it. A bin is drawn as consecutive bars, one
+per kind, whose lengths are those busy times, so the colour mix of a bin is the share of its
+time each kind took and the idle rest of the bin stays empty. Where spans of a row overlap (two
+copy engines fetching for the same layer) the busy times add up to more than the bin: the bars
+are then scaled to fit and the hover text gives the average concurrency. Figures say on
+themselves which part is exact and how wide the bins are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specmd_sim.timeline import KINDS
+
+DRAW_ORDER = (
+    "attention", "expert", "cpu_expert", "lm_head", "stall", "demand_fetch", "prefetch",
+)  # fmt: skip
+"""Order of kinds inside an aggregated bin (kinds not listed follow, in :data:`KINDS` order)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Detail:
+    """Which spans are drawn exactly: ``exact`` is a mask over the spans; ``window`` the time
+    range ``[t0, t1)`` they come from (None when every span is exact)."""
+
+    exact: np.ndarray
+    window: tuple[float, float] | None
+    total: int
+
+    @property
+    def complete(self) -> bool:
+        return self.window is None
+
+    @property
+    def shown(self) -> int:
+        return int(self.exact.sum())
+
+
+def choose_detail(
+    spans: np.ndarray, max_spans: int, window: tuple[float, float] | None = None
+) -> Detail:
+    """Pick the spans to draw exactly.
+
+    Without ``window``: all spans when there are at most ``max_spans``, else the earliest ones:
+    every span starting before the start of the ``max_spans + 1``-th (by start time). With
+    ``window`` (seconds): the spans overlapping it, and if they are more than ``max_spans``
+    the earliest of them, the window then ending where they stop.
+    """
+    total = len(spans)
+    start, end = spans["start"], spans["end"]
+    if window is None:
+        if total <= max_spans:
+            return Detail(np.ones(total, bool), None, total)
+        lo = float(start.min())
+        candidates = np.ones(total, bool)
+    else:
+        lo = float(window[0])
+        candidates = (start < window[1]) & (end > window[0])
+    idx = np.flatnonzero(candidates)
+    if idx.size > max_spans:
+        order = idx[np.argsort(start[idx], kind="stable")]
+        cut = float(start[order[max_spans]])
+        exact = candidates & (start < cut)
+        return Detail(exact, (lo, cut), total)
+    hi = float(window[1]) if window is not None else float(end.max())
+    return Detail(candidates, (lo, hi), total)
+
+
+@dataclass(frozen=True, eq=False)
+class Bins:
+    """Time bins ``[lo, hi)`` outside the detail window, and per (row, kind index, bin) the busy
+    seconds, the number of spans starting in the bin and their bytes."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    busy: np.ndarray
+    count: np.ndarray
+    nbytes: np.ndarray
+
+    @property
+    def width(self) -> float:
+        return float((self.hi - self.lo).max()) if self.lo.size else 0.0
+
+    @property
+    def size(self) -> int:
+        return int(self.lo.size)
+
+
+def bin_spans(
+    spans: np.ndarray, rows: np.ndarray, n_rows: int, detail: Detail, budget: int = 4000
+) -> Bins | None:
+    """Summarise the spans that ``detail`` does not draw exactly; None when there are none.
+
+    ``rows`` gives each span's row (lane or layer). Bins have one width, chosen so that at most
+    about ``budget`` bars are drawn (one per non-empty row, kind and bin); the detail window is
+    left out. Busy time is exact, also for spans that cross bin edges: for a set of spans,
+    busy time before ``t`` is ``sum(t - start | start < t) - sum(t - end | end < t)``.
+    """
+    rest = ~detail.exact
+    if not rest.any():
+        return None
+    s, e = spans["start"][rest], spans["end"][rest]
+    segments = [(float(s.min()), float(e.max()))]
+    if detail.window is not None:
+        w0, w1 = detail.window
+        t0, t1 = segments[0]
+        segments = [(a, b) for a, b in ((t0, min(w0, t1)), (max(w1, t0), t1)) if b > a]
+    if not segments:
+        return None
+    r, k = rows[rest].astype(np.int64), spans["kind"][rest].astype(np.int64)
+    groups = np.unique(r * len(KINDS) + k)
+    n_bins = int(np.clip(budget // max(1, groups.size), 8, 2000))
+    width = sum(b - a for a, b in segments) / n_bins
+    edges = [
+        np.linspace(a, b, max(1, int(np.ceil((b - a) / width - 1e-9))) + 1) for a, b in segments
+    ]
+    lo = np.concatenate([x[:-1] for x in edges])
+    hi = np.concatenate([x[1:] for x in edges])
+    # bins are [lo, hi), but the last bin of a segment also holds spans starting at its end
+    last = np.concatenate([np.arange(x.size - 1) == x.size - 2 for x in edges])
+    shape = (n_rows, len(KINDS), lo.size)
+    busy, count, nbytes = np.zeros(shape), np.zeros(shape, np.int64), np.zeros(shape)
+    b = spans["bytes"][rest].astype(np.float64)
+    for g in groups.tolist():
+        row, kind = divmod(g, len(KINDS))
+        m = (r == row) & (k == kind)
+        order = np.argsort(s[m], kind="stable")
+        starts, sizes = s[m][order], b[m][order]
+        ends = np.sort(e[m])
+        busy[row, kind] = _busy_before(starts, ends, hi) - _busy_before(starts, ends, lo)
+        n_lo = np.searchsorted(starts, lo)
+        n_hi = np.where(last, np.searchsorted(starts, hi, "right"), np.searchsorted(starts, hi))
+        count[row, kind] = n_hi - n_lo
+        cum = np.r_[0.0, np.cumsum(sizes)]
+        nbytes[row, kind] = cum[n_hi] - cum[n_lo]
+    return Bins(lo, hi, busy, count, nbytes)
+
+
+def _busy_before(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Total time the spans (sorted ``starts``, sorted ``ends``) cover before each ``t``."""
+    cs, ce = np.r_[0.0, np.cumsum(starts)], np.r_[0.0, np.cumsum(ends)]
+    ns, ne = np.searchsorted(starts, t), np.searchsorted(ends, t)
+    return (ns * t - cs[ns]) - (ne * t - ce[ne])
+
+
+BAR_DTYPE = np.dtype(
+    [("row", "i4"), ("base", "f8"), ("length", "f8"), ("busy", "f8"), ("share", "f8"),
+     ("concurrency", "f8"), ("count", "i8"), ("bytes", "f8"), ("lo", "f8"), ("hi", "f8")]
+)  # fmt: skip
+
+
+def bin_bars(bins: Bins) -> dict[str, np.ndarray]:
+    """The bars that draw ``bins``, by kind (``BAR_DTYPE``): inside each (row, bin) the kinds
+    follow one another in :data:`DRAW_ORDER` from the bin's start; a bar's ``length`` is its
+    busy time, scaled down where the busy times of the bin add up to more than its width."""
+    order = [KINDS.index(k) for k in DRAW_ORDER if k in KINDS]
+    order += [i for i in range(len(KINDS)) if i not in order]
+    busy = bins.busy[:, order, :]  # (rows, kinds, bins)
+    width = bins.hi - bins.lo
+    total = busy.sum(axis=1)
+    scale = np.where(total > width, width / np.where(total > 0, total, 1.0), 1.0)
+    length = busy * scale[:, None, :]
+    offset = np.cumsum(length, axis=1) - length
+    out: dict[str, np.ndarray] = {}
+    for j, kind_id in enumerate(order):
+        rr, bb = np.nonzero(busy[:, j, :] > 0)
+        if not rr.size:
+            continue
+        bars = np.zeros(rr.size, BAR_DTYPE)
+        bars["row"] = rr
+        bars["base"] = bins.lo[bb] + offset[rr, j, bb]
+        bars["length"] = length[rr, j, bb]
+        bars["busy"] = busy[rr, j, bb]
+        bars["share"] = busy[rr, j, bb] / width[bb]
+        bars["concurrency"] = np.maximum(total[rr, bb] / width[bb], 1.0)
+        bars["count"] = bins.count[rr, kind_id, bb]
+        bars["bytes"] = bins.nbytes[rr, kind_id, bb]
+        bars["lo"], bars["hi"] = bins.lo[bb], bins.hi[bb]
+        out[KINDS[kind_id]] = bars
+    return out
+
+
+def step_bins(
+    time: np.ndarray, value: np.ndarray, lo: float, hi: float, n_bins: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A step function (``value[i]`` holds from ``time[i]`` on, 0 before the first sample)
+    summarised over ``n_bins`` equal bins of ``[lo, hi]``: bin starts, minimum, maximum and
+    time-weighted mean in each bin. A counter with many thousand changes is drawn as the
+    min-max band and the mean line without losing a peak."""
+    edges = np.linspace(lo, hi, n_bins + 1)
+    v = np.r_[0.0, value]  # v[k]: value after the k-th sample (k = 0: before any)
+    t = np.r_[-np.inf, time]
+    held = v[np.searchsorted(time, edges[:-1], side="right")]
+    first_in = np.searchsorted(time, edges[:-1], side="right") + 1  # in v/t indexing
+    end_in = np.searchsorted(time, edges[1:], side="left") + 1
+    vmin, vmax = held.copy(), held.copy()
+    has = end_in > first_in
+    if has.any():
+        bounds = np.stack([first_in[has], end_in[has]], axis=1).ravel()
+        padded = np.r_[v, 0.0]
+        vmax[has] = np.maximum(vmax[has], np.maximum.reduceat(padded, bounds)[::2])
+        vmin[has] = np.minimum(vmin[has], np.minimum.reduceat(padded, bounds)[::2])
+    # integral of the step function from the first sample to x
+    steps = np.diff(t[1:]) * v[1:-1] if time.size > 1 else np.zeros(0)
+    cum = np.r_[0.0, np.cumsum(steps)]
+
+    def integral(x: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(time, x, side="right")  # samples at or before x
+        i = np.clip(k - 1, 0, None)
+        return np.where(k > 0, cum[i] + v[k] * (x - time[i]), 0.0) if time.size else 0 * x
+
+    mean = (integral(edges[1:]) - integral(edges[:-1])) / np.diff(edges)
+    return edges[:-1], vmin, vmax, mean

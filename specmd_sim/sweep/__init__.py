@@ -1,0 +1,31 @@
+"""Sweeps: many runs over a grid of configs, resumable, on this machine or on Ray.
+
+- :mod:`.spec` — the sweep spec (YAML): base config, axes (product) and zip groups, engine;
+- :mod:`.grid` — its expansion into points: resolved configs, axis values, content-hash ids;
+- :mod:`.store` — the results table: one parquet file per finished point, written atomically,
+  read with ``pandas.read_parquet(DIR)``;
+- :mod:`.executors` — where points run: a local process pool or a Ray cluster;
+- :mod:`.runner` — :func:`run_sweep`: skip what is done, run the rest, store each row at once.
+
+``docs/sweeps.md`` describes the spec, the table and the guarantees.
+"""
+
+from specmd_sim.sweep.grid import Point, expand
+from specmd_sim.sweep.runner import PointDone, SweepSummary, point_row, run_sweep
+from specmd_sim.sweep.spec import SweepSpec, load_spec, parse_spec
+from specmd_sim.sweep.store import export_csv, load_table, read_rows
+
+__all__ = [
+    "Point",
+    "PointDone",
+    "SweepSpec",
+    "SweepSummary",
+    "expand",
+    "export_csv",
+    "load_spec",
+    "load_table",
+    "parse_spec",
+    "point_row",
+    "read_rows",
+    "run_sweep",
+]

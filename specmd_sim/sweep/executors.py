@@ -1,0 +1,225 @@
+"""Where the points of a sweep run: a local process pool, or a Ray cluster.
+
+An executor takes tasks (a point index, the engine and the resolved config as a mapping) and
+calls ``on_done(task, outcome)`` in the calling thread as each one finishes, in completion
+order; the runner turns outcomes into rows. A task never raises: :func:`run_point` returns an
+error outcome for an exception in the run, and the executors turn a worker that dies (a
+crash, ``os._exit``, the OOM killer) into an error outcome for the point that killed it.
+
+Local pool (:class:`LocalExecutor`): ``spawn``-started worker processes (no fork of a parent
+that holds threads), each watching its parent and exiting if the parent dies (a ``kill -9`` of
+the sweep leaves no orphans running). When a worker dies, Python's pool is broken and every
+point then in flight fails with it; those points are run again one at a time in a new pool, so
+only the point that really kills its worker is recorded as an error.
+
+Ray (:class:`RayExecutor`): one task per point (``max_retries=0``); a task whose worker dies
+gives an error outcome for that point. Without an address a local Ray instance is started for
+the sweep (``workers`` CPUs) and stopped afterwards; its workers inherit this process's
+environment, so a plug-in module found through ``PYTHONPATH`` here is found there. With an
+address the sweep joins that cluster, whose nodes must have specmd-sim (and any plug-in module
+named in the configs) installed.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from specmd_sim.errors import SpecmdError
+
+
+@dataclass(frozen=True)
+class Task:
+    index: int  # the point's index in the sweep
+    engine: str  # "replay" or "simulate"
+    config: dict[str, Any]  # resolved config (config_to_dict)
+
+
+Outcome = dict[str, Any]  # {"status": "ok"|"error", "error": str|None, "result": dict|None}
+OnDone = Callable[[Task, Outcome], None]
+
+WORKER_DIED = "worker process died while running this point (crash, os._exit or killed)"
+
+
+def run_point(engine: str, config: dict[str, Any]) -> Outcome:
+    """Run one point (in a worker); never raises. The result is the ``result.json`` mapping."""
+    try:
+        from specmd_sim import build_config, replay, simulate
+
+        run = simulate if engine == "simulate" else replay
+        result = run(build_config(config))
+        return {"status": "ok", "error": None, "result": json.loads(result.to_json())}
+    except Exception as exc:  # any failure of one point is recorded, the sweep goes on
+        return error_outcome(describe(exc))
+
+
+def error_outcome(message: str) -> Outcome:
+    return {"status": "error", "error": message, "result": None}
+
+
+def describe(exc: BaseException) -> str:
+    """One line: a user error's message as is, anything else with its type."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if isinstance(exc, SpecmdError):
+        return text
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Executor(Protocol):
+    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+        """Run every task, calling ``on_done`` as each finishes."""
+
+
+# --- local process pool ----------------------------------------------------------------------
+
+
+def _watch_parent(parent: int) -> None:
+    """Worker initializer: exit when the sweep process that started this worker is gone."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                os._exit(70)
+
+    threading.Thread(target=watch, name="specmd-parent-watch", daemon=True).start()
+
+
+class LocalExecutor:
+    """A pool of ``workers`` processes on this machine (default: one per core)."""
+
+    def __init__(self, workers: int | None = None) -> None:
+        if workers is not None and workers < 1:
+            raise SpecmdError(f"--workers: expected at least 1, got {workers}")
+        self.workers = workers or os.cpu_count() or 1
+
+    def _pool(self, workers: int) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_watch_parent,
+            initargs=(os.getpid(),),
+        )
+
+    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+        if not tasks:
+            return
+        workers = min(self.workers, len(tasks))
+        pending: deque[Task] = deque(tasks)
+        suspects: deque[Task] = deque()  # in flight when a worker died: rerun one at a time
+        inflight: dict[Future[Outcome], Task] = {}
+        pool = self._pool(workers)
+        try:
+            while pending or suspects or inflight:
+                queue, limit = (suspects, 1) if suspects else (pending, workers)
+                broken = False
+                while queue and len(inflight) < limit:
+                    task = queue.popleft()
+                    try:
+                        inflight[pool.submit(run_point, task.engine, task.config)] = task
+                    except BrokenProcessPool:  # a worker died since the last wait
+                        queue.appendleft(task)
+                        broken = True
+                        break
+                if not broken:
+                    done, _ = wait(inflight, return_when=FIRST_COMPLETED)
+                    broken = any(isinstance(f.exception(), BrokenProcessPool) for f in done)
+                if broken:  # every future of a broken pool fails: collect them all
+                    done, _ = wait(inflight)
+                alone = len(inflight) == 1
+                died: list[Task] = []
+                for future in sorted(done, key=lambda f: inflight[f].index):
+                    task = inflight.pop(future)
+                    error = future.exception()
+                    if isinstance(error, BrokenProcessPool):
+                        died.append(task)
+                    elif error is not None:
+                        on_done(task, error_outcome(describe(error)))
+                    else:
+                        on_done(task, future.result())
+                if broken:
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    pool = self._pool(workers)
+                    for task in died:  # alone, it killed its worker; else it may have
+                        if alone:
+                            on_done(task, error_outcome(WORKER_DIED))
+                        else:
+                            suspects.append(task)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+# --- Ray -------------------------------------------------------------------------------------
+
+
+class RayExecutor:
+    """One Ray task per point, on a cluster at ``address`` or a local instance."""
+
+    def __init__(self, address: str | None = None, workers: int | None = None) -> None:
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise SpecmdError(
+                "--executor ray: expected Ray to be installed, got none "
+                "(pip install 'specmd-sim[ray]')"
+            ) from None
+        if workers is not None and workers < 1:
+            raise SpecmdError(f"--workers: expected at least 1, got {workers}")
+        self.address = address
+        self.workers = workers
+
+    def _init(self) -> bool:
+        """Connect (or start a local instance); True if this call started Ray."""
+        import ray
+
+        if ray.is_initialized():
+            return False
+        quiet = {"log_to_driver": False, "logging_level": "WARNING"}
+        if self.address is not None:
+            ray.init(address=self.address, **quiet)
+        else:
+            cpus = self.workers or os.cpu_count() or 1
+            ray.init(num_cpus=cpus, include_dashboard=False, **quiet)
+        return True
+
+    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+        if not tasks:
+            return
+        import ray
+
+        started = self._init()
+        try:
+            remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
+            refs = {remote.remote(task.engine, task.config): task for task in tasks}
+            while refs:
+                ready, _ = ray.wait(list(refs), num_returns=1)
+                for ref in ready:
+                    task = refs.pop(ref)
+                    try:
+                        outcome = ray.get(ref)
+                    except ray.exceptions.RayError as exc:  # the worker died, or Ray failed
+                        outcome = error_outcome(f"{WORKER_DIED}: {describe(exc)}")
+                    on_done(task, outcome)
+        finally:
+            if started:
+                ray.shutdown()
+
+
+def make_executor(kind: str, workers: int | None = None, address: str | None = None) -> Executor:
+    """``local`` or ``ray``."""
+    if kind == "local":
+        if address is not None:
+            raise SpecmdError("--address: expected only with --executor ray, got --executor local")
+        return LocalExecutor(workers)
+    if kind == "ray":
+        return RayExecutor(address, workers)
+    raise SpecmdError(f"--executor: expected local or ray, got {kind!r}")

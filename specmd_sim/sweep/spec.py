@@ -1,0 +1,117 @@
+"""The sweep spec: a base config, the axes to vary, and the engine to run.
+
+A spec is a small YAML file::
+
+    name: quick                      # a label (optional)
+    engine: replay                   # replay | simulate (default simulate)
+    base:                            # config fields of every point (as `specmd run --config`)
+      trace: mixtral-synthetic
+    set: [workload.max_requests=1]   # KEY.PATH=VALUE overrides of base (as `--set`)
+    axes:                            # every combination of these (product)
+      hardware: [h100-pcie, slow-link-5gbps]
+      eviction: [lru, least-stale]
+    zip:                             # groups whose axes advance together
+      - capacity: [8, 16]
+        prefetch: [none, top-k]
+
+The points are the product of every entry of ``axes`` and every ``zip`` group, in that order,
+the last factor varying fastest (:mod:`specmd_sim.sweep.grid` expands them). Building a spec
+has no side effects and checks only its own shape; the configs of the points are checked when
+the grid is expanded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from specmd_sim.errors import SpecmdError, from_validation_error
+
+Engine = Literal["replay", "simulate"]
+
+
+class SweepSpec(BaseModel):
+    """One sweep: the base config, its axes and the engine."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = Field(default=None, description="A label for the sweep.")
+    engine: Engine = Field(
+        default="simulate",
+        description="replay (timing-free: hit rates, misses) or simulate (timing: TTFT, stalls).",
+    )
+    base: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Config fields shared by every point (the fields of SimConfig).",
+    )
+    set: list[str] = Field(
+        default_factory=list,
+        description="KEY.PATH=VALUE overrides applied to base, as the --set option of specmd run.",
+    )
+    axes: dict[str, list[Any]] = Field(
+        default_factory=dict,
+        description=(
+            "Axes combined as a product: name -> values. A name is hardware, model, trace, "
+            "capacity, eviction, prefetch, predictor, miss, seed or any config path "
+            "(predictor.accuracy)."
+        ),
+    )
+    zip: list[dict[str, list[Any]]] = Field(
+        default_factory=list,
+        description="Groups of axes that advance together (equal lengths); each group is one "
+        "more factor of the product.",
+    )
+
+    @model_validator(mode="after")
+    def _check_axes(self) -> SweepSpec:
+        seen: set[str] = set()
+        groups = [("axes", {name: values}) for name, values in self.axes.items()]
+        groups += [(f"zip[{i}]", group) for i, group in enumerate(self.zip)]
+        for where, group in groups:
+            if not group:
+                raise ValueError(f"{where}: expected at least one axis, got an empty group")
+            lengths = {name: len(values) for name, values in group.items()}
+            for name, length in lengths.items():
+                if not name.strip() or name != name.strip():
+                    raise ValueError(f"{where}: expected an axis name, got {name!r}")
+                if name in seen:
+                    raise ValueError(f"{where}.{name}: expected each axis once, got it twice")
+                seen.add(name)
+                if length == 0:
+                    raise ValueError(f"{where}.{name}: expected at least one value, got []")
+            if len(set(lengths.values())) > 1:
+                raise ValueError(
+                    f"{where}: expected axes of equal length to zip, got lengths {lengths}"
+                )
+        return self
+
+    def factors(self) -> list[dict[str, list[Any]]]:
+        """The factors of the product, in order: one per entry of ``axes``, then the zip
+        groups."""
+        return [{name: values} for name, values in self.axes.items()] + list(self.zip)
+
+    def axis_names(self) -> list[str]:
+        """Every axis, in the order of the factors."""
+        return [name for factor in self.factors() for name in factor]
+
+
+def parse_spec(data: object, source: str = "sweep spec") -> SweepSpec:
+    """Validate a spec mapping, with one-line errors naming the field."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise SpecmdError(f"{source}: expected a mapping, got {type(data).__name__}")
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(source, exc) from None
+
+
+def load_spec(path: Path | str) -> SweepSpec:
+    """Read and validate a sweep spec YAML file."""
+    from specmd_sim.hardware.loader import load_yaml
+
+    path = Path(path)
+    return parse_spec(load_yaml(path, "sweep spec"), f"sweep spec {path}")

@@ -1,0 +1,34 @@
+"""Small routing traces for timing tests: a few requests, a few tokens each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SHAPES = {"olmoe-1b-7b": (16, 64, 8), "mixtral-8x7b": (32, 8, 2)}  # layers, experts, top-k
+
+
+@pytest.fixture
+def small_trace(write_trace):
+    """``small_trace(model, requests, prefill, decode)`` -> path of a random trace (seed 7)."""
+
+    def make(model: str, requests: int = 2, prefill: int = 4, decode: int = 4) -> Path:
+        layers, experts, k = SHAPES[model]
+        rng = np.random.default_rng(7)
+        per = prefill + decode
+        tokens = requests * per
+        ids = np.argsort(rng.random((tokens, layers, experts)), axis=2)[:, :, :k]
+        gates = np.sort(rng.random((tokens, layers, k)), axis=2)[:, :, ::-1]
+        return write_trace(
+            ids.astype(np.int16),
+            model,
+            experts,
+            name=f"{model}-{requests}x{prefill}+{decode}.npz",
+            request=np.repeat(np.arange(requests, dtype=np.int32), per),
+            phase=np.tile(np.r_[np.zeros(prefill), np.ones(decode)].astype(np.uint8), requests),
+            gates=gates.astype(np.float32),
+        )
+
+    return make

@@ -1,0 +1,96 @@
+"""``specmd report``, ``specmd timeline`` and ``specmd compare`` as a user runs them."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specmd_sim.errors import SpecmdError
+from specmd_sim.report.images import export_images
+
+
+def specmd(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specmd_sim", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_timeline_regenerates_the_same_page(timed_dir: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(timed_dir, run_dir)
+    (run_dir / "timeline.html").unlink()
+    proc = specmd("timeline", run_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"wrote {run_dir / 'timeline.html'}"
+    assert (run_dir / "timeline.html").read_bytes() == (timed_dir / "timeline.html").read_bytes()
+
+
+def test_timeline_window_and_limit(timed_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "window.html"
+    proc = specmd("timeline", timed_dir, "--window", "10:40", "--max-spans", "500", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "drawn one by one" in out.read_text()
+
+
+def test_timeline_of_a_replay_run_is_a_one_line_error(replay_dir: Path) -> None:
+    one_line_error(specmd("timeline", replay_dir), str(replay_dir), "replay run", "specmd run")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (("--window", "40:10"), ("--window", "'40:10'")),
+        (("--window", "soon"), ("--window", "START:END", "'soon'")),
+    ],
+)
+def test_bad_window(timed_dir: Path, args: tuple[str, ...], fragments: tuple[str, ...]) -> None:
+    one_line_error(specmd("timeline", timed_dir, *args), *fragments)
+
+
+def test_report_and_optional_images(timed_dir: Path, tmp_path: Path) -> None:
+    page = tmp_path / "r.html"
+    proc = specmd("report", timed_dir, "--out", page, "--image", "png")
+    assert proc.returncode == 0, proc.stderr
+    assert f"wrote {page}" in proc.stdout
+    images = sorted(p.name for p in tmp_path.glob("r-*.png"))
+    if images:  # kaleido is installed and works
+        assert images == ["r-prefetch.png", "r-stall.png", "r-taxonomy.png", "r-ttft.png"]
+    else:
+        assert proc.stderr.startswith("image export skipped: ")
+        assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_image_format_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(SpecmdError, match=r"--image: expected one of png, svg, got 'gif'"):
+        export_images({}, tmp_path, "page", "gif")
+
+
+def test_report_of_a_folder_that_is_no_run(tmp_path: Path) -> None:
+    one_line_error(specmd("report", tmp_path), str(tmp_path), "result.json")
+
+
+def test_compare_runs(timed_dir: Path, replay_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "c.html"
+    proc = specmd("compare", timed_dir, replay_dir, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "2 run(s)" in proc.stdout and f"wrote {out}" in proc.stdout
+    assert "engine=simulate" in out.read_text()
+
+
+def test_compare_of_nothing_comparable(tmp_path: Path) -> None:
+    one_line_error(specmd("compare", tmp_path), "expected a run folder")

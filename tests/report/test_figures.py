@@ -1,0 +1,172 @@
+"""The figures as data: lanes, kinds, hover fields, markers, level of detail, and the numbers
+of the run report (checked against the timing engine's own totals)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specmd_sim.metrics import RunResult
+from specmd_sim.report import RunData, layer_figure, timeline_figure
+from specmd_sim.report.analysis import stall_by_cause, stall_by_phase, ttft_breakdown
+from specmd_sim.report.run_report import run_figures, write_run_report
+from specmd_sim.report.style import kind_colour
+from specmd_sim.timeline import KINDS, Recording, SpanRecorder
+
+
+@pytest.fixture(scope="module")
+def run(timed: RunResult) -> RunData:
+    return RunData.from_result(timed)
+
+
+def bars(fig, name: str) -> list:
+    return [t for t in fig.data if t.type == "bar" and t.name == name]
+
+
+def exact_spans_drawn(fig) -> int:
+    return sum(len(t.x) for t in fig.data if t.type == "bar" and t.legendgroup in KINDS
+               and "aggregated" not in t.name)  # fmt: skip
+
+
+def test_timeline_has_a_lane_per_engine_and_a_trace_per_kind(run: RunData) -> None:
+    fig = timeline_figure(run, max_spans=len(run.spans))
+    assert list(fig.layout.yaxis.ticktext) == [
+        "requests", "passes", "gpu0/compute", "gpu0/copy-h2d-0", "gpu0/copy-h2d-1",
+    ]  # fmt: skip
+    names = {t.name for t in fig.data if t.type == "bar"}
+    assert {"attention", "expert compute", "LM head", "stall", "demand fetch",
+            "prefetch"} <= names  # fmt: skip
+    assert bars(fig, "stall")[0].marker.color == kind_colour("stall")
+    assert exact_spans_drawn(fig) == len(run.spans), "below the limit every span is drawn"
+    assert "All" in fig.layout.title.subtitle.text
+
+
+def test_hover_shows_token_layer_expert_bytes_and_class(run: RunData) -> None:
+    fig = timeline_figure(run)
+    fetch = bars(fig, "demand fetch")[0]
+    for field in ("pass", "request", "token", "layer", "expert", "MiB", "serves"):
+        assert field in fetch.hovertemplate, field
+    assert set(fetch.hovertext) <= {"compulsory miss", "capacity miss", "collision miss",
+                                    "late hit", "hit", "unused by its target layer"}  # fmt: skip
+    expert = bars(fig, "expert compute")[0]
+    assert "access: %{hovertext}" in expert.hovertemplate
+    row = np.asarray(expert.customdata)[0]
+    _pass, _request, step, layer, local, flat = row[:6].astype(int)
+    assert flat == layer * run.num_experts + local and step >= 0
+
+
+def test_ttft_and_passes_are_marked(run: RunData) -> None:
+    fig = timeline_figure(run)
+    ttft = [a.text for a in fig.layout.annotations if "TTFT" in (a.text or "")]
+    assert len(ttft) == len(run.ttft) == 2
+    dashed = [s for s in fig.layout.shapes if s.type == "line" and s.line.dash == "dash"]
+    firsts = sorted(float(a + t) * 1e3 for a, t in zip(run.requests["arrival"],
+                                                      run.ttft.values(), strict=True))  # fmt: skip
+    assert sorted(s.x0 for s in dashed) == pytest.approx(firsts)
+    passes = next(t for t in fig.data if t.name == "passes")
+    assert len(passes.x) == len(run.passes) == run.inputs["passes"]
+
+
+def test_beyond_the_limit_spans_are_aggregated_and_the_figure_says_so(run: RunData) -> None:
+    fig = timeline_figure(run, max_spans=300)
+    assert exact_spans_drawn(fig) == 300
+    aggregated = [t for t in fig.data if "aggregated" in (t.name or "")]
+    assert aggregated and all(not t.showlegend or t.legendgroup for t in aggregated)
+    subtitle = fig.layout.title.subtitle.text
+    assert f"300 of {len(run.spans):,} spans drawn one by one" in subtitle
+    assert "summarised in" in subtitle
+    grey = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert grey, "the aggregated time range is shaded"
+
+
+def test_a_window_is_drawn_exactly_and_shown_first(run: RunData) -> None:
+    lo, hi = float(run.passes["start"][3]), float(run.passes["end"][4])
+    fig = timeline_figure(run, max_spans=100_000, window=(lo, hi))
+    assert tuple(fig.layout.xaxis.range) == pytest.approx((lo * 1e3, hi * 1e3))
+    layers = layer_figure(run, max_spans=100_000, window=(lo, hi))
+    assert tuple(layers.layout.xaxis.range) == pytest.approx((lo * 1e3, hi * 1e3))
+
+
+def test_per_layer_view_puts_compute_above_and_transfers_below(run: RunData) -> None:
+    fig = layer_figure(run)
+    assert list(fig.layout.yaxis.ticktext)[: run.num_layers] == [
+        f"layer {i}" for i in range(run.num_layers)
+    ]
+    for name in ("attention", "expert compute", "stall"):
+        y = np.concatenate([np.asarray(t.y) for t in bars(fig, name)])
+        assert ((y - np.round(y)) < 0).all(), name  # above the layer's line
+    y = np.concatenate([np.asarray(t.y) for t in bars(fig, "prefetch")])
+    assert ((y - np.round(y)) > 0).all()
+    totals = [t for t in fig.data if t.xaxis == "x2"]
+    assert [t.name for t in totals] == ["compute per layer", "stall per layer"]
+    assert "Showing passes 0–2" in fig.layout.title.subtitle.text
+
+
+def test_lanes_and_kinds_are_data_driven() -> None:
+    """A lane of another device and a kind the engine does not record yet appear as such."""
+    rec = SpanRecorder()
+    gpu, cpu, link = rec.lane("gpu0/compute"), rec.lane("host0/cpu-experts"), rec.lane("links/x")
+    rec.add(gpu, "attention", 0.0, 1e-3, pass_=0, layer=0, request=0)
+    rec.add(cpu, "cpu_expert", 1e-3, 3e-3, pass_=0, layer=0, expert=5, request=0, klass=2)
+    rec.add(link, "demand_fetch", 0.0, 2e-3, 0, 0, 7, 100, 0)
+    rec.add(link, "demand_fetch", 1e-3, 4e-3, 0, 0, 8, 100, 0)
+    rec.add(gpu, "lm_head", 4e-3, 5e-3, pass_=0, request=0)
+    result = {"engine": "simulate", "metrics": {"makespan_s": 5e-3}, "per_layer": {},
+              "per_request": {"request": [0], "ttft_s": [5e-3]},
+              "inputs": {"num_layers": 2, "num_experts": 4}, "config": {}}  # fmt: skip
+    run = RunData(result, Recording(rec.array(), rec.lanes))
+    fig = timeline_figure(run)
+    assert list(fig.layout.yaxis.ticktext) == [
+        "requests", "passes", "gpu0/compute", "host0/cpu-experts", "links/x #0", "links/x #1",
+    ]  # fmt: skip
+    cpu_bars = bars(fig, "CPU expert")
+    assert cpu_bars and cpu_bars[0].marker.color == kind_colour("cpu_expert")
+
+
+def test_replay_runs_have_no_timeline(replay_dir: Path) -> None:
+    from specmd_sim.errors import SpecmdError
+
+    run = RunData.load(replay_dir)
+    with pytest.raises(SpecmdError, match="this is a replay run"):
+        timeline_figure(run)
+    assert set(run_figures(run)) == {"taxonomy", "prefetch"}
+
+
+# --- the numbers of the report -------------------------------------------------------------
+
+
+def test_stall_breakdown_adds_up_to_the_engines_stall(run: RunData) -> None:
+    by_cause = stall_by_cause(run)
+    assert by_cause.sum() == pytest.approx(run.metrics["stall_s"], rel=1e-9)
+    assert by_cause.sum(axis=1) == pytest.approx(run.per_layer["stall_s"], rel=1e-9, abs=1e-12)
+    assert sum(stall_by_phase(run).values()) == pytest.approx(run.metrics["stall_s"], rel=1e-9)
+
+
+def test_ttft_breakdown_matches_the_engine(run: RunData) -> None:
+    """Derived from the spans alone, each request's TTFT split equals the engine's."""
+    engine = run.result["per_request"]
+    stripped = dict(run.result, per_request={k: engine[k] for k in ("request", "ttft_s")})
+    derived = ttft_breakdown(RunData(stripped, run.recording))
+    rows = derived.requests
+    assert rows["ttft"] == pytest.approx(engine["ttft_s"], rel=1e-9)
+    if "ttft_compute_s" in engine:
+        assert rows["compute"] == pytest.approx(engine["ttft_compute_s"], rel=1e-9)
+        assert rows["stall"] == pytest.approx(engine["ttft_stall_s"], rel=1e-9)
+    assert rows["compute"] + rows["stall"] + rows["other"] == pytest.approx(rows["ttft"])
+    per_layer = derived.layer_compute.sum() + derived.layer_stall.sum()
+    assert per_layer <= rows["ttft"].mean() + 1e-12
+
+
+def test_run_report_page(run: RunData, timed_dir: Path, tmp_path: Path) -> None:
+    figures = write_run_report(RunData.load(timed_dir), tmp_path / "report.html")
+    assert set(figures) == {"taxonomy", "prefetch", "stall", "ttft"}
+    taxonomy = figures["taxonomy"]
+    stacked = np.sum([np.asarray(t.y) for t in taxonomy.data], axis=0)
+    assert stacked.tolist() == run.per_layer["accesses"]
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("<script") == 1 + len(figures)  # plotly.js once, then one per figure
+    assert 'href="timeline.html"' in page and "All metrics" in page
+    json.loads(json.dumps(figures["ttft"].to_plotly_json(), default=str))

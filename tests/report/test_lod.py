@@ -1,0 +1,97 @@
+"""Level of detail: which spans are drawn exactly, and aggregated bins that lose no busy time."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specmd_sim.report.lod import bin_bars, bin_spans, choose_detail, step_bins
+from specmd_sim.timeline import KIND, KINDS, SPAN_DTYPE
+
+
+def make_spans(rows: list[tuple[float, float, int, str]]) -> np.ndarray:
+    spans = np.zeros(len(rows), SPAN_DTYPE)
+    for i, (start, end, lane, kind) in enumerate(rows):
+        spans[i]["start"], spans[i]["end"] = start, end
+        spans[i]["lane"], spans[i]["kind"] = lane, KIND[kind]
+        spans[i]["bytes"] = 10
+    return spans
+
+
+def test_all_spans_exact_up_to_the_limit() -> None:
+    spans = make_spans([(0, 1, 0, "attention"), (1, 2, 0, "expert")])
+    detail = choose_detail(spans, max_spans=2)
+    assert detail.complete and detail.shown == 2
+    assert bin_spans(spans, spans["lane"], 1, detail) is None
+
+
+def test_beyond_the_limit_the_earliest_spans_are_exact() -> None:
+    spans = make_spans([(t, t + 0.5, 0, "expert") for t in range(10)])
+    detail = choose_detail(spans, max_spans=4)
+    assert detail.exact.tolist() == [True] * 4 + [False] * 6
+    assert detail.window == (0.0, 4.0)
+
+
+def test_a_window_draws_its_spans_exactly() -> None:
+    spans = make_spans([(t, t + 0.5, 0, "expert") for t in range(10)])
+    detail = choose_detail(spans, max_spans=100, window=(2.2, 5.1))
+    assert np.flatnonzero(detail.exact).tolist() == [2, 3, 4, 5]  # [2, 2.5) overlaps
+    capped = choose_detail(spans, max_spans=2, window=(2.2, 9.0))
+    assert np.flatnonzero(capped.exact).tolist() == [2, 3] and capped.window == (2.2, 4.0)
+
+
+def test_bins_skip_the_window_and_bars_fit_their_bins() -> None:
+    spans = make_spans([(t, t + 0.5, t % 2, "prefetch") for t in range(10)])
+    spans = np.concatenate([spans, make_spans([(0.0, 10.0, 1, "demand_fetch")])])
+    detail = choose_detail(spans, 100, window=(4.0, 6.0))
+    bins = bin_spans(spans, spans["lane"], 2, detail, budget=40)
+    assert bins is not None
+    assert not ((bins.lo < 6.0) & (bins.hi > 4.0)).any(), "no bin inside the window"
+    for bars in bin_bars(bins).values():
+        assert (bars["base"] >= bars["lo"] - 1e-12).all()
+        assert (bars["base"] + bars["length"] <= bars["hi"] + 1e-12).all()
+    # lane 1: a prefetch every other second plus a fetch covering everything: concurrency
+    prefetch = bin_bars(bins)["prefetch"]
+    assert (prefetch["concurrency"][prefetch["row"] == 1] > 1).any()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0, 100, allow_nan=False),
+            st.floats(0, 20, allow_nan=False),
+            st.integers(0, 2),
+            st.sampled_from(KINDS),
+        ),
+        min_size=1,
+        max_size=60,
+    ),
+    st.integers(1, 30),
+    st.integers(8, 400),
+)
+def test_bins_lose_no_busy_time(rows: list, max_spans: int, budget: int) -> None:
+    """The busy time of all bins is the total length of the spans not drawn exactly, and
+    every one of them is counted in exactly one bin."""
+    spans = make_spans([(s, s + d, lane, kind) for s, d, lane, kind in rows])
+    detail = choose_detail(spans, max_spans)
+    bins = bin_spans(spans, spans["lane"], 3, detail, budget)
+    rest = spans[~detail.exact]
+    if bins is None:
+        assert not rest.size or (rest["end"] - rest["start"]).sum() == 0
+        return
+    total = float((rest["end"] - rest["start"]).sum())
+    assert np.isclose(bins.busy.sum(), total, rtol=1e-9, atol=1e-9)
+    assert bins.count.sum() == rest.size
+    assert np.isclose(bins.nbytes.sum(), rest["bytes"].sum())
+
+
+def test_step_bins_min_max_mean() -> None:
+    time = np.array([1.0, 2.0, 3.0, 3.5])
+    value = np.array([10.0, 0.0, 5.0, 7.0])
+    lo, vmin, vmax, mean = step_bins(time, value, 0.0, 4.0, 4)
+    assert lo.tolist() == [0, 1, 2, 3]
+    assert vmin.tolist() == [0, 10, 0, 5]
+    assert vmax.tolist() == [0, 10, 0, 7]
+    assert mean.tolist() == [0, 10, 0, 6]

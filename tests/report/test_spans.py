@@ -1,0 +1,167 @@
+"""What the exports derive from spans alone, on hand-built spans: sub-tracks, the pass and
+request tables, the class each transfer served; and spans.npz in the run folder."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from specmd_sim.cache.states import AccessClass
+from specmd_sim.errors import SpecmdError
+from specmd_sim.metrics import RunResult, load_result
+from specmd_sim.report import RunData
+from specmd_sim.runs import read_spans, write_run, write_spans
+from specmd_sim.timeline import (
+    KIND,
+    KINDS,
+    Recording,
+    SpanRecorder,
+    counter_label,
+    lane_process,
+    lane_track,
+    pass_table,
+    request_table,
+    served_class,
+    track_rows,
+)
+
+
+def test_track_rows_keeps_capacity_one_lanes_on_one_track() -> None:
+    rows, n = track_rows(np.array([0.0, 1.0, 2.0]), np.array([1.0, 2.0, 3.0]))
+    assert n == 1 and rows.tolist() == [0, 0, 0]
+
+
+def test_track_rows_gives_overlapping_spans_the_lowest_free_track() -> None:
+    start = np.array([0.0, 1.0, 2.5, 3.0, 0.5])
+    end = np.array([2.0, 4.0, 3.5, 5.0, 0.9])
+    rows, n = track_rows(start, end)
+    # by start: 0 [0,2)->0, 4 [.5,.9)->1, 1 [1,4)->1 (free at .9), 2 [2.5,3.5)->0, 3 [3,5)->2
+    assert rows.tolist() == [0, 1, 0, 2, 1] and n == 3
+
+
+def _spans() -> np.ndarray:
+    rec = SpanRecorder()
+    gpu, copy = rec.lane("gpu0/compute"), rec.lane("gpu0/copy-h2d-0")
+    # pass 0 (request 0): attention, a miss fetched and run, LM head
+    rec.add(gpu, "attention", 0.0, 1.0, pass_=0, layer=0, request=0)
+    rec.add(copy, "demand_fetch", 1.0, 3.0, 0, 0, 5, 10, 0)
+    rec.add(gpu, "stall", 1.0, 3.0, 0, 0, 5, 0, 0, int(AccessClass.COMPULSORY))
+    rec.add(gpu, "expert", 3.0, 4.0, pass_=0, layer=0, expert=5, request=0,
+            klass=int(AccessClass.COMPULSORY))  # fmt: skip
+    # a prefetch for pass 0, layer 1, that layer 1 never ran
+    rec.add(copy, "prefetch", 3.0, 6.0, 0, 1, 12, 10, 0)
+    rec.add(gpu, "lm_head", 4.0, 4.5, pass_=0, request=0)
+    # pass 1 (request 1): a prefetched expert that arrived in time
+    rec.add(copy, "prefetch", 5.0, 5.5, 1, 0, 7, 10, 1)
+    rec.add(gpu, "attention", 6.0, 7.0, pass_=1, layer=0, request=1)
+    rec.add(gpu, "expert", 7.0, 8.0, pass_=1, layer=0, expert=7, request=1,
+            klass=int(AccessClass.HIT))  # fmt: skip
+    return rec.array()
+
+
+def test_pass_table_spans_first_to_last_non_transfer_span() -> None:
+    passes = pass_table(_spans())
+    assert passes.tolist() == [(0, 0, 0.0, 4.5), (1, 1, 6.0, 8.0)]
+
+
+def test_pass_of_several_requests_has_request_minus_one() -> None:
+    spans = _spans()
+    spans["request"][(spans["pass_"] == 1) & (spans["kind"] == KIND["expert"])] = 3
+    assert pass_table(spans)["request"].tolist() == [0, -1]
+
+
+def test_request_table_from_passes_and_ttft() -> None:
+    table = request_table(pass_table(_spans()), {0: 4.5})
+    assert table["request"].tolist() == [0, 1]
+    assert table["arrival"].tolist() == [0.0, 6.0]
+    assert table["first_token"][0] == 4.5 and np.isnan(table["first_token"][1])
+    assert table["end"].tolist() == [4.5, 8.0]
+
+
+def test_served_class_of_transfers() -> None:
+    spans = _spans()
+    classes = served_class(spans)
+    kinds = [KINDS[k] for k in spans["kind"]]
+    got = {(k, int(e)): int(c) for k, e, c in zip(kinds, spans["expert"], classes, strict=True)
+           if k in ("demand_fetch", "prefetch")}  # fmt: skip
+    assert got == {("demand_fetch", 5): AccessClass.COMPULSORY, ("prefetch", 12): -1,
+                   ("prefetch", 7): AccessClass.HIT}  # fmt: skip
+    assert (classes[spans["kind"] == KIND["attention"]] == -1).all()
+
+
+def test_lane_and_counter_names() -> None:
+    assert (lane_process("gpu0/copy-h2d-1"), lane_track("gpu0/copy-h2d-1")) == (
+        "gpu0",
+        "copy-h2d-1",
+    )
+    assert (lane_process("solo"), lane_track("solo")) == ("solo", "solo")
+    assert counter_label("cache_used_bytes") == ("cache used", "bytes")
+    assert counter_label("bytes_in_flight") == ("in flight", "bytes")
+    assert counter_label("gpu1/queue_depth") == ("queue depth", "value")
+
+
+# --- spans.npz -------------------------------------------------------------------------------
+
+
+def test_spans_file_round_trips_and_is_byte_stable(timed: RunResult, tmp_path: Path) -> None:
+    rec = Recording(timed.spans, timed.lanes, timed.counters)
+    write_spans(tmp_path / "a.npz", rec)
+    write_spans(tmp_path / "b.npz", rec)
+    assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
+    back = read_spans(tmp_path / "a.npz")
+    assert back.lanes == timed.lanes
+    assert np.array_equal(back.spans, timed.spans)
+    assert back.counters.keys() == timed.counters.keys()
+    for name, samples in timed.counters.items():
+        assert np.array_equal(back.counters[name], samples)
+
+
+def test_spans_file_maps_kinds_by_name(tmp_path: Path) -> None:
+    """A file written with another order of kinds reads back with this version's ids."""
+    spans = _spans()
+    shuffled = list(reversed(KINDS))
+    stored = spans.copy()
+    stored["kind"] = np.array([shuffled.index(k) for k in KINDS], np.int8)[spans["kind"]]
+    meta = {"format": "specmd-spans", "version": 1, "lanes": ["gpu0/compute", "gpu0/copy"],
+            "kinds": shuffled, "counters": []}  # fmt: skip
+    path = tmp_path / "s.npz"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, arr in (("meta", np.array(json.dumps(meta))), ("spans", stored)):
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, arr)
+            zf.writestr(f"{name}.npy", buf.getvalue())
+    assert np.array_equal(read_spans(path).spans, spans)
+
+
+def test_spans_file_errors_are_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "spans.npz"
+    bad.write_bytes(b"not a zip")
+    with pytest.raises(SpecmdError, match="expected a spans file written by specmd"):
+        read_spans(bad)
+
+
+def test_run_folder_files(timed_dir: Path, replay_dir: Path) -> None:
+    assert {p.name for p in timed_dir.iterdir()} == {
+        "config.yaml", "result.json", "spans.npz", "trace.json", "timeline.html",
+    }  # fmt: skip
+    assert {p.name for p in replay_dir.iterdir()} == {"config.yaml", "result.json"}
+
+
+def test_replay_over_a_timed_folder_removes_its_timing_files(
+    timed: RunResult, tmp_path: Path, replay_dir: Path
+) -> None:
+    write_run(tmp_path, timed, timeline_html=False)
+    assert (tmp_path / "spans.npz").is_file() and not (tmp_path / "timeline.html").exists()
+    replayed = RunData.load(replay_dir)
+    assert replayed.recording is None
+    (tmp_path / "timeline.html").write_text("stale")
+    data = load_result(replay_dir / "result.json")
+    result = RunResult(data["engine"], data["metrics"], data["per_layer"], data["per_request"],
+                       data["config"], data["inputs"], data["hardware_grade"])  # fmt: skip
+    write_run(tmp_path, result)
+    assert {p.name for p in tmp_path.iterdir()} == {"config.yaml", "result.json"}

@@ -1,0 +1,43 @@
+"""Executors' choices and the worker function, in this process."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from specmd_sim.errors import SpecmdError
+from specmd_sim.sweep.executors import (
+    LocalExecutor,
+    RayExecutor,
+    describe,
+    make_executor,
+    run_point,
+)
+
+
+def test_make_executor_checks_its_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert isinstance(make_executor("local", 2), LocalExecutor)
+    with pytest.raises(SpecmdError, match="--executor: expected local or ray, got 'dask'"):
+        make_executor("dask")
+    with pytest.raises(SpecmdError, match="--address: expected only with --executor ray"):
+        make_executor("local", address="auto")
+    with pytest.raises(SpecmdError, match="--workers: expected at least 1, got 0"):
+        make_executor("local", 0)
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    with pytest.raises(SpecmdError, match=r"pip install 'specmd-sim\[ray\]'"):
+        RayExecutor()
+
+
+def test_run_point_never_raises() -> None:
+    bad = run_point("replay", {"trace": "mixtral-synthetic", "cache": {"capacity": "0.1GiB"}})
+    assert bad["status"] == "error" and bad["result"] is None
+    assert bad["error"].startswith("cache.capacity: expected room for at least one expert")
+    invalid = run_point("replay", {"seed": -1})
+    assert invalid["status"] == "error" and "seed" in invalid["error"]
+
+
+def test_describe_is_one_line() -> None:
+    assert describe(SpecmdError("trace: bad\nmore")) == "trace: bad"
+    assert describe(ValueError("boom")) == "ValueError: boom"
+    assert describe(MemoryError()) == "MemoryError"
