@@ -167,13 +167,16 @@ def _run_point(point: tuple[dict[str, Any], SimConfig]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def run_study(
+def reproduce_specmd(
     out_dir: Path,
     quick: bool = False,
     shared: Path | None = None,
     progress: Progress | None = None,
     workers: int | None = None,
 ) -> Study:
+    """Run the study into ``out_dir`` (results.csv, findings.json, report.md)."""
+    if shared is not None and not shared.is_dir():
+        raise SpecmdError(f"--shared: expected a folder with reference traces, got {str(shared)!r}")
     out_dir.mkdir(parents=True, exist_ok=True)
     traces = {"olmoe-synthetic": "olmoe-synthetic"}
     shared = shared or Path("../shared/traces")
@@ -342,15 +345,3 @@ def markdown_report(study: Study) -> str:
             lines.append(f"| {r['hardware']} | {r['eviction']} | {r['prefetch']} | "
                          f"{r['ttft_s'] * 1e3:.1f} | {r['hit_rate']:.3f} |")  # fmt: skip
     return "\n".join(lines) + "\n"
-
-
-def reproduce_specmd(
-    out_dir: Path,
-    quick: bool = False,
-    shared: Path | None = None,
-    progress: Progress | None = None,
-    workers: int | None = None,
-) -> Study:
-    if shared is not None and not shared.is_dir():
-        raise SpecmdError(f"--shared: expected a folder with reference traces, got {str(shared)!r}")
-    return run_study(out_dir, quick=quick, shared=shared, progress=progress, workers=workers)

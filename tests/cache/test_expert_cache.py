@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from support.cache import step
 
 from specmd_sim.cache import AccessClass, ExpertCache, FetchReason, State
 from specmd_sim.errors import SpecmdError
@@ -25,26 +26,6 @@ def make_cache(kind: str, slots: int, layers: int = 3, **params: object) -> Expe
     cache = ExpertCache(layers, E, expert_bytes=10, capacity_bytes=10 * slots, policy=policy)
     policy.attach(cache)
     return cache
-
-
-def step(cache: ExpertCache, layer: int, demand: list[int], prefetch: list[int] = ()) -> list:
-    """One layer in the order of DESIGN.md §4 (as the replay engine does it)."""
-    cache.begin_layer(layer)
-    for key in demand:
-        cache.pin(key)
-    classes = [cache.access(key, layer) for key in demand]
-    for key, klass in zip(demand, classes, strict=True):
-        if klass >= COMP:
-            assert cache.reserve(key, FetchReason.DEMAND)
-            cache.complete(key)
-    for key in prefetch:
-        if cache.state[key] != State.ABSENT:
-            cache.hint(key)
-        elif cache.reserve(key, FetchReason.PREFETCH):
-            cache.complete(key)
-    for key in demand:
-        cache.unpin(key)
-    return classes
 
 
 A0, B1, C2, D2, E1 = 0 * E + 0, 1 * E + 1, 2 * E + 2, 2 * E + 3, 1 * E + 0

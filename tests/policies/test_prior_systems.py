@@ -13,9 +13,10 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from support.cache import step
 
 from specmd_sim import SimConfig, replay
-from specmd_sim.cache import AccessClass, ExpertCache, FetchReason, State
+from specmd_sim.cache import AccessClass, ExpertCache
 from specmd_sim.engine.demand import DemandSets
 from specmd_sim.policies import EVICTION
 
@@ -65,29 +66,6 @@ def make_cache(
     policy.attach(cache)
     cache.preload(policy.initial_contents())
     return cache
-
-
-def step(cache: ExpertCache, layer: int, demand: list[int], prefetch: list[int] = ()) -> list:
-    """One layer as the replay engine runs it (``pin_demand_set: true``)."""
-    cache.begin_layer(layer)
-    for key in demand:
-        cache.pin(key)
-    classes = [AccessClass(cache.access(key, layer)) for key in demand]
-    for key, klass in zip(demand, classes, strict=True):
-        if klass >= COMP:
-            if not cache.admits(key, FetchReason.DEMAND):
-                cache.stream(key)
-            else:
-                assert cache.reserve(key, FetchReason.DEMAND)
-                cache.complete(key)
-    for key in prefetch:
-        if cache.state[key] != State.ABSENT:
-            cache.hint(key)
-        elif cache.reserve(key, FetchReason.PREFETCH):
-            cache.complete(key)
-    for key in demand:
-        cache.unpin(key)
-    return classes
 
 
 def one_per_pass(cache: ExpertCache, keys: list[int], first_pass: int = 0) -> list:
