@@ -101,6 +101,13 @@ def _summary(out: Console, result: Any) -> None:
     ):
         if m.get(key) is not None:
             rows.append((label, format_seconds(m[key])))
+    for prefix, label in (("ttft", "TTFT"), ("tpot", "TPOT")):
+        parts = [m.get(f"{prefix}_{k}_s") for k in ("compute", "stall", "other")]
+        if None not in parts:
+            rows.append((f"{label} = compute / stall / other",
+                         " / ".join(format_seconds(x) for x in parts)))  # fmt: skip
+    if m.get("throughput_tok_s") is not None:
+        rows.append(("throughput", f"{m['throughput_tok_s']:.1f} tokens/s"))
     if result.hardware_grade:
         rows.append(("lowest hardware grade used", result.hardware_grade))
     for label, value in rows:
