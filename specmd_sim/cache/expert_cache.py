@@ -49,6 +49,7 @@ class CacheStats:
         self.bypassed = 0  # demand fetches streamed past the cache (not admitted)
         self.activations_dropped = 0  # expert activations skipped by miss handling
         self.activations_substituted = 0  # ... replaced by a cached expert of the same layer
+        self.activations_cpu = 0  # ... run on the host CPU instead of being fetched
 
     @property
     def access_class(self) -> np.ndarray:
@@ -76,6 +77,7 @@ class CacheStats:
             "bypassed": self.bypassed,
             "activations_dropped": self.activations_dropped,
             "activations_substituted": self.activations_substituted,
+            "activations_cpu": self.activations_cpu,
             "bytes_demand": self.bytes_demand,
             "bytes_prefetch": self.bytes_prefetch,
         }
@@ -180,6 +182,10 @@ class ExpertCache:
     def drop(self) -> None:
         """A missing expert's activation is skipped."""
         self.stats.activations_dropped += 1
+
+    def run_on_cpu(self) -> None:
+        """A missing expert runs on the host CPU from DRAM; nothing moves to the GPU cache."""
+        self.stats.activations_cpu += 1
 
     def hint(self, key: int) -> None:
         """A prefetcher asked for ``key`` while it is already cached."""

@@ -17,7 +17,7 @@ from specmd_sim.config import SimConfig
 from specmd_sim.engine.common import Progress, finish_result, report_progress
 from specmd_sim.engine.setup import build_run
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
-from specmd_sim.policies.miss.base import DROP, MissHandler
+from specmd_sim.policies.miss.base import CPU, DROP, MissHandler
 from specmd_sim.scenario import Scenario, build_scenario
 
 _FIRST_MISS = int(AccessClass.COMPULSORY)
@@ -124,6 +124,8 @@ def _resolve(
             _fetch(cache, key)
         elif target == DROP:
             cache.drop()
+        elif target == CPU:
+            cache.run_on_cpu()
         else:
             cache.substitute(target)
             taken.add(target)

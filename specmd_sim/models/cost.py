@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specmd_sim.hardware.schema import GPUNode
+from specmd_sim.hardware.schema import GPUNode, HostNode
 from specmd_sim.models.spec import BYTES_PER_PARAM, ModelSpec
 
 ACT_BYTES = 2  # bf16 activations
@@ -81,6 +81,17 @@ class CostModel:
         flops = float(m.expert_flops_per_token) * tokens
         bytes_ = m.expert_bytes + 2 * tokens * m.hidden_size * ACT_BYTES
         return self.op_time(flops, bytes_, m.expert_dtype)
+
+    def cpu_expert_flops_time(self, host: HostNode, tokens: int) -> float:
+        """The compute part of one routed expert on the host CPU, for ``tokens`` tokens."""
+        flops = float(self.model.expert_flops_per_token) * tokens
+        return flops / (host.cpu_flops.value * host.cpu_compute_efficiency.value)
+
+    def cpu_expert_time(self, host: HostNode, tokens: int) -> float:
+        """One routed expert on the CPU alone: ``max(flops / (cpu_flops * efficiency),
+        expert_bytes / dram_bandwidth)`` (weights are read from DRAM once; no launch cost)."""
+        read = self.model.expert_bytes / host.dram_bandwidth_bytes_per_s.value
+        return max(self.cpu_expert_flops_time(host, tokens), read)
 
     def lm_head_time(self, tokens: int = 1) -> float:
         """The output projection for ``tokens`` tokens (one per request of the pass)."""

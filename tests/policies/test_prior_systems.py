@@ -319,6 +319,7 @@ def counters(**nonzero: int) -> dict[str, int]:
         "bypassed",
         "activations_dropped",
         "activations_substituted",
+        "activations_cpu",
         "bytes_demand",
         "bytes_prefetch",
     ]

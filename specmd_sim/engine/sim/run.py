@@ -32,7 +32,7 @@ from specmd_sim.engine.sim.breakdown import Busy, Intervals, mean_of, request_ta
 from specmd_sim.engine.sim.copy_engines import CopyEngines, Job
 from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
-from specmd_sim.policies.miss.base import DROP
+from specmd_sim.policies.miss.base import CPU, DROP
 from specmd_sim.scenario import Scenario, build_scenario
 from specmd_sim.timeline import SpanRecorder, intersection_length
 
@@ -98,6 +98,9 @@ class _TimingRun:
         self.engine_bytes = [0] * gpu.copy_engines_h2d.value
         self.copy_lane_names = [f"{gpu.id}/copy-h2d-{i}" for i in range(gpu.copy_engines_h2d.value)]
         self.arrivals = self.objs.arrivals
+        self.host = host
+        self.cpu = simpy.Resource(self.env, capacity=1)  # CPU expert execution, one at a time
+        self.cpu_lane: int | None = None
         self.space_event: simpy.Event | None = None
         self.cache.listeners.append(self._space_changed)
         self.in_flight = 0
@@ -151,6 +154,27 @@ class _TimingRun:
             del self.jobs[job.key]
             self.cache.complete(job.key)
         job.done.succeed()
+
+    def _start_cpu(self, key: int, tokens: int, klass: int, where: dict[str, int]) -> simpy.Process:
+        """Run expert ``key`` on the host CPU: one at a time; its compute overlaps its weight
+        reads, a flow over the host's DRAM shared with the copy engines' DMA reads."""
+        if self.cpu_lane is None:
+            self.cpu_lane = self.spans.lane(f"{self.host.id}/cpu-experts")
+        env, dram = self.env, self.resources[-1]
+
+        def run() -> Generator[Any, Any, None]:
+            with self.cpu.request() as turn:
+                yield turn
+                start = env.now
+                flops = env.timeout(self.cost.cpu_expert_flops_time(self.host, tokens))
+                read = env.process(self.network.transfer(self.cache.expert_bytes, (dram,), 0.0))
+                yield flops & read
+                self.spans.add(
+                    self.cpu_lane, "cpu_expert", start, env.now, expert=key, klass=int(klass),
+                    bytes_=self.cache.expert_bytes, **where,
+                )  # fmt: skip
+
+        return env.process(run())
 
     def _space_changed(self) -> None:
         if self.space_event is not None and not self.space_event.triggered:
@@ -220,6 +244,7 @@ class _TimingRun:
                 keys = demand.keys[lo:hi].tolist()
                 ntok = demand.tokens[lo:hi].tolist()
                 ready: list[tuple[int, int, int, Job | None]] = []
+                on_cpu: list[tuple[int, int, simpy.Process]] = []
                 waiting: list[tuple[int, int, int, Job | None]] = []
                 held = list(keys)  # pinned until the layer ends (pin_demand_set)
                 taken = set(keys)
@@ -236,6 +261,10 @@ class _TimingRun:
                             cache.unpin(key)
                         if target == DROP:
                             cache.drop()
+                            continue
+                        if target == CPU:
+                            cache.run_on_cpu()
+                            on_cpu.append((key, klass, self._start_cpu(key, n, klass, where)))
                             continue
                         cache.substitute(target)
                         cache.pin(target)
@@ -275,6 +304,14 @@ class _TimingRun:
                     )
                     if not pin:
                         cache.unpin(key)
+                for key, klass, op in on_cpu:
+                    if not op.triggered:
+                        t0 = env.now
+                        yield op
+                        self.spans.add(lane, "stall", t0, env.now, p, layer, key, 0, req, klass)
+                        self.stall_iv.add(t0, env.now)
+                        self.layer_stall[layer] += env.now - t0
+                        self.phase_stall[phase, layer] += env.now - t0
                 if pin:
                     for key in held:
                         cache.unpin(key)
@@ -373,7 +410,14 @@ class _TimingRun:
             per_request=per_request,
             config={},
             inputs={},
-            hardware_grade=grade_of(self.used),
+            hardware_grade=grade_of(
+                self.used
+                + (
+                    [self.host.cpu_flops, self.host.cpu_compute_efficiency]
+                    if metrics["activations_cpu"]
+                    else []
+                )
+            ),
             spans=spans if self.spans.enabled else None,
             lanes=list(self.spans.lanes),
             counters=self.spans.counters(),

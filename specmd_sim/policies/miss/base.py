@@ -5,6 +5,7 @@ engine also a late hit), the engine asks ``decide(pass_index, layer, key, cache,
 
 - return ``key`` to fetch it (or wait for its transfer) and run it: the classic *stall*;
 - return :data:`DROP` to skip this expert activation (an accuracy cost, counted);
+- return :data:`CPU` to run it on the host CPU, reading its weights from DRAM (counted);
 - return another resident key of the same layer to run instead (a substitution, counted);
   ``taken`` holds the keys this layer already runs, which must not be chosen again.
 """
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from specmd_sim.policies.context import RunContext
 
 DROP = -1
+CPU = -2
 
 
 class MissHandler(Plugin):

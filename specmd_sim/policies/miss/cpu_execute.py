@@ -1,0 +1,71 @@
+"""CPU execution of missing experts (Fiddler; HybriMoE's CPU/GPU split).
+
+For each missing expert the handler compares two estimates: fetching it to the GPU,
+``t_fetch = path latency + expert_bytes / path bandwidth`` (then the GPU runs it), and running it
+on the host CPU, ``t_cpu = max(flops / (cpu_flops * cpu_compute_efficiency), expert_bytes /
+dram_bandwidth)`` for the tokens routed to it in the pass.
+
+- ``mode: fiddler`` (Fiddler, Kamahori et al. 2024): the CPU runs the expert whenever
+  ``t_cpu < t_fetch``, each decision on its own.
+- ``mode: greedy`` (HybriMoE, Zhong et al. 2025): the layer's misses are dealt out in gate
+  order to whichever side would finish it earlier given what that side already took in this
+  layer: the CPU if ``cpu_load + t_cpu < gpu_load + t_fetch``, else the GPU; the chosen side's
+  load grows by its estimate. Loads restart at every layer.
+
+In the timing engine the CPU runs one expert at a time, and its weight reads are a flow over the
+host's DRAM that shares bandwidth with the DMA reads of the copy engines; the layer ends when
+both the GPU and the CPU experts are done (waiting for the CPU is stall). Counted in
+``activations_cpu``; no bytes move to the GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from specmd_sim.policies.miss.base import CPU, MissHandler
+from specmd_sim.policies.registry import MISS, PluginConfig
+
+
+class CPUExecuteConfig(PluginConfig):
+    kind: Literal["cpu-execute"] = "cpu-execute"
+    mode: Literal["fiddler", "greedy"] = Field(
+        default="fiddler", description="Per-expert comparison (fiddler) or a greedy layer split."
+    )
+
+
+@MISS.register
+class CPUExecuteMiss(MissHandler):
+    kind = "cpu-execute"
+    Config = CPUExecuteConfig
+    description = "Run a missing expert on the host CPU when that is faster than fetching it."
+    source = "Fiddler (Kamahori et al., 2024); HybriMoE's CPU-GPU split (Zhong et al., 2025)"
+
+    def __init__(self, config: CPUExecuteConfig, ctx: object) -> None:
+        super().__init__(config, ctx)  # type: ignore[arg-type]
+        c = self.ctx
+        self.greedy = config.mode == "greedy"
+        self.host = c.profile.hosts[0]  # type: ignore[attr-defined]
+        self.t_fetch = c.path.latency_s + c.model.expert_bytes / c.path.bandwidth  # type: ignore[attr-defined]
+        self.where = (-1, -1)
+        self.cpu_load = self.gpu_load = 0.0
+
+    def cpu_time(self, pass_index: int, layer: int, key: int) -> float:
+        demand = self.ctx.demand
+        lo, hi = demand.span(pass_index, layer)
+        keys = demand.keys[lo:hi].tolist()
+        tokens = int(demand.tokens[lo + keys.index(key)])
+        return self.ctx.cost.cpu_expert_time(self.host, tokens)
+
+    def decide(self, pass_index: int, layer: int, key: int, cache: object, taken: set[int]) -> int:
+        t_cpu = self.cpu_time(pass_index, layer, key)
+        if not self.greedy:
+            return CPU if t_cpu < self.t_fetch else key
+        if self.where != (pass_index, layer):
+            self.where, self.cpu_load, self.gpu_load = (pass_index, layer), 0.0, 0.0
+        if self.cpu_load + t_cpu < self.gpu_load + self.t_fetch:
+            self.cpu_load += t_cpu
+            return CPU
+        self.gpu_load += self.t_fetch
+        return key
