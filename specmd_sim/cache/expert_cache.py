@@ -268,7 +268,13 @@ class ExpertCache:
             self._notify()
 
     def cancel(self, key: int) -> None:
-        """Abandon an unstarted prefetch of ``key``: LOADING -> ABSENT, space returned."""
+        """Abandon an unstarted prefetch of ``key``: LOADING -> ABSENT, space returned.
+
+        A prefetch already counted as used (a late hit whose activation the miss handler then
+        dropped or ran elsewhere) delivered nothing: it moves from *used* to *cancelled*.
+        """
+        if not self.prefetched_unused[key]:
+            self.stats.prefetch_used -= 1
         self.state[key] = _ABSENT
         self.used_bytes -= self.expert_bytes
         if self.occupancy_hook is not None:

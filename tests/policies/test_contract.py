@@ -10,7 +10,7 @@ from support.traces import random_trace_ids
 
 from specmd_sim import SimConfig, replay, simulate
 from specmd_sim.cache import ExpertCache
-from specmd_sim.policies import EVICTION, PREDICTORS, PREFETCH
+from specmd_sim.policies import EVICTION, MISS, PREDICTORS, PREFETCH
 from specmd_sim.policies.registry import PluginConfig
 
 EVICTION_KINDS = EVICTION.kinds()
@@ -150,3 +150,24 @@ def test_least_stale_equals_lru_without_prefetching(write_trace) -> None:
         for c in (24,)
     }
     assert results["lru"] == results["least-stale"]
+
+
+@pytest.mark.parametrize("miss", MISS.kinds())
+def test_every_miss_handler_keeps_the_invariants(
+    miss: str, olmoe_like_trace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("specmd_sim.engine.setup.ExpertCache", CheckedCache)
+    cfg = SimConfig(
+        trace=str(olmoe_like_trace),
+        cache={"capacity": 20},
+        prefetch={"kind": "top-k"},
+        miss={"kind": miss},
+        workload={"prefill_chunk_tokens": 2},
+    )
+    for result in (replay(cfg), simulate(cfg)):
+        _invariants(result)
+        m = result.metrics
+        handled = m["activations_dropped"] + m["activations_substituted"] + m["activations_cpu"]
+        assert handled <= m["misses"] + m["late_hits"]
+        if miss == "stall":
+            assert handled == 0
