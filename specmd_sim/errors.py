@@ -14,12 +14,6 @@ class SpecmdError(Exception):
     """An error caused by the user's input; its message is meant to be shown as is."""
 
 
-def input_error(source: str, field: str, expected: str, got: object) -> SpecmdError:
-    """Build the canonical one-line message: ``SOURCE: FIELD: expected X, got Y``."""
-    where = f"{source}: {field}" if field else source
-    return SpecmdError(f"{where}: expected {expected}, got {got!r}")
-
-
 def from_validation_error(source: str, err: ValidationError) -> SpecmdError:
     """Condense a pydantic ValidationError into one line naming field, expectation and value."""
     problems = err.errors(include_url=False)

@@ -112,13 +112,6 @@ def chrome_trace_options(result: dict[str, Any], recording: Recording) -> dict[s
     }
 
 
-def load_run_config(run_dir: Path) -> dict[str, Any]:
-    return yaml.safe_load((run_dir / "config.yaml").read_text())
-
-
-# --- spans.npz ---------------------------------------------------------------------------
-
-
 def write_spans(path: Path, recording: Recording) -> None:
     """Spans, lane names and counters as one ``.npz`` (no pickles, fixed zip timestamps)."""
     meta = {

@@ -117,21 +117,6 @@ class SpanRecorder:
         return spans[np.lexsort((spans["lane"], spans["start"]))] if spans.size else spans
 
 
-def busy_union(spans: np.ndarray, kinds: tuple[str, ...]) -> np.ndarray:
-    """Disjoint, sorted ``[start, end]`` intervals covered by spans of ``kinds``."""
-    mask = np.isin(spans["kind"], [KIND[k] for k in kinds])
-    s = spans[mask]
-    if not s.size:
-        return np.zeros((0, 2))
-    order = np.argsort(s["start"], kind="stable")
-    starts, ends = s["start"][order], s["end"][order]
-    running_end = np.maximum.accumulate(ends)
-    new = np.r_[True, starts[1:] > running_end[:-1]]
-    idx = np.flatnonzero(new)
-    merged_end = np.maximum.reduceat(ends, idx)
-    return np.stack([starts[idx], merged_end], axis=1)
-
-
 def intersection_length(a: np.ndarray, b: np.ndarray) -> float:
     """Total length of the intersection of two disjoint sorted interval lists."""
     total, i, j = 0.0, 0, 0

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 from specmd_sim.config import config_to_dict
-from specmd_sim.hardware.schema import Quantity, lowest_grade
 from specmd_sim.metrics import RunResult
 from specmd_sim.scenario import Scenario
 
@@ -36,10 +35,6 @@ def inputs_echo(scenario: Scenario) -> dict[str, Any]:
 
 def config_echo(scenario: Scenario) -> dict[str, Any]:
     return config_to_dict(scenario.config)
-
-
-def grade_of(quantities: list[Quantity]) -> str:
-    return lowest_grade(quantities)
 
 
 def finish_result(scenario: Scenario, warm: list[int], result: RunResult) -> RunResult:

@@ -26,8 +26,6 @@ class Job:
     done: simpy.Event
     bypass: bool = False  # into a staging buffer, not the cache
     started: bool = False
-    cancelled: bool = False
-    start_time: float = -1.0
 
 
 @dataclass(eq=False)
@@ -76,16 +74,13 @@ class CopyEngines:
         while self.free and (self.demand_q or self.prefetch_q):
             job = self.demand_q.popleft() if self.demand_q else self.prefetch_q.popleft()
             if not job.started and not job.demand and self.should_cancel(job):
-                job.cancelled = True
                 self.on_cancel(job)
                 continue
             slot = self.free.pop(0)
             self.env.process(self._run(job, slot))
 
     def _run(self, job: Job, slot: int) -> Generator[Any, Any, None]:
-        if not job.started:
-            job.started = True
-            job.start_time = self.env.now
+        job.started = True
         chunk = job.chunks.pop(0)
         yield from self.run_chunk(job, slot, chunk)
         self.free.append(slot)

@@ -26,11 +26,12 @@ import simpy
 from specmd_sim.cache import AccessClass, FetchReason
 from specmd_sim.cache.states import State
 from specmd_sim.config import SimConfig
-from specmd_sim.engine.common import Progress, finish_result, grade_of, report_progress
+from specmd_sim.engine.common import Progress, finish_result, report_progress
 from specmd_sim.engine.setup import build_run
 from specmd_sim.engine.sim.breakdown import Busy, Intervals, mean_of, request_table
 from specmd_sim.engine.sim.copy_engines import CopyEngines, Job
 from specmd_sim.engine.sim.flows import FlowNetwork
+from specmd_sim.hardware import lowest_grade
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
 from specmd_sim.policies.miss.base import CPU, DROP
 from specmd_sim.scenario import Scenario, build_scenario
@@ -192,7 +193,6 @@ class _TimingRun:
     def _cancel_job(self, job: Job) -> bool:
         if self.cache.pins[job.key]:
             return False
-        job.cancelled = True
         self._cancelled(job)
         return True
 
@@ -410,7 +410,7 @@ class _TimingRun:
             per_request=per_request,
             config={},
             inputs={},
-            hardware_grade=grade_of(
+            hardware_grade=lowest_grade(
                 self.used
                 + (
                     [self.host.cpu_flops, self.host.cpu_compute_efficiency]

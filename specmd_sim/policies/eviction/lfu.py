@@ -29,13 +29,16 @@ class LFUEviction(EvictionPolicy):
         self.freq: dict[int, int] = {}
         self.buckets: dict[int, dict[int, None]] = {}
 
+    def _unlink(self, key: int) -> None:
+        count = self.freq.pop(key)
+        bucket = self.buckets[count]
+        del bucket[key]
+        if not bucket:
+            del self.buckets[count]
+
     def _move(self, key: int, new: int) -> None:
-        old = self.freq.get(key)
-        if old is not None:
-            bucket = self.buckets[old]
-            del bucket[key]
-            if not bucket:
-                del self.buckets[old]
+        if key in self.freq:
+            self._unlink(key)
         self.freq[key] = new
         self.buckets.setdefault(new, {})[key] = None
 
@@ -46,10 +49,7 @@ class LFUEviction(EvictionPolicy):
         self._move(key, 1)
 
     def on_remove(self, key: int) -> None:
-        bucket = self.buckets[self.freq.pop(key)]
-        del bucket[key]
-        if not bucket:
-            del self.buckets[min(b for b, v in self.buckets.items() if not v)]
+        self._unlink(key)
 
     def choose_victim(self, evictable: Evictable, incoming: int) -> int | None:
         for count in sorted(self.buckets):
