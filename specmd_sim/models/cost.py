@@ -11,7 +11,8 @@ Operations per pass (``n`` tokens; token ``i`` at 1-based position ``pos_i`` of 
   ``kv_bytes_per_token`` times the sum of the requests' context ends);
 - ``expert``: one routed expert over the ``m`` tokens routed to it
   (``2 * expert_params * m`` FLOPs, reading its weights once);
-- ``dense layer``: a layer with a dense FFN (DeepSeek's first layers);
+- ``dense layer``: a layer with a dense FFN (DeepSeek's first layers), run at the start of
+  each pass as one span per pass (layer -1);
 - ``lm_head``: the output projection for one token per request of the pass (the last prompt
   token of a prefill chunk, each request's token of a decode pass).
 
@@ -69,11 +70,10 @@ class CostModel:
         )
         return self.op_time(flops, bytes_, self.model.dense_dtype)
 
-    def dense_layer_time(self, tokens: int, context_end: int) -> float:
-        flops, bytes_ = self._attention(
-            self.model.dense_layer_params, tokens, *_one_request(tokens, context_end)
-        )
-        return self.op_time(flops, bytes_, self.model.dense_dtype)
+    def dense_layers_time(self, tokens: int, attended: int, kv_tokens: int) -> float:
+        """All dense-FFN layers of a pass (DeepSeek's first layers); 0 for models without."""
+        flops, bytes_ = self._attention(self.model.dense_layer_params, tokens, attended, kv_tokens)
+        return self.model.dense_layers * self.op_time(flops, bytes_, self.model.dense_dtype)
 
     def expert_time(self, tokens: int) -> float:
         """One routed expert applied to ``tokens`` tokens."""

@@ -31,6 +31,11 @@ FIRST_VIEW_PASSES = 3
 MAX_PASS_LINES = 300
 
 
+def _has_dense(spans: np.ndarray) -> bool:
+    """Whether the run has dense-layer spans (attention spans outside any MoE layer)."""
+    return bool(((spans["kind"] == KIND["attention"]) & (spans["layer"] < 0)).any())
+
+
 def layer_figure(
     run: RunData,
     max_spans: int = 8_000,
@@ -80,7 +85,9 @@ def layer_figure(
         annotations=notes,
         hovermode="closest",
     )
-    labels = [f"layer {i}" for i in range(n_layers)] + (["LM head"] if has_head else [])
+    # spans of no MoE layer: the LM head, and the dense-FFN layers of models that have them
+    other = "dense layers + LM head" if _has_dense(spans) else "LM head"
+    labels = [f"layer {i}" for i in range(n_layers)] + ([other] if has_head else [])
     fig.update_yaxes(
         tickvals=np.arange(n_y),
         ticktext=labels,

@@ -230,9 +230,11 @@ class _TimingRun:
             phase = int(passes.phase[p])
             cache.begin_pass(p)
             tokens = passes.tokens(p)
-            t_attn = cost.batch_attention_time(
-                tokens, int(passes.attended[p]), int(passes.kv_tokens[p])
-            )
+            attended, kv_tokens = int(passes.attended[p]), int(passes.kv_tokens[p])
+            t_attn = cost.batch_attention_time(tokens, attended, kv_tokens)
+            if sc.model.dense_layers:
+                t_dense = cost.dense_layers_time(tokens, attended, kv_tokens)
+                yield self._compute(lane, "attention", t_dense, pass_=p, request=req)
             for layer in range(num_layers):
                 where = {"pass_": p, "layer": layer, "request": req}
                 self.layer_compute[layer] += t_attn
