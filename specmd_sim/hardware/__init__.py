@@ -2,16 +2,24 @@
 
 from specmd_sim.hardware.loader import list_profiles, load_profile
 from specmd_sim.hardware.schema import HardwareProfile, lowest_grade
-from specmd_sim.hardware.topology import Hop, HostPath, build_graph, find_path, host_path
+from specmd_sim.hardware.topology import (
+    Hop,
+    TransferPath,
+    build_graph,
+    find_path,
+    host_path,
+    transfer_path,
+)
 
 __all__ = [
     "HardwareProfile",
     "Hop",
-    "HostPath",
+    "TransferPath",
     "build_graph",
     "find_path",
     "host_path",
     "list_profiles",
     "load_profile",
     "lowest_grade",
+    "transfer_path",
 ]

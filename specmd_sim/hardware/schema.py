@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Grade = Literal["A", "B", "C", "D"]
@@ -94,15 +95,64 @@ class SwitchNode(_Frozen):
     name: str = Field(default="", description="Free-form label.")
 
 
+class QueueDepthPoint(_Frozen):
+    """One measured point of a drive's read bandwidth at a queue depth (e.g. from fio)."""
+
+    queue_depth: int = Field(ge=1, description="Outstanding read requests.")
+    bandwidth_bytes_per_s: float = Field(gt=0, description="Read bandwidth at that depth, bytes/s.")
+
+
+class QueueDepthCurve(_Frozen):
+    """Read bandwidth against queue depth; linear between points, flat beyond the ends."""
+
+    points: list[QueueDepthPoint] = Field(min_length=1, description="Points, by queue depth.")
+    source: str = Field(min_length=1, description="Where the measurements come from.")
+    grade: Grade = Field(description="Confidence: A measured, B vendor spec, C derived, D assumed.")
+
+    @model_validator(mode="after")
+    def _check_order(self) -> QueueDepthCurve:
+        depths = [p.queue_depth for p in self.points]
+        if depths != sorted(set(depths)):
+            raise ValueError(f"points: expected strictly increasing queue depths, got {depths}")
+        return self
+
+
 class NVMeNode(_Frozen):
-    """An NVMe SSD tier holding experts that do not fit in DRAM."""
+    """An NVMe SSD tier holding experts that do not fit in DRAM.
+
+    Its read bandwidth depends on the queue depth ``q`` (reads outstanding on the drive): with
+    a measured ``read_bandwidth_by_queue_depth`` curve, interpolated; otherwise Little's law,
+    ``min(read_bandwidth, q * read_request_bytes / read_latency)``.
+    """
 
     kind: Literal["nvme"]
     id: str = Field(min_length=1, description="Unique node id, e.g. 'nvme0'.")
     name: str = Field(description="Drive name.")
     capacity_bytes: Positive = Field(description="Capacity in bytes.")
-    read_bandwidth_bytes_per_s: Positive = Field(description="Sequential read bandwidth, bytes/s.")
-    read_latency_s: NonNegative = Field(description="Latency of one read request, s.")
+    read_bandwidth_bytes_per_s: Positive = Field(
+        description="Sequential read bandwidth at a deep queue (the drive's peak), bytes/s."
+    )
+    read_latency_s: Positive = Field(description="Latency of one read request, s.")
+    read_request_bytes: Positive = Field(
+        description="Bytes per read request: a transfer of n bytes keeps ceil(n / this) in flight."
+    )
+    max_queue_depth: Count = Field(
+        description="Most read requests outstanding on the drive at once (the I/O queue size)."
+    )
+    read_bandwidth_by_queue_depth: QueueDepthCurve | None = Field(
+        default=None, description="Measured bandwidth per queue depth; replaces Little's law."
+    )
+
+    def read_bandwidth(self, queue_depth: int) -> float:
+        """Bytes/s the drive delivers with ``queue_depth`` reads outstanding (capped)."""
+        q = min(max(queue_depth, 1), self.max_queue_depth.value)
+        peak = self.read_bandwidth_bytes_per_s.value
+        curve = self.read_bandwidth_by_queue_depth
+        if curve is None:
+            return min(peak, q * self.read_request_bytes.value / self.read_latency_s.value)
+        depths = [p.queue_depth for p in curve.points]
+        rates = [p.bandwidth_bytes_per_s for p in curve.points]
+        return min(peak, float(np.interp(q, depths, rates)))
 
 
 Node = Annotated[GPUNode | HostNode | SwitchNode | NVMeNode, Field(discriminator="kind")]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from specmd_sim.errors import SpecmdError
-from specmd_sim.hardware.schema import HardwareProfile, Link
+from specmd_sim.hardware.schema import HardwareProfile, HostNode, Link, NVMeNode
 
 
 @dataclass(frozen=True)
@@ -47,17 +47,24 @@ def build_graph(profile: HardwareProfile) -> nx.Graph:
 def find_path(profile: HardwareProfile, graph: nx.Graph, src: str, dst: str) -> list[Hop]:
     """The widest-then-shortest path from ``src`` to ``dst``, as directed hops.
 
-    Among simple paths it picks the one whose narrowest link is widest, breaking ties by fewer
-    hops and then by the node ids along the path (so the choice is deterministic).
+    Only ``switch`` and ``host`` nodes relay traffic: a path never passes *through* a GPU or an
+    NVMe drive (a peer GPU's copy engines do not forward another GPU's DMA). Among the simple
+    paths it picks the one whose narrowest link is widest, breaking ties by fewer hops and then
+    by the node ids along the path (so the choice is deterministic).
     """
-    try:
-        candidates = list(nx.all_simple_paths(graph, src, dst, cutoff=8))
-    except nx.NodeNotFound as exc:
-        raise SpecmdError(f"hardware profile {profile.id}: {exc}") from None
+    for end in (src, dst):
+        if end not in graph:
+            raise SpecmdError(
+                f"hardware profile {profile.id}: expected one of the node ids "
+                f"{sorted(graph.nodes)}, got {end!r}"
+            )
+    relays = [n for n, d in graph.nodes(data=True) if d["spec"].kind in _RELAYS]
+    routable = graph.subgraph({src, dst, *relays})
+    candidates = list(nx.all_simple_paths(routable, src, dst, cutoff=8))
     if not candidates:
         raise SpecmdError(
             f"hardware profile {profile.id}: expected a path of links from {src!r} to {dst!r}, "
-            "got none"
+            "got none (only switch and host nodes relay transfers)"
         )
 
     def rank(path: list[str]) -> tuple[float, int, list[str]]:
@@ -68,15 +75,27 @@ def find_path(profile: HardwareProfile, graph: nx.Graph, src: str, dst: str) -> 
     return [Hop(graph.edges[u, v]["spec"], u, v) for u, v in _pairs(best)]
 
 
+_RELAYS = ("switch", "host")
+
+
 def _pairs(path: list[str]) -> list[tuple[str, str]]:
     return list(itertools.pairwise(path))
 
 
 @dataclass(frozen=True)
-class HostPath:
-    """How experts travel from the first host's DRAM to a GPU: the resources a transfer
-    shares (each link direction, then the host's DRAM) with their bandwidths, and its latency."""
+class TransferPath:
+    """How an expert's bytes travel from where they are stored to a GPU: the resources a
+    transfer shares (each link direction, then the storage device it is read from) with their
+    bandwidths, and its latency.
 
+    Resource keys: a link direction ``'<link>:<from>><to>'``, a host's DRAM ``'dram:<host>'``,
+    an NVMe drive ``'nvme:<id>'`` (its bandwidth depends on the queue depth; ``capacity`` holds
+    its peak). A read from NVMe through a host's bounce buffer also crosses that host's DRAM.
+    ``latency_s`` sums the links' latencies; a drive's read latency is part of its
+    queue-depth-dependent bandwidth (Little's law), not added again.
+    """
+
+    source: str  # node id the bytes are read from: a host, an NVMe drive or a peer GPU
     hops: tuple[Hop, ...]
     resources: tuple[str, ...]
     capacity: dict[str, float]
@@ -84,20 +103,31 @@ class HostPath:
 
     @property
     def bandwidth(self) -> float:
-        """Bytes/s of one transfer alone on the path (its narrowest resource)."""
+        """Bytes/s of one transfer alone on the path (its narrowest resource at full depth)."""
         return min(self.capacity.values())
 
 
-def host_path(profile: HardwareProfile, gpu_id: str | None = None) -> HostPath:
-    gpu = profile.gpus[0] if gpu_id is None else profile.node(gpu_id)
-    host = profile.hosts[0]
-    hops = tuple(find_path(profile, build_graph(profile), host.id, gpu.id))
-    dram = f"dram:{host.id}"
+def transfer_path(profile: HardwareProfile, source: str, gpu_id: str) -> TransferPath:
+    """The path from storage node ``source`` (host DRAM, NVMe or a peer GPU's HBM) to a GPU."""
+    hops = tuple(find_path(profile, build_graph(profile), source, gpu_id))
     capacity = {h.key: h.link.bandwidth_bytes_per_s.value for h in hops}
-    capacity[dram] = host.dram_bandwidth_bytes_per_s.value
-    return HostPath(
+    latency = sum(h.link.latency_s.value for h in hops)
+    for node_id in (source, *(h.dst for h in hops[:-1])):
+        node = profile.node(node_id)
+        if isinstance(node, HostNode):
+            capacity[f"dram:{node.id}"] = node.dram_bandwidth_bytes_per_s.value
+        elif isinstance(node, NVMeNode):
+            capacity[f"nvme:{node.id}"] = node.read_bandwidth_bytes_per_s.value
+    return TransferPath(
+        source=source,
         hops=hops,
-        resources=(*(h.key for h in hops), dram),
+        resources=tuple(capacity),
         capacity=capacity,
-        latency_s=sum(h.link.latency_s.value for h in hops),
+        latency_s=latency,
     )
+
+
+def host_path(profile: HardwareProfile, gpu_id: str | None = None) -> TransferPath:
+    """The path from the first host's DRAM to ``gpu_id`` (default: the first GPU)."""
+    gpu = profile.gpus[0].id if gpu_id is None else gpu_id
+    return transfer_path(profile, profile.hosts[0].id, gpu)

@@ -9,7 +9,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from specmd_sim.engine.demand import DemandSets, Passes
-    from specmd_sim.hardware import HardwareProfile, HostPath
+    from specmd_sim.hardware import HardwareProfile, TransferPath
     from specmd_sim.models.cost import CostModel
     from specmd_sim.models.spec import ModelSpec
     from specmd_sim.traces.trace import Trace
@@ -31,7 +31,7 @@ class RunContext:
     slots: int
     profile: HardwareProfile
     cost: CostModel  # compute times on the run's GPU
-    path: HostPath  # how experts reach that GPU
+    path: TransferPath  # how experts reach that GPU
 
     @property
     def num_layers(self) -> int:

@@ -11,21 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
+from support.profiles import profile_with_engines
 
 from specmd_sim import SimConfig, simulate
 from specmd_sim.hardware import load_profile
 from specmd_sim.models import load_model
 
 LAYERS, EXPERTS = 32, 8  # mixtral-8x7b shape
-
-
-def profile_with_engines(tmp_path: Path, engines: int) -> Path:
-    data = load_profile("h100-pcie").model_dump(mode="json")
-    data["nodes"][0]["copy_engines_h2d"]["value"] = engines
-    path = tmp_path / f"h100-{engines}ce.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def roofline(flops: float, nbytes: float, gpu: dict) -> float:
@@ -67,7 +59,8 @@ def run_one_token(write_trace, tmp_path: Path, k: int, engines: int) -> tuple[di
 
 
 def link(profile: dict) -> tuple[float, float]:
-    (lk,) = profile["links"]
+    """The host-GPU link (h100-pcie also has an NVMe drive's link, unused here)."""
+    (lk,) = [lk for lk in profile["links"] if {lk["a"], lk["b"]} == {"host", "gpu0"}]
     return lk["bandwidth_bytes_per_s"]["value"], lk["latency_s"]["value"]
 
 

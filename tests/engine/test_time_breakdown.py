@@ -14,7 +14,8 @@ from specmd_sim.hardware import load_profile
 def scaled_link(tmp_path: Path, factor: float) -> Path:
     """h100-pcie with its host link's bandwidth multiplied by ``factor``."""
     data = load_profile("h100-pcie").model_dump(mode="json")
-    data["links"][0]["bandwidth_bytes_per_s"]["value"] *= factor
+    (host_link,) = [lk for lk in data["links"] if lk["id"] == "pcie0"]
+    host_link["bandwidth_bytes_per_s"]["value"] *= factor
     path = tmp_path / f"h100-pcie-x{factor}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
