@@ -68,6 +68,7 @@ def trace_info(
         "decode_tokens": int((t.phase == 1).sum()),
         "has_gates": t.gates is not None,
         "pred_lookahead": t.lookahead,
+        "has_arrival_s": t.arrival_s is not None,
         "popularity_skew": popularity_skew(t.experts, t.num_experts),
         "repeat_share": repeat_share(t.experts, t.request),
     }

@@ -19,7 +19,7 @@ from specmd_sim._data import data_dir
 from specmd_sim.errors import SpecmdError
 from specmd_sim.traces.trace import Trace, validate_trace
 
-ARRAY_NAMES = ("experts", "gates", "pred_scores", "request", "phase")
+ARRAY_NAMES = ("experts", "gates", "pred_scores", "request", "phase", "arrival_s")
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 
 

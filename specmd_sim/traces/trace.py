@@ -9,6 +9,9 @@ A trace is a handful of numpy arrays (see ``docs/trace-format.md``), never Pytho
   layers ahead (index ``j - 1``), i.e. computed at layer ``l - j``; NaN where unavailable;
 - ``request`` int32 ``[T]``: the request each token belongs to;
 - ``phase`` uint8 ``[T]``: 0 prefill, 1 decode;
+- ``arrival_s`` float64 ``[T]`` (optional): the arrival time, in seconds from the start of the
+  trace, of the request each row belongs to (equal within a request, non-decreasing over requests
+  in order of first appearance);
 - ``meta``: a JSON object with at least ``format``, ``version``, ``model``, ``num_layers``,
   ``num_experts`` and ``top_k``.
 
@@ -40,6 +43,7 @@ class Trace:
     meta: dict[str, Any] = field(default_factory=dict)
     gates: np.ndarray | None = None
     pred_scores: np.ndarray | None = None
+    arrival_s: np.ndarray | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -66,6 +70,15 @@ class Trace:
         """How many layers ahead ``pred_scores`` reaches (0 without predictions)."""
         return 0 if self.pred_scores is None else int(self.pred_scores.shape[0])
 
+    def request_arrivals(self) -> np.ndarray | None:
+        """Arrival time (s) of each request in order of first appearance; None without them.
+
+        The matching request ids are ``request[np.sort(np.unique(request, return_index=True)[1])]``.
+        """
+        if self.arrival_s is None:
+            return None
+        return np.asarray(self.arrival_s[_first_rows(self.request)], dtype=np.float64)
+
 
 def make_trace(
     experts: np.ndarray,
@@ -76,6 +89,7 @@ def make_trace(
     phase: np.ndarray | None = None,
     gates: np.ndarray | None = None,
     pred_scores: np.ndarray | None = None,
+    arrival_s: np.ndarray | None = None,
     source: str = "trace",
     **meta: Any,
 ) -> Trace:
@@ -103,6 +117,7 @@ def make_trace(
             "phase": np.full(t, DECODE, np.uint8) if phase is None else phase,
             "gates": gates,
             "pred_scores": pred_scores,
+            "arrival_s": arrival_s,
         },
         full_meta,
         source,
@@ -212,7 +227,58 @@ def validate_trace(arrays: dict[str, Any], meta: Any, source: str) -> Trace:
                 f"shape [D >= 1, {t}, {num_layers}, {num_experts}]",
                 f"shape {list(pred.shape)}",
             )
-    return Trace(experts, request, phase, meta, gates, pred)
+    arrival = arrays.get("arrival_s")
+    if arrival is not None:
+        arrival = _check_arrivals(arrival, request, source)
+    return Trace(experts, request, phase, meta, gates, pred, arrival)
+
+
+def _first_rows(request: np.ndarray) -> np.ndarray:
+    """The first row of each request, in order of first appearance."""
+    return np.sort(np.unique(request, return_index=True)[1])
+
+
+def _check_arrivals(arrival: Any, request: np.ndarray, source: str) -> np.ndarray:
+    """``arrival_s``: one finite time >= 0 per row, equal within a request, FCFS over requests."""
+    name, t = "arrival_s", request.size
+    arrival = _as(source, name, arrival, "iuf", np.float64, 1)
+    if arrival.shape != (t,):
+        raise _fail(source, name, f"shape [{t}] (one per token)", f"shape {list(arrival.shape)}")
+    finite = np.isfinite(arrival)
+    if not finite.all():
+        row = int(np.argmin(finite))
+        raise _fail(source, name, "finite times", f"{float(arrival[row])} at row {row}")
+    negative = arrival < 0
+    if negative.any():
+        row = int(np.argmax(negative))
+        raise _fail(source, name, "times >= 0", f"{float(arrival[row])} at row {row}")
+    _, first, inverse = np.unique(request, return_index=True, return_inverse=True)
+    first_of_row = first[inverse.reshape(-1)]
+    differs = arrival != arrival[first_of_row]
+    if differs.any():
+        row = int(np.argmax(differs))
+        req = int(request[row])
+        first_row = int(first_of_row[row])
+        raise _fail(
+            source,
+            name,
+            "one arrival time per request (equal on all its rows)",
+            f"request {req} with {float(arrival[first_row])} at row {first_row} and "
+            f"{float(arrival[row])} at row {row}",
+        )
+    rows = np.sort(first)
+    times = arrival[rows]
+    earlier = times[1:] < times[:-1]
+    if earlier.any():
+        i = int(np.argmax(earlier))
+        raise _fail(
+            source,
+            name,
+            "request arrivals non-decreasing in order of first appearance (FCFS)",
+            f"request {int(request[rows[i + 1]])} at {float(times[i + 1])} s before request "
+            f"{int(request[rows[i]])} at {float(times[i])} s (which appears first)",
+        )
+    return arrival
 
 
 def _check_phase_order(request: np.ndarray, phase: np.ndarray, source: str) -> None:
