@@ -34,12 +34,47 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _size_spec(value: object) -> str | int:
+    """Validate a size given as a percentage of routed-expert bytes, a count or bytes."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(
+            f"expected a percentage ('5%'), a slot count (51) or a size ('0.6GiB'), got {value!r}"
+        )
+    if isinstance(value, int):
+        if value < 1:
+            raise ValueError(f"expected at least 1 expert slot, got {value}")
+        return value
+    text = value.strip()
+    if text.isdigit():
+        return _size_spec(int(text))
+    match = _PERCENT.match(text)
+    if match:
+        if not 0 < float(match.group(1)) <= 100:
+            raise ValueError(f"expected a percentage in (0, 100], got {value!r}")
+        return text
+    size = parse_bytes(text)
+    if size <= 0:
+        raise ValueError(f"expected a positive size, got {value!r}")
+    return text
+
+
+def resolve_size(spec: str | int, expert_bytes: int, routed_bytes: int) -> int:
+    """Bytes of a size spec: ``'5%'`` of ``routed_bytes``, N experts of ``expert_bytes``, or a
+    size in bytes."""
+    if isinstance(spec, int):
+        return spec * expert_bytes
+    match = _PERCENT.match(spec)
+    if match:
+        return int(float(match.group(1)) / 100.0 * routed_bytes)
+    return parse_bytes(spec)
+
+
 class CacheConfig(_Frozen):
     capacity: str | int = Field(
         default="5%",
         description=(
-            "GPU expert-cache capacity: a percentage of all routed-expert bytes ('5%', SpecMD's "
-            "convention), a number of expert slots (51), or bytes ('0.6GiB', '650e6B')."
+            "GPU expert-cache capacity, per GPU: a percentage of all routed-expert bytes ('5%', "
+            "SpecMD's convention), a number of expert slots (51), or bytes ('0.6GiB', '650e6B')."
         ),
     )
     pin_demand_set: bool = Field(
@@ -50,40 +85,90 @@ class CacheConfig(_Frozen):
         ),
     )
 
-    @field_validator("capacity", mode="before")
-    @classmethod
-    def _check_capacity(cls, value: object) -> str | int:
-        if isinstance(value, bool) or not isinstance(value, str | int):
-            raise ValueError(
-                f"expected a percentage ('5%'), a slot count (51) or a size ('0.6GiB'), "
-                f"got {value!r}"
-            )
-        if isinstance(value, int):
-            if value < 1:
-                raise ValueError(f"expected at least 1 expert slot, got {value}")
-            return value
-        text = value.strip()
-        if text.isdigit():
-            return cls._check_capacity(int(text))
-        match = _PERCENT.match(text)
-        if match:
-            if not 0 < float(match.group(1)) <= 100:
-                raise ValueError(f"expected a percentage in (0, 100], got {value!r}")
-            return text
-        size = parse_bytes(text)
-        if size <= 0:
-            raise ValueError(f"expected a positive size, got {value!r}")
-        return text
+    _check_capacity = field_validator("capacity", mode="before")(_size_spec)
 
     def capacity_bytes(self, expert_bytes: int, routed_bytes: int) -> int:
         """Resolve the capacity against a model's expert sizes."""
-        cap = self.capacity
-        if isinstance(cap, int):
-            return cap * expert_bytes
-        match = _PERCENT.match(cap)
-        if match:
-            return int(float(match.group(1)) / 100.0 * routed_bytes)
-        return parse_bytes(cap)
+        return resolve_size(self.capacity, expert_bytes, routed_bytes)
+
+
+class MemoryConfig(_Frozen):
+    dram_capacity: str | int | None = Field(
+        default=None,
+        description=(
+            "Routed-expert bytes stored in host DRAM, the rest on the profile's NVMe drive: a "
+            "percentage of all routed-expert bytes, a number of experts or bytes. None = as many "
+            "as the host's DRAM holds (all of them when they fit)."
+        ),
+    )
+    placement: Literal["hot-first", "layer-order"] = Field(
+        default="hot-first",
+        description=(
+            "Which experts DRAM keeps: 'hot-first' = the most often routed in the trace (an "
+            "offline profile), 'layer-order' = earlier layers first."
+        ),
+    )
+    nvme: str | None = Field(
+        default=None, description="NVMe node id of the profile; None = its first NVMe node."
+    )
+
+    @field_validator("dram_capacity", mode="before")
+    @classmethod
+    def _check_dram(cls, value: object) -> str | int | None:
+        return None if value is None else _size_spec(value)
+
+
+class PrecisionConfig(_Frozen):
+    cold_dtype: Dtype | None = Field(
+        default=None,
+        description=(
+            "Precision of the experts outside each layer's hot set (bytes and compute follow "
+            "it); None = every expert at the model's expert precision."
+        ),
+    )
+    hot_fraction: float = Field(
+        default=0.25,
+        ge=0,
+        le=1,
+        description=(
+            "Per layer, the fraction of experts (most often routed in the trace first) kept at "
+            "the model's expert precision."
+        ),
+    )
+
+
+class ParallelConfig(_Frozen):
+    gpus: int | list[str] = Field(
+        default=1,
+        description=(
+            "GPUs used: a number N (the profile's first N GPU nodes) or a list of GPU node ids "
+            "(e.g. [gpu0, gpu2]: two GPUs behind different PCIe switches)."
+        ),
+    )
+    mode: Literal["replicas", "expert-sharded"] = Field(
+        default="replicas",
+        description=(
+            "'replicas' = each GPU serves its own requests (round robin in arrival order) with "
+            "its own expert cache, all fetching from host memory over shared links; "
+            "'expert-sharded' = as replicas, but the routed experts are also sharded across the "
+            "GPUs' HBM (contiguous blocks of each layer's experts): a GPU's own shard is always "
+            "resident, and a missing expert comes from its owner GPU over the GPU-GPU fabric."
+        ),
+    )
+
+    @field_validator("gpus")
+    @classmethod
+    def _check_gpus(cls, value: int | list[str]) -> int | list[str]:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(f"expected at least 1 GPU, got {value}")
+        if isinstance(value, list) and (not value or len(set(value)) != len(value)):
+            raise ValueError(f"expected a non-empty list of distinct GPU ids, got {value}")
+        return value
+
+    @property
+    def count(self) -> int:
+        """How many GPUs the run uses."""
+        return self.gpus if isinstance(self.gpus, int) else len(self.gpus)
 
 
 class WorkloadConfig(_Frozen):
@@ -108,12 +193,13 @@ class WorkloadConfig(_Frozen):
             "joins when a slot is free and runs its prefill chunks first."
         ),
     )
-    arrivals: Literal["closed-loop", "poisson"] = Field(
+    arrivals: Literal["closed-loop", "poisson", "trace"] = Field(
         default="closed-loop",
         description=(
             "When requests arrive: 'closed-loop' = each when a batch slot frees for it (batch "
             "1: when the previous one has finished); 'poisson' = a Poisson process of "
-            "arrival_rate_per_s, drawn from the run's random generator, in trace order."
+            "arrival_rate_per_s, drawn from the run's random generator, in trace order; "
+            "'trace' = the trace's recorded arrival_s."
         ),
     )
     arrival_rate_per_s: float | None = Field(
@@ -186,6 +272,11 @@ class SimConfig(_Frozen):
         ),
     )
     workload: WorkloadConfig = Field(default_factory=WorkloadConfig, description="Passes.")
+    memory: MemoryConfig = Field(default_factory=MemoryConfig, description="Expert storage tiers.")
+    precision: PrecisionConfig = Field(
+        default_factory=PrecisionConfig, description="Per-expert precision."
+    )
+    parallel: ParallelConfig = Field(default_factory=ParallelConfig, description="Multi-GPU.")
     timing: TimingConfig = Field(default_factory=TimingConfig, description="Timing engine.")
     seed: int = Field(default=0, ge=0, description="Seed of the run's one random generator.")
 

@@ -34,6 +34,7 @@ class RunResult:
     lanes: list[str] = field(default_factory=list)
     counters: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     per_resource: dict[str, list[Any]] = field(default_factory=dict)  # links, DRAM, engines
+    per_gpu: dict[str, list[Any]] = field(default_factory=dict)  # one row per GPU (simulate)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -45,6 +46,7 @@ class RunResult:
             "per_layer": self.per_layer,
             "per_request": self.per_request,
             "per_resource": self.per_resource,
+            "per_gpu": self.per_gpu,
             "hardware_grade": self.hardware_grade,
             "inputs": self.inputs,
             "config": self.config,

@@ -9,8 +9,10 @@ import numpy as np
 
 from specmd_sim.config import SimConfig
 from specmd_sim.engine.demand import DemandSets, Passes, build_demand, build_passes
+from specmd_sim.engine.placement import Placement, build_placement, shard_mask
 from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware import HardwareProfile, load_profile
+from specmd_sim.hardware.schema import GPUNode
 from specmd_sim.models import ModelSpec, load_model
 from specmd_sim.traces.io import load_trace
 from specmd_sim.traces.trace import Trace
@@ -25,11 +27,16 @@ class Scenario:
     trace: Trace
     passes: Passes
     demand: DemandSets
-    capacity_bytes: int
+    capacity_bytes: int  # of each GPU's expert cache
+    placement: Placement
+    gpus: tuple[GPUNode, ...]  # the GPUs of config.parallel, in order
+    # per GPU, its pass table and demand sets; ((passes, demand),) with one GPU
+    shards: tuple[tuple[Passes, DemandSets], ...]
 
     @property
     def slots(self) -> int:
-        return self.capacity_bytes // self.model.expert_bytes
+        """Expert slots of the cache (of the largest expert size, with mixed precision)."""
+        return self.capacity_bytes // self.placement.largest
 
 
 def build_scenario(config: SimConfig) -> Scenario:
@@ -41,9 +48,21 @@ def build_scenario(config: SimConfig) -> Scenario:
     if passes.num_passes == 0:
         raise SpecmdError(f"trace {config.trace}: expected at least one pass, got none")
     demand = build_demand(trace, passes)
-    capacity = config.cache.capacity_bytes(model.expert_bytes, model.routed_bytes)
-    _check_capacity(config, profile, model, demand, capacity)
-    return Scenario(config, profile, model, trace, passes, demand, capacity)
+    placement = build_placement(config, profile, model, trace)
+    capacity = config.cache.capacity_bytes(model.expert_bytes, placement.routed_bytes)
+    gpu_nodes = _resolve_gpus(config, profile)
+    _check_gpus(config, gpu_nodes, placement, capacity)
+    gpus = len(gpu_nodes)
+    if gpus == 1:
+        shards = ((passes, demand),)
+    else:
+        parts = [build_passes(trace, config.workload, (g, gpus)) for g in range(gpus)]
+        shards = tuple((p, build_demand(trace, p)) for p in parts)
+    for _, shard_demand in shards:
+        _check_capacity(config, profile, gpu_nodes, placement, shard_demand, capacity)
+    return Scenario(
+        config, profile, model, trace, passes, demand, capacity, placement, gpu_nodes, shards
+    )
 
 
 def _check_shapes(model: ModelSpec, trace: Trace) -> None:
@@ -64,9 +83,14 @@ def _check_shapes(model: ModelSpec, trace: Trace) -> None:
 
 
 def _check_capacity(
-    config: SimConfig, profile: HardwareProfile, model: ModelSpec, demand: DemandSets, cap: int
+    config: SimConfig,
+    profile: HardwareProfile,
+    gpus: tuple[GPUNode, ...],
+    placement: Placement,
+    demand: DemandSets,
+    cap: int,
 ) -> None:
-    eb = model.expert_bytes
+    eb = placement.largest
     slots = cap // eb
     desc = f"{config.cache.capacity!r} = {slots} expert slots ({format_bytes(cap)})"
     if slots < 1:
@@ -74,7 +98,7 @@ def _check_capacity(
             f"cache.capacity: expected room for at least one expert ({format_bytes(eb)}), "
             f"got {desc}"
         )
-    hbm = profile.gpus[0].hbm_bytes.value
+    hbm = min(g.hbm_bytes.value for g in gpus)
     if cap > hbm:
         raise SpecmdError(
             f"cache.capacity: expected at most the GPU's HBM ({format_bytes(hbm)} on "
@@ -87,6 +111,51 @@ def _check_capacity(
                 f"cache.capacity: expected room for the largest demand set of one layer "
                 f"({size} experts = {format_bytes(size * eb)}, pass {p}, layer {layer}), "
                 f"got {desc}; raise cache.capacity or lower workload.prefill_chunk_tokens"
+            )
+
+
+def _resolve_gpus(config: SimConfig, profile: HardwareProfile) -> tuple[GPUNode, ...]:
+    wanted, have = config.parallel.gpus, profile.gpus
+    if isinstance(wanted, int):
+        if wanted > len(have):
+            raise SpecmdError(
+                f"parallel.gpus: expected at most the {len(have)} GPU(s) of hardware profile "
+                f"{profile.id}, got {wanted}"
+            )
+        return tuple(have[:wanted])
+    by_id = {g.id: g for g in have}
+    unknown = [w for w in wanted if w not in by_id]
+    if unknown:
+        raise SpecmdError(
+            f"parallel.gpus: expected GPU node ids of hardware profile {profile.id} "
+            f"({', '.join(by_id)}), got {unknown}"
+        )
+    return tuple(by_id[w] for w in wanted)
+
+
+def _check_gpus(
+    config: SimConfig, gpus: tuple[GPUNode, ...], placement: Placement, cap: int
+) -> None:
+    count = len(gpus)
+    if count > 1 and config.belady_gap:
+        raise SpecmdError(
+            f"belady_gap: expected false with more than one GPU (the offline optimum is "
+            f"computed per cache by the replay engine, which has one GPU), got true with "
+            f"{count} GPUs"
+        )
+    if config.parallel.mode != "expert-sharded":
+        return
+    if count < 2:
+        raise SpecmdError(
+            f"parallel.gpus: expected at least 2 GPUs with mode expert-sharded, got {count}"
+        )
+    for g, gpu in enumerate(gpus):
+        shard = int(placement.nbytes[shard_mask(placement, g, count)].sum())
+        if shard + cap > gpu.hbm_bytes.value:
+            raise SpecmdError(
+                f"parallel: expected {gpu.id}'s expert shard ({format_bytes(shard)}) plus its "
+                f"cache ({format_bytes(cap)}) to fit its HBM ({format_bytes(gpu.hbm_bytes.value)}"
+                f"), got {format_bytes(shard + cap)}; use more GPUs or a smaller cache"
             )
 
 

@@ -15,7 +15,7 @@ Miss taxonomy: a miss is *compulsory* if the expert was never resident before in
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -50,6 +50,20 @@ class CacheStats:
         self.activations_dropped = 0  # expert activations skipped by miss handling
         self.activations_substituted = 0  # ... replaced by a cached expert of the same layer
         self.activations_cpu = 0  # ... run on the host CPU instead of being fetched
+        self.hits_home = 0  # hits on experts of the GPU's own shard (expert-sharded mode)
+
+    @classmethod
+    def combined(cls, parts: list[CacheStats]) -> CacheStats:
+        """The sum of several caches' counters (the GPUs of one run)."""
+        out = cls(len(parts[0].by_layer))
+        for part in parts:
+            for mine, theirs in zip(out.by_layer, part.by_layer, strict=True):
+                for c, n in enumerate(theirs):
+                    mine[c] += n
+            for name, value in vars(part).items():
+                if name != "by_layer":
+                    setattr(out, name, getattr(out, name) + value)
+        return out
 
     @property
     def access_class(self) -> np.ndarray:
@@ -78,39 +92,51 @@ class CacheStats:
             "activations_dropped": self.activations_dropped,
             "activations_substituted": self.activations_substituted,
             "activations_cpu": self.activations_cpu,
+            "hits_home": self.hits_home,
             "bytes_demand": self.bytes_demand,
             "bytes_prefetch": self.bytes_prefetch,
         }
 
 
 class ExpertCache:
-    """GPU expert cache of ``capacity_bytes`` over ``num_layers * num_experts`` keys."""
+    """GPU expert cache of ``capacity_bytes`` over ``num_layers * num_experts`` keys.
+
+    ``expert_bytes`` is one size for every expert, or a size per key (experts stored at
+    different precisions); ``expert_bytes`` then names the largest.
+    """
 
     def __init__(
         self,
         num_layers: int,
         num_experts: int,
-        expert_bytes: int,
+        expert_bytes: int | Sequence[int],
         capacity_bytes: int,
         policy: EvictionPolicy,
     ) -> None:
-        if expert_bytes <= 0:
-            raise SpecmdError(f"cache: expected expert bytes > 0, got {expert_bytes}")
-        if capacity_bytes < expert_bytes:
+        n = num_layers * num_experts
+        sizes = [expert_bytes] * n if isinstance(expert_bytes, int) else list(expert_bytes)
+        if len(sizes) != n or min(sizes) <= 0:
             raise SpecmdError(
-                f"cache.capacity: expected room for at least one expert ({expert_bytes} bytes), "
+                f"cache: expected {n} expert sizes > 0, got {len(sizes)} "
+                f"(smallest {min(sizes, default=0)})"
+            )
+        largest = max(sizes)
+        if capacity_bytes < largest:
+            raise SpecmdError(
+                f"cache.capacity: expected room for at least one expert ({largest} bytes), "
                 f"got {capacity_bytes} bytes"
             )
-        n = num_layers * num_experts
         self.num_layers = num_layers
         self.num_experts = num_experts
-        self.expert_bytes = expert_bytes
+        self.nbytes = sizes  # bytes of each key
+        self.expert_bytes = largest
         self.capacity_bytes = capacity_bytes
         self.policy = policy
         self.state = bytearray(n)
         self.pins = bytearray(n)
         self.ever_resident = bytearray(n)
         self.prefetched_unused = bytearray(n)
+        self.home = bytearray(n)  # 1: stored in this GPU's HBM outside the cache (its shard)
         self.loading_prefetch = bytearray(n)  # 1 while a prefetch of the key is in flight
         self.evicted_pass = [-1] * n
         self.used_bytes = 0
@@ -130,8 +156,17 @@ class ExpertCache:
         return self.state[key] == _RESIDENT and not self.pins[key]
 
     def contents(self) -> list[int]:
-        """Keys currently resident or loading, ascending."""
-        return [k for k, s in enumerate(self.state) if s != _ABSENT]
+        """Keys currently cached (resident or loading, not the home shard), ascending."""
+        return [k for k, s in enumerate(self.state) if s != _ABSENT and not self.home[k]]
+
+    def add_home(self, keys: list[int]) -> None:
+        """Make ``keys`` permanently resident outside the cache's capacity (the GPU's own
+        expert shard): every access is a hit the eviction policy never sees."""
+        for key in keys:
+            self.home[key] = 1
+            self.state[key] = _RESIDENT
+            self.ever_resident[key] = 1
+            self.pins[key] += 1
 
     # --- pass and layer lifecycle ----------------------------------------------------------
 
@@ -159,7 +194,10 @@ class ExpertCache:
         """
         self.clock += 1
         state = self.state[key]
-        if state != _ABSENT:
+        if self.home[key]:
+            self.stats.hits_home += 1
+            klass = _HIT
+        elif state != _ABSENT:
             klass = _HIT if state == _RESIDENT else _LATE
             if self.prefetched_unused[key]:
                 self.prefetched_unused[key] = 0
@@ -177,7 +215,8 @@ class ExpertCache:
     def substitute(self, key: int) -> None:
         """A resident ``key`` runs in place of a missing expert: counted, and a use."""
         self.stats.activations_substituted += 1
-        self.policy.on_access(key)
+        if not self.home[key]:
+            self.policy.on_access(key)
 
     def drop(self) -> None:
         """A missing expert's activation is skipped."""
@@ -189,7 +228,7 @@ class ExpertCache:
 
     def hint(self, key: int) -> None:
         """A prefetcher asked for ``key`` while it is already cached."""
-        if self.state[key] != _ABSENT:
+        if self.state[key] != _ABSENT and not self.home[key]:
             self.policy.on_prefetch_hint(key)
 
     # --- fetches ---------------------------------------------------------------------------
@@ -201,21 +240,21 @@ class ExpertCache:
     def stream(self, key: int) -> None:
         """A demand fetch of ``key`` that bypasses the cache (into a staging buffer)."""
         self.stats.bypassed += 1
-        self.stats.bytes_demand += self.expert_bytes
+        self.stats.bytes_demand += self.nbytes[key]
 
     def preload(self, keys: list[int]) -> None:
         """Make ``keys`` resident before the run, moving no bytes (a warm start)."""
         for key in keys:
             if self.state[key] != _ABSENT:
                 continue
-            if self.capacity_bytes - self.used_bytes < self.expert_bytes:
+            if self.capacity_bytes - self.used_bytes < self.nbytes[key]:
                 raise SpecmdError(
-                    f"cache: expected the preloaded experts to fit in {self.slots} slots, "
-                    f"got {len(set(keys))}"
+                    f"cache: expected the preloaded experts to fit in {self.capacity_bytes} "
+                    f"bytes ({self.slots} slots), got {len(set(keys))} experts"
                 )
             self.state[key] = _RESIDENT
             self.ever_resident[key] = 1
-            self.used_bytes += self.expert_bytes
+            self.used_bytes += self.nbytes[key]
             self.policy.on_insert(key, FetchReason.PRELOAD)
 
     def reserve(self, key: int, reason: FetchReason) -> bool:
@@ -225,14 +264,14 @@ class ExpertCache:
         The policy may first name a *quota victim* (a per-layer budget); then, while the cache
         is full, victims are chosen among evictable entries. The evictions already made stand
         even when the reservation then fails (with uniform expert sizes one eviction always
-        suffices, so this cannot happen).
+        suffices; with sizes per key a larger expert may need several).
         """
         if self.state[key] != _ABSENT:
             raise RuntimeError(f"reserve({key}) while it is {State(self.state[key]).name}")
         if reason == _PREFETCH and not self.policy.admit(key, reason):
             self.stats.prefetch_dropped += 1
             return False
-        need = self.expert_bytes
+        need = self.nbytes[key]
         quota = self.policy.quota_victim(key, self.evictable)
         if quota is not None:
             self._evict(quota)
@@ -276,10 +315,10 @@ class ExpertCache:
         if not self.prefetched_unused[key]:
             self.stats.prefetch_used -= 1
         self.state[key] = _ABSENT
-        self.used_bytes -= self.expert_bytes
+        self.used_bytes -= self.nbytes[key]
         if self.occupancy_hook is not None:
             self.occupancy_hook(self.used_bytes)
-        self.stats.bytes_prefetch -= self.expert_bytes
+        self.stats.bytes_prefetch -= self.nbytes[key]
         self.stats.prefetch_cancelled += 1
         self.prefetched_unused[key] = 0
         self.loading_prefetch[key] = 0
@@ -296,7 +335,7 @@ class ExpertCache:
         if self.state[key] != _RESIDENT or self.pins[key]:
             raise RuntimeError(f"policy chose non-evictable key {key}")
         self.state[key] = _ABSENT
-        self.used_bytes -= self.expert_bytes
+        self.used_bytes -= self.nbytes[key]
         if self.occupancy_hook is not None:
             self.occupancy_hook(self.used_bytes)
         self.evicted_pass[key] = self.pass_index

@@ -72,7 +72,8 @@ def _summary(out: Console, result: Any) -> None:
     cfg = result.config
     table = Table(
         title=(
-            f"{result.engine}: {inputs['model']} on {inputs['hardware']}, cache "
+            f"{result.engine}: {inputs['model']} on {inputs['hardware']}"
+            f"{'' if inputs.get('gpus', 1) == 1 else ' x' + str(inputs['gpus']) + ' GPUs'}, cache "
             f"{inputs['capacity_slots']} slots ({format_bytes(inputs['capacity_bytes'])}), "
             f"{cfg['eviction']['kind']} + {cfg['prefetch']['kind']}"
         ),
@@ -113,6 +114,20 @@ def _summary(out: Console, result: Any) -> None:
     for label, value in rows:
         table.add_row(label, value)
     out.print(table)
+    gpus = result.per_gpu
+    if len(gpus.get("gpu", [])) > 1:
+        per_gpu = Table("GPU", "requests", "hit rate", "fetched", "stall", "TTFT", "TPOT")
+        for i, gpu in enumerate(gpus["gpu"]):
+            per_gpu.add_row(
+                gpu,
+                str(gpus["requests"][i]),
+                f"{gpus['hit_rate'][i]:.2%}",
+                format_bytes(gpus["bytes_fetched"][i]),
+                format_seconds(gpus["stall_s"][i]),
+                "-" if gpus["ttft_s"][i] is None else format_seconds(gpus["ttft_s"][i]),
+                "-" if gpus["tpot_s"][i] is None else format_seconds(gpus["tpot_s"][i]),
+            )
+        out.print(per_gpu)
 
 
 def _engine_command(engine: str, doc: str) -> Any:

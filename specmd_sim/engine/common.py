@@ -26,10 +26,12 @@ def inputs_echo(scenario: Scenario) -> dict[str, Any]:
         "num_layers": trace.num_layers,
         "num_experts": trace.num_experts,
         "top_k": trace.top_k,
-        "passes": scenario.passes.num_passes,
+        "passes": sum(p.num_passes for p, _ in scenario.shards),
         "requests": len(set(scenario.passes.row_request.tolist())),
         "capacity_bytes": scenario.capacity_bytes,
         "capacity_slots": scenario.slots,
+        "gpus": len(scenario.shards),
+        **scenario.placement.summary(),
     }
 
 

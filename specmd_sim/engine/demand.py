@@ -78,7 +78,9 @@ class DemandSets:
         return int(sizes[i]), i // self.num_layers, i % self.num_layers
 
 
-def build_passes(trace: Trace, workload: WorkloadConfig) -> Passes:
+def build_passes(trace: Trace, workload: WorkloadConfig, share: tuple[int, int] = (0, 1)) -> Passes:
+    """The pass table; ``share = (g, n)`` keeps every n-th request from the g-th on, in arrival
+    order (GPU g's requests when n GPUs serve them round robin)."""
     order = np.argsort(trace.request, kind="stable")
     req_sorted = trace.request[order]
     bounds = np.flatnonzero(np.diff(req_sorted)) + 1
@@ -86,6 +88,7 @@ def build_passes(trace: Trace, workload: WorkloadConfig) -> Passes:
     groups.sort(key=lambda g: int(g[0]))  # requests in order of first appearance
     if workload.max_requests is not None:
         groups = groups[: workload.max_requests]
+    groups = groups[share[0] :: share[1]]
     table = _PassTable()
     queue = deque(groups)
     active: list[tuple[int, np.ndarray, int]] = []  # (request, decode rows, prompt length)

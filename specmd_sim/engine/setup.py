@@ -1,12 +1,16 @@
-"""Build the objects one run needs (shared by both engines): context, cache and plug-ins."""
+"""Build the objects one run needs (shared by both engines): per GPU a context, a cache and the
+plug-ins; and the request arrival times."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
 from specmd_sim.cache import ExpertCache
+from specmd_sim.engine.placement import shard_mask
+from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware import host_path
 from specmd_sim.models import CostModel
 from specmd_sim.policies.context import RunContext
@@ -20,6 +24,9 @@ from specmd_sim.scenario import Scenario, new_rng
 
 @dataclass(eq=False)
 class RunObjects:
+    """One GPU's share of a run: its scenario (its requests' passes), context, cache, plug-ins."""
+
+    scenario: Scenario
     ctx: RunContext
     cache: ExpertCache
     eviction: EvictionPolicy
@@ -28,21 +35,71 @@ class RunObjects:
     miss: MissHandler
     arrivals: (
         np.ndarray | None
-    )  # arrival time of each request in admission order, s; None = closed loop
+    )  # arrival time of each of its requests in admission order, s; None = closed loop
 
 
 def build_run(scenario: Scenario, warm: list[int] | None = None) -> RunObjects:
-    """The run's objects; ``warm`` adds experts to place in the cache before the run."""
+    """The objects of a one-GPU run; ``warm`` adds experts to place in the cache first."""
+    if len(scenario.gpus) != 1:
+        raise SpecmdError(
+            f"parallel.gpus: expected 1 GPU for the replay engine (it has no time, so no "
+            f"contention between GPUs), got {len(scenario.gpus)}; use simulate"
+        )
+    return build_runs(scenario, warm)[0]
+
+
+def build_runs(scenario: Scenario, warm: list[int] | None = None) -> list[RunObjects]:
+    """One :class:`RunObjects` per GPU of ``config.parallel``.
+
+    Randomness: the run's one generator first draws the Poisson arrivals (so both engines and
+    every plug-in see the same stream); with one GPU the plug-ins then draw from it, with
+    several each GPU's plug-ins draw from their own child generator (``Generator.spawn``).
+    """
     config = scenario.config
-    profile = scenario.profile
+    gpus = len(scenario.gpus)
     rng = new_rng(config)
-    arrivals = None
-    workload = config.workload
+    arrivals = _arrivals(scenario, rng)
+    rngs = [rng] if gpus == 1 else rng.spawn(gpus)
+    runs = []
+    for g, (passes, demand) in enumerate(scenario.shards):
+        sub = dataclasses.replace(scenario, passes=passes, demand=demand)
+        home = None
+        if config.parallel.mode == "expert-sharded":
+            home = np.flatnonzero(shard_mask(scenario.placement, g, gpus)).tolist()
+        runs.append(
+            _build_gpu(sub, g, rngs[g], None if arrivals is None else arrivals[g::gpus], home, warm)
+        )
+    return runs
+
+
+def _arrivals(scenario: Scenario, rng: np.random.Generator) -> np.ndarray | None:
+    """Arrival time of every request in admission order (all GPUs), or None (closed loop)."""
+    workload = scenario.config.workload
+    requests = sum(int(p.joins.sum()) for p, _ in scenario.shards)
     if workload.arrivals == "poisson":
-        # drawn first, in both engines, so that the plug-ins see the same random stream
-        requests = int(scenario.passes.joins.sum())
         gaps = rng.exponential(1.0 / workload.arrival_rate_per_s, requests)
-        arrivals = np.cumsum(gaps)
+        return np.cumsum(gaps)
+    if workload.arrivals == "trace":
+        recorded = scenario.trace.request_arrivals()
+        if recorded is None:
+            raise SpecmdError(
+                f"workload.arrivals: expected a trace with arrival_s for 'trace', got "
+                f"{scenario.config.trace!r} without it; use closed-loop or poisson"
+            )
+        return recorded[:requests]
+    return None
+
+
+def _build_gpu(
+    scenario: Scenario,
+    g: int,
+    rng: np.random.Generator,
+    arrivals: np.ndarray | None,
+    home: list[int] | None,
+    warm: list[int] | None,
+) -> RunObjects:
+    config, profile = scenario.config, scenario.profile
+    gpu = scenario.gpus[g]
     ctx = RunContext(
         model=scenario.model,
         trace=scenario.trace,
@@ -51,18 +108,20 @@ def build_run(scenario: Scenario, warm: list[int] | None = None) -> RunObjects:
         rng=rng,
         slots=scenario.slots,
         profile=profile,
-        cost=CostModel(scenario.model, profile.gpus[0]),
-        path=host_path(profile),
+        cost=CostModel(scenario.model, gpu),
+        path=host_path(profile, gpu.id),
     )
     eviction = EVICTION.get(config.eviction.kind)(config.eviction, ctx)
     cache = ExpertCache(
         scenario.trace.num_layers,
         scenario.trace.num_experts,
-        scenario.model.expert_bytes,
+        scenario.placement.nbytes.tolist(),
         scenario.capacity_bytes,
         eviction,
     )
     eviction.attach(cache)
+    if home:
+        cache.add_home(home)
     cache.preload(eviction.initial_contents() + list(warm or []))
     prefetch = PREFETCH.get(config.prefetch.kind)(config.prefetch, ctx)
     predictor = None
@@ -70,7 +129,7 @@ def build_run(scenario: Scenario, warm: list[int] | None = None) -> RunObjects:
         predictor = PREDICTORS.get(config.predictor.kind)(config.predictor, ctx)
         predictor = _Tapped(predictor, eviction)
     miss = MISS.get(config.miss.kind)(config.miss, ctx)
-    return RunObjects(ctx, cache, eviction, prefetch, predictor, miss, arrivals)
+    return RunObjects(scenario, ctx, cache, eviction, prefetch, predictor, miss, arrivals)
 
 
 class _Tapped:

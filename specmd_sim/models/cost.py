@@ -75,22 +75,26 @@ class CostModel:
         flops, bytes_ = self._attention(self.model.dense_layer_params, tokens, attended, kv_tokens)
         return self.model.dense_layers * self.op_time(flops, bytes_, self.model.dense_dtype)
 
-    def expert_time(self, tokens: int) -> float:
-        """One routed expert applied to ``tokens`` tokens."""
+    def expert_time(self, tokens: int, dtype: str | None = None) -> float:
+        """One routed expert applied to ``tokens`` tokens, its weights stored at ``dtype``
+        (default: the model's expert dtype)."""
         m = self.model
+        dtype = dtype or m.expert_dtype
         flops = float(m.expert_flops_per_token) * tokens
-        bytes_ = m.expert_bytes + 2 * tokens * m.hidden_size * ACT_BYTES
-        return self.op_time(flops, bytes_, m.expert_dtype)
+        bytes_ = m.expert_bytes_at(dtype) + 2 * tokens * m.hidden_size * ACT_BYTES
+        return self.op_time(flops, bytes_, dtype)
 
     def cpu_expert_flops_time(self, host: HostNode, tokens: int) -> float:
         """The compute part of one routed expert on the host CPU, for ``tokens`` tokens."""
         flops = float(self.model.expert_flops_per_token) * tokens
         return flops / (host.cpu_flops.value * host.cpu_compute_efficiency.value)
 
-    def cpu_expert_time(self, host: HostNode, tokens: int) -> float:
-        """One routed expert on the CPU alone: ``max(flops / (cpu_flops * efficiency),
-        expert_bytes / dram_bandwidth)`` (weights are read from DRAM once; no launch cost)."""
-        read = self.model.expert_bytes / host.dram_bandwidth_bytes_per_s.value
+    def cpu_expert_time(self, host: HostNode, tokens: int, nbytes: int | None = None) -> float:
+        """One routed expert of ``nbytes`` (default: at the model's dtype) on the CPU alone:
+        ``max(flops / (cpu_flops * efficiency), nbytes / dram_bandwidth)`` (weights are read
+        from DRAM once; no launch cost)."""
+        nbytes = self.model.expert_bytes if nbytes is None else nbytes
+        read = nbytes / host.dram_bandwidth_bytes_per_s.value
         return max(self.cpu_expert_flops_time(host, tokens), read)
 
     def lm_head_time(self, tokens: int = 1) -> float:

@@ -64,7 +64,11 @@ class ModelSpec(BaseModel):
     @property
     def expert_bytes(self) -> int:
         """Bytes of one routed expert at ``expert_dtype``."""
-        return round(self.expert_params * BYTES_PER_PARAM[self.expert_dtype])
+        return self.expert_bytes_at(self.expert_dtype)
+
+    def expert_bytes_at(self, dtype: str) -> int:
+        """Bytes of one routed expert stored at ``dtype``."""
+        return round(self.expert_params * BYTES_PER_PARAM[dtype])
 
     @property
     def expert_flops_per_token(self) -> int:

@@ -329,17 +329,21 @@ def write_run_report(run: RunData, path: Path) -> dict[str, go.Figure]:
             "breakdowns need them."
         )
         blocks.append(Block("Timing", html=f'<p class="note">{html.escape(note)}</p>'))
-    resources = run.result.get("per_resource") or {}
-    if resources.get("resource"):
-        header = list(resources)
-        rows = [
-            [
-                format_metric(k, v) if k != "resource" else v
-                for k, v in zip(header, values, strict=True)
+    for title, key, label in (
+        ("Resources", "per_resource", "resource"),
+        ("GPUs", "per_gpu", "gpu"),
+    ):
+        table = run.result.get(key) or {}
+        if len(table.get(label, [])) > (0 if key == "per_resource" else 1):
+            header = list(table)
+            rows = [
+                [
+                    format_metric(k, v) if k != label else v
+                    for k, v in zip(header, values, strict=True)
+                ]
+                for values in zip(*(table[k] for k in header), strict=True)
             ]
-            for values in zip(*(resources[k] for k in header), strict=True)
-        ]
-        blocks.append(Block("Resources", html=table_html(header, rows)))
+            blocks.append(Block(title, html=table_html(header, rows)))
     blocks.append(Block("All metrics", html=table_html(["metric", "value"], metrics_rows)))
     write_page(path, f"specmd report — {run.title}", blocks, subtitle_html=" · ".join(links))
     return figures

@@ -118,3 +118,31 @@ def test_waiting_for_an_arrival_is_other_time(small_trace) -> None:
     idle = req["arrival_s"][1] - (req["arrival_s"][0] + req["ttft_s"][0])
     assert req["tpot_other_s"][0] * req["decode_tokens"][0] == pytest.approx(idle, rel=1e-9)
     assert result.metrics["tpot_other_s"] == 0.0  # decode passes themselves never wait
+
+
+def test_trace_arrivals_are_replayed(write_trace) -> None:
+    """Recorded arrivals: a request arriving long after its predecessor finished starts at its
+    arrival, and its TTFT does not include the gap; with max_requests the first ones are used."""
+    trace = tiny_trace([2, 2, 2], [2, 2, 2])
+    experts = np.tile(np.arange(8, dtype=np.int16), (12, 16, 1))  # all 16 layers, top-8
+    arrival = np.repeat([0.0, 5.0, 5.0], 4)  # request 2 queues behind request 1
+    path = write_trace(
+        experts, "olmoe-1b-7b", 64, request=trace.request, phase=trace.phase, arrival_s=arrival
+    )
+    base = {"trace": str(path), "model": "olmoe-1b-7b", "timing": {"record_spans": False}}
+    result = simulate(SimConfig(**base, workload={"arrivals": "trace"}))
+    req = result.per_request
+    assert req["arrival_s"] == [0.0, 5.0, 5.0]
+    assert req["ttft_other_s"][:2] == [0.0, 0.0]
+    assert req["finish_s"][0] < 5.0 and req["ttft_s"][1] < 1.0  # the 5 s gap is not in it
+    # request 2 queues behind request 1: its TTFT includes the wait
+    assert req["ttft_s"][2] > req["finish_s"][1] - 5.0 > 0
+    assert result.metrics["makespan_s"] == pytest.approx(req["finish_s"][2])
+    two = simulate(SimConfig(**base, workload={"arrivals": "trace", "max_requests": 2}))
+    assert two.per_request["arrival_s"] == [0.0, 5.0]
+
+
+def test_trace_arrivals_need_a_trace_that_has_them(small_trace) -> None:
+    config = SimConfig(trace=str(small_trace("olmoe-1b-7b")), workload={"arrivals": "trace"})
+    with pytest.raises(SpecmdError, match="expected a trace with arrival_s"):
+        simulate(config)

@@ -320,6 +320,7 @@ def counters(**nonzero: int) -> dict[str, int]:
         "activations_dropped",
         "activations_substituted",
         "activations_cpu",
+        "hits_home",
         "bytes_demand",
         "bytes_prefetch",
     ]

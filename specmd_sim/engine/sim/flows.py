@@ -9,13 +9,17 @@ waits its path latency, then moves its bytes at its (changing) rate.
 Closed forms (tests): one flow alone takes ``latency + nbytes / bandwidth``; two equal flows on
 one link each get half of it; a path's narrowest link sets its rate.
 
+A *depth-dependent* resource (an NVMe drive) has a capacity that is a function of its queue
+depth: the sum of the ``depth`` (read requests kept outstanding) of the flows moving over it,
+re-evaluated, like every rate, whenever a flow starts or ends.
+
 Per resource the network counts ``bytes_through`` (bytes of finished flows) and ``busy_s``
 (time during which at least one flow moved bytes over it; latency phases do not count).
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +33,7 @@ class _Flow:
     nbytes: float
     resources: tuple[str, ...]
     done: simpy.Event
+    depth: int = 1
     remaining: float = 0.0
     rate: float = 0.0
     order: int = 0
@@ -37,7 +42,8 @@ class _Flow:
 @dataclass(eq=False)
 class FlowNetwork:
     env: simpy.Environment
-    capacity: dict[str, float]
+    capacity: dict[str, float]  # peak bytes/s of each resource
+    depth_capacity: dict[str, Callable[[int], float]] = field(default_factory=dict)
     flows: list[_Flow] = field(default_factory=list)
     bytes_through: dict[str, float] = field(default_factory=dict)
     busy_s: dict[str, float] = field(default_factory=dict)  # time with at least one flow
@@ -46,16 +52,19 @@ class FlowNetwork:
     _count: int = 0
 
     def transfer(
-        self, nbytes: float, resources: tuple[str, ...], latency: float
+        self, nbytes: float, resources: tuple[str, ...], latency: float, depth: int = 1
     ) -> Generator[Any, Any, None]:
-        """A process body: wait ``latency``, then move ``nbytes`` sharing ``resources``."""
+        """A process body: wait ``latency``, then move ``nbytes`` sharing ``resources``,
+        keeping ``depth`` requests outstanding on the depth-dependent ones."""
         if latency > 0:
             yield self.env.timeout(latency)
         if nbytes <= 0:
             return
         self._advance()
         self._count += 1
-        flow = _Flow(nbytes, resources, self.env.event(), remaining=nbytes, order=self._count)
+        flow = _Flow(
+            nbytes, resources, self.env.event(), depth, remaining=nbytes, order=self._count
+        )
         self.flows.append(flow)
         self._reschedule()
         yield flow.done
@@ -75,6 +84,14 @@ class FlowNetwork:
 
     def _rates(self) -> None:
         residual = dict(self.capacity)
+        if self.depth_capacity:
+            depth: dict[str, int] = {}
+            for f in self.flows:
+                for r in f.resources:
+                    if r in self.depth_capacity:
+                        depth[r] = depth.get(r, 0) + f.depth
+            for r, q in depth.items():
+                residual[r] = self.depth_capacity[r](q)
         active = list(self.flows)
         while active:
             users: dict[str, int] = {}

@@ -1,4 +1,5 @@
-"""The timing engine's main process: one GPU compute stream running passes layer by layer.
+"""The timing engine: per GPU one compute stream running its passes layer by layer, all GPUs
+sharing one flow network (links, host DRAM, NVMe drives) and the host's CPU.
 
 Per layer (DESIGN.md §4): attention runs; the router decides; the demand set is pinned; each
 access is classified (a LOADING expert is a *late hit*, and a queued prefetch of it is promoted
@@ -9,36 +10,44 @@ target layer has already started, and which that layer did not demand, is cancel
 starts. A demand fetch that finds nothing evictable first cancels queued prefetches, then waits
 for a transfer to finish.
 
-Passes follow the pass table of :mod:`specmd_sim.engine.demand` (batching and admission order are
-fixed before the run). A request arrives, closed loop, when its first pass starts, or at its
-Poisson arrival time; a pass that admits a request not yet arrived waits for it (idle time, the
-*other* part of the breakdown in :mod:`.breakdown`).
+An expert is fetched from where it is stored (:mod:`specmd_sim.engine.placement`): host DRAM,
+an NVMe drive (whose bandwidth depends on the reads outstanding on it), or, in expert-sharded
+mode, the HBM of the GPU owning its shard. Each GPU serves its own requests (round robin in
+arrival order; :mod:`specmd_sim.engine.demand`), with its own cache, plug-ins and copy engines.
+
+Passes follow the pass table (batching and admission order are fixed before the run). A request
+arrives, closed loop, when its first pass starts, or at its Poisson or recorded arrival time; a
+pass that admits a request not yet arrived waits for it (idle time, the *other* part of the
+breakdown in :mod:`.breakdown`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 import simpy
 
-from specmd_sim.cache import AccessClass, FetchReason
+from specmd_sim.cache import AccessClass, CacheStats, FetchReason
 from specmd_sim.cache.states import State
 from specmd_sim.config import SimConfig
 from specmd_sim.engine.common import Progress, finish_result, report_progress
-from specmd_sim.engine.setup import build_run
+from specmd_sim.engine.placement import TIER_NVME, shard_owner
+from specmd_sim.engine.setup import RunObjects, build_runs
 from specmd_sim.engine.sim.breakdown import Busy, Intervals, mean_of, request_table
 from specmd_sim.engine.sim.copy_engines import CopyEngines, Job
 from specmd_sim.engine.sim.flows import FlowNetwork
-from specmd_sim.hardware import lowest_grade
+from specmd_sim.hardware import TransferPath, lowest_grade, transfer_path
+from specmd_sim.hardware.schema import Quantity
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
 from specmd_sim.policies.miss.base import CPU, DROP
 from specmd_sim.scenario import Scenario, build_scenario
 from specmd_sim.timeline import SpanRecorder, intersection_length
 
 _HIT, _LATE = AccessClass.HIT, AccessClass.LATE_HIT
-_RESIDENT, _ABSENT = int(State.RESIDENT), int(State.ABSENT)
+_ABSENT = int(State.ABSENT)
 
 
 def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> RunResult:
@@ -48,36 +57,218 @@ def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> 
 
 
 class _TimingRun:
+    """The shared machine (event loop, flow network, host CPU, spans) and its GPUs."""
+
     def __init__(self, scenario: Scenario, progress: Progress | None) -> None:
         self.sc = scenario
         self.progress = progress
-        self.objs = build_run(scenario)
-        self.cache = self.objs.cache
         self.env = simpy.Environment()
-        profile = scenario.profile
-        gpu, host = profile.gpus[0], profile.hosts[0]
-        path = self.objs.ctx.path
-        hops = path.hops
-        self.resources = path.resources
-        self.latency = path.latency_s
-        self.network = FlowNetwork(self.env, dict(path.capacity))
-        self.cost = self.objs.ctx.cost
-        self.used = [
-            gpu.hbm_bandwidth_bytes_per_s, gpu.dense_bf16_flops, gpu.compute_efficiency,
-            gpu.memory_efficiency, gpu.kernel_launch_overhead_s, gpu.copy_engines_h2d,
-            host.dram_bandwidth_bytes_per_s,
-            *(q for h in hops for q in (h.link.bandwidth_bytes_per_s, h.link.latency_s)),
-        ]  # fmt: skip
-        if scenario.model.expert_dtype == "fp8" and gpu.dense_fp8_flops is not None:
-            self.used.append(gpu.dense_fp8_flops)
         self.spans = SpanRecorder(scenario.config.timing.record_spans)
-        self.compute_lane = self.spans.lane(f"{gpu.id}/compute")
-        self.copy_lanes = [
-            self.spans.lane(f"{gpu.id}/copy-h2d-{i}") for i in range(gpu.copy_engines_h2d.value)
+        self.host = scenario.profile.hosts[0]
+        self.cpu = simpy.Resource(self.env, capacity=1)  # CPU expert execution, one at a time
+        self.cpu_lane: int | None = None
+        self.passes_total = sum(p.num_passes for p, _ in scenario.shards)
+        self.passes_done = 0
+        runs = build_runs(scenario)
+        bases = np.concatenate(([0], np.cumsum([r.scenario.passes.num_passes for r in runs])))
+        self.gpus = [_Gpu(self, g, objs, int(bases[g])) for g, objs in enumerate(runs)]
+        capacity: dict[str, float] = {}
+        for gpu in self.gpus:
+            for path in gpu.paths:
+                capacity.update(path.capacity)
+        nvme = scenario.placement.nvme
+        dynamic = {} if nvme is None else {f"nvme:{nvme.id}": nvme.read_bandwidth}
+        self.network = FlowNetwork(self.env, capacity, dynamic)
+
+    def pass_done(self) -> None:
+        self.passes_done += 1
+        report_progress(self.progress, self.passes_done, self.passes_total)
+
+    def cpu_read_path(self, key: int) -> tuple[tuple[str, ...], float, int]:
+        """Resources, latency and queue depth of the CPU reading expert ``key`` from memory."""
+        dram = f"dram:{self.host.id}"
+        placement = self.sc.placement
+        nbytes = int(placement.nbytes[key])
+        if placement.tier[key] == TIER_NVME and placement.nvme is not None:
+            drive = placement.nvme
+            depth = math.ceil(nbytes / drive.read_request_bytes.value)
+            return (f"nvme:{drive.id}", dram), 0.0, depth
+        return (dram,), 0.0, 1
+
+    # --- result ----------------------------------------------------------------------------
+
+    def run(self) -> RunResult:
+        for gpu in self.gpus:
+            self.env.process(gpu.stream())
+        self.env.run()
+        for gpu in self.gpus:
+            gpu.cache.finish()
+        sc, gpus = self.sc, self.gpus
+        stats = CacheStats.combined([g.cache.stats for g in gpus])
+        metrics = cache_metrics(stats)
+        makespan = float(self.env.now)
+        tables = [g.request_table() for g in gpus]
+        per_request = {k: [v for t in tables for v in t[k]] for k in (tables[0] if tables else {})}
+        order = np.argsort(per_request.get("request", []), kind="stable").tolist()
+        per_request = {k: [v[i] for i in order] for k, v in per_request.items()}
+        decode = np.concatenate([g.passes.phase == 1 for g in gpus])
+        pass_time = np.concatenate([g.pass_time for g in gpus])
+        pass_compute = np.concatenate([g.pass_compute for g in gpus])
+        pass_stall = np.concatenate([g.pass_stall for g in gpus])
+        n_decode = int(decode.sum())
+        first_tokens = sum(len(g.first_token) for g in gpus)
+        tokens_out = first_tokens + sum(sum(g.decode_tokens.values()) for g in gpus)
+        tokens_in = sum(int(g.passes.rows.size) for g in gpus)
+        moved = metrics["bytes_demand"] + metrics["bytes_prefetch"]
+        transfer_busy = sum(g.transfers.intervals.total() for g in gpus)
+        overlap = sum(
+            intersection_length(g.compute_iv.array(), g.transfers.intervals.array()) for g in gpus
+        )
+        tpot = float(pass_time[decode].mean()) if n_decode else None
+        tpot_compute = float(pass_compute[decode].mean()) if n_decode else None
+        tpot_stall = float(pass_stall[decode].mean()) if n_decode else None
+        resources = self._resource_table(makespan)
+        engine_busy = np.concatenate([g.engine_busy for g in gpus])
+        layer_stall = sum(g.layer_stall for g in gpus)
+        layer_compute = sum(g.layer_compute for g in gpus)
+        phase_compute = sum(g.phase_compute for g in gpus)
+        phase_stall = sum(g.phase_stall for g in gpus)
+        metrics.update(
+            ttft_s=mean_of(per_request["ttft_s"]),
+            ttft_compute_s=mean_of(per_request["ttft_compute_s"]),
+            ttft_stall_s=mean_of(per_request["ttft_stall_s"]),
+            ttft_other_s=mean_of(per_request["ttft_other_s"]),
+            tpot_s=tpot,
+            tpot_compute_s=tpot_compute,
+            tpot_stall_s=tpot_stall,
+            tpot_other_s=None if tpot is None else _other(tpot, tpot_compute, tpot_stall),
+            stall_s=float(layer_stall.sum()),
+            makespan_s=makespan,
+            compute_s=float(layer_compute.sum()),
+            tokens_generated=tokens_out,
+            throughput_tok_s=tokens_out / makespan if makespan > 0 else None,
+            bytes_per_token=moved / tokens_in if tokens_in else None,
+            transfer_busy_s=transfer_busy,
+            overlap_s=overlap,
+            overlap_fraction=overlap / transfer_busy if transfer_busy > 0 else None,
+            copy_engine_utilization=_ratio(float(engine_busy.mean()), makespan),
+            link_utilization_max=max(
+                (u for u, k in zip(resources["utilization"], resources["kind"], strict=True)
+                 if k != "copy-engine" and u is not None),
+                default=None,
+            ),
+        )  # fmt: skip
+        with_prefill = max(first_tokens, 1)
+        per_layer = per_layer_cache_table(stats)
+        per_layer["stall_s"] = layer_stall.tolist()
+        per_layer["compute_s"] = layer_compute.tolist()
+        per_layer["ttft_compute_s"] = (phase_compute[0] / with_prefill).tolist()
+        per_layer["ttft_stall_s"] = (phase_stall[0] / with_prefill).tolist()
+        per_layer["tpot_compute_s"] = (phase_compute[1] / max(n_decode, 1)).tolist()
+        per_layer["tpot_stall_s"] = (phase_stall[1] / max(n_decode, 1)).tolist()
+        used: dict[int, Quantity] = {}
+        for g in gpus:
+            used.update((id(q), q) for q in g.used_quantities())
+        if metrics["activations_cpu"]:
+            used.update((id(q), q) for q in (self.host.cpu_flops, self.host.cpu_compute_efficiency))
+        result = RunResult(
+            engine="simulate",
+            metrics=metrics,
+            per_layer=per_layer,
+            per_request=per_request,
+            config={},
+            inputs={},
+            hardware_grade=lowest_grade(list(used.values())),
+            spans=self.spans.array() if self.spans.enabled else None,
+            lanes=list(self.spans.lanes),
+            counters=self.spans.counters(),
+            per_resource=resources,
+            per_gpu=_gpu_table(gpus, tables),
+        )
+        return finish_result(sc, gpus[0].objs.eviction.initial_contents(), result)
+
+    def _resource_table(self, makespan: float) -> dict[str, list[Any]]:
+        """Links, DRAM, NVMe drives and copy engines: bytes moved, busy time and utilization."""
+        net = self.network
+        table: dict[str, list[Any]] = {
+            k: [] for k in ("resource", "kind", "capacity_bytes_per_s", "bytes", "busy_s")
+        }
+        for r in net.capacity:
+            table["resource"].append(r)
+            prefix = r.split(":", 1)[0]
+            table["kind"].append(prefix if prefix in ("dram", "nvme") else "link")
+            table["capacity_bytes_per_s"].append(net.capacity[r])
+            table["bytes"].append(net.bytes_through.get(r, 0.0))
+            table["busy_s"].append(net.busy_s.get(r, 0.0))
+        for gpu in self.gpus:
+            for slot, lane in enumerate(gpu.copy_lane_names):
+                table["resource"].append(lane)
+                table["kind"].append("copy-engine")
+                table["capacity_bytes_per_s"].append(None)
+                table["bytes"].append(gpu.engine_bytes[slot])
+                table["busy_s"].append(float(gpu.engine_busy[slot]))
+        table["busy_fraction"] = [_ratio(b, makespan) for b in table["busy_s"]]
+        table["utilization"] = [
+            _ratio(n, c * makespan) if c is not None else _ratio(b, makespan)
+            for n, c, b in zip(
+                table["bytes"], table["capacity_bytes_per_s"], table["busy_s"], strict=True
+            )
         ]
+        return table
+
+
+def _gpu_table(gpus: list[_Gpu], tables: list[dict[str, list[Any]]]) -> dict[str, list[Any]]:
+    """Per GPU: its requests and passes, cache outcome, bytes fetched and latencies."""
+    out: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "gpu", "requests", "passes", "hit_rate", "hits_home", "misses", "bytes_fetched",
+            "stall_s", "compute_s", "ttft_s", "tpot_s", "finish_s",
+        )
+    }  # fmt: skip
+    for gpu, table in zip(gpus, tables, strict=True):
+        totals = cache_metrics(gpu.cache.stats)
+        decode = gpu.passes.phase == 1
+        out["gpu"].append(gpu.node.id)
+        out["requests"].append(len(table["request"]))
+        out["passes"].append(gpu.passes.num_passes)
+        out["hit_rate"].append(totals["hit_rate"])
+        out["hits_home"].append(totals["hits_home"])
+        out["misses"].append(totals["misses"])
+        out["bytes_fetched"].append(totals["bytes_demand"] + totals["bytes_prefetch"])
+        out["stall_s"].append(float(gpu.layer_stall.sum()))
+        out["compute_s"].append(float(gpu.layer_compute.sum()))
+        out["ttft_s"].append(mean_of(table["ttft_s"]))
+        out["tpot_s"].append(float(gpu.pass_time[decode].mean()) if decode.any() else None)
+        out["finish_s"].append(max(table["finish_s"], default=None))
+    return out
+
+
+class _Gpu:
+    """One GPU: its compute stream, copy engines, expert cache and plug-ins."""
+
+    def __init__(self, run: _TimingRun, g: int, objs: RunObjects, pass_base: int) -> None:
+        self.run = run
+        self.env = run.env
+        self.objs = objs
+        self.sc = objs.scenario
+        self.passes = self.sc.passes
+        self.pass_base = pass_base  # this GPU's passes are numbered from here in the spans
+        self.cache = objs.cache
+        self.cost = objs.ctx.cost
+        self.node = gpu = self.sc.gpus[g]
+        self.paths, self.source = self._sources(g)
+        self.spans = run.spans
+        suffix = "" if len(self.sc.shards) == 1 else f"{gpu.id}/"
+        self.counter_used = f"{suffix}cache_used_bytes"
+        self.counter_flight = f"{suffix}bytes_in_flight"
+        engines = gpu.copy_engines_h2d.value
+        self.compute_lane = self.spans.lane(f"{gpu.id}/compute")
+        self.copy_lane_names = [f"{gpu.id}/copy-h2d-{i}" for i in range(engines)]
+        self.copy_lanes = [self.spans.lane(name) for name in self.copy_lane_names]
         self.engines = CopyEngines(
             self.env,
-            gpu.copy_engines_h2d.value,
+            engines,
             run_chunk=self._move_chunk,
             should_cancel=self._prefetch_obsolete,
             on_cancel=self._cancelled,
@@ -85,9 +276,8 @@ class _TimingRun:
         )
         self.jobs: dict[int, Job] = {}
         self.position = (-1, -1)  # (pass, layer) whose router decided last
-        self.request_of_pass = scenario.passes.request
-        self.chunk_bytes = scenario.config.timing.chunk_bytes
-        num_layers = scenario.trace.num_layers
+        self.chunk_bytes = self.sc.config.timing.chunk_bytes
+        num_layers = self.sc.trace.num_layers
         self.layer_stall = np.zeros(num_layers)
         self.layer_compute = np.zeros(num_layers)
         self.phase_compute = np.zeros((2, num_layers))  # [prefill/decode, layer]
@@ -95,18 +285,70 @@ class _TimingRun:
         self.compute_iv = Intervals()
         self.stall_iv = Intervals()
         self.transfers = Busy()
-        self.engine_busy = np.zeros(gpu.copy_engines_h2d.value)
-        self.engine_bytes = [0] * gpu.copy_engines_h2d.value
-        self.copy_lane_names = [f"{gpu.id}/copy-h2d-{i}" for i in range(gpu.copy_engines_h2d.value)]
-        self.arrivals = self.objs.arrivals
-        self.host = host
-        self.cpu = simpy.Resource(self.env, capacity=1)  # CPU expert execution, one at a time
-        self.cpu_lane: int | None = None
+        self.engine_busy = np.zeros(engines)
+        self.engine_bytes = [0] * engines
+        self.arrivals = objs.arrivals
         self.space_event: simpy.Event | None = None
         self.cache.listeners.append(self._space_changed)
         self.in_flight = 0
+        self.arrival: dict[int, float] = {}
+        self.first_token: dict[int, float] = {}
+        self.last_token: dict[int, float] = {}
+        self.decode_tokens: dict[int, int] = {}
+        self.pass_time = np.zeros(self.passes.num_passes)
+        self.pass_compute = np.zeros(self.passes.num_passes)
+        self.pass_stall = np.zeros(self.passes.num_passes)
         if self.spans.enabled:
             self.cache.occupancy_hook = self._occupancy
+
+    def _sources(self, g: int) -> tuple[list[TransferPath], np.ndarray]:
+        """The paths experts reach this GPU by, and the index of each key's path: host DRAM
+        (0), the NVMe drive, or (expert-sharded) the owner GPU's HBM; -1 = its own shard."""
+        sc = self.sc
+        profile, placement, parallel = sc.profile, sc.placement, sc.config.parallel
+        gpus = sc.gpus
+        gpu_id = gpus[g].id
+        paths = [self.objs.ctx.path]
+        source = np.zeros(placement.nbytes.size, np.int32)
+        if placement.nvme is not None:
+            paths.append(transfer_path(profile, placement.nvme.id, gpu_id))
+            source[placement.tier == TIER_NVME] = len(paths) - 1
+        if parallel.mode == "expert-sharded":
+            owner = np.tile(shard_owner(placement.num_experts, len(gpus)), sc.trace.num_layers)
+            for peer in range(len(gpus)):
+                if peer == g:
+                    source[owner == g] = -1
+                    continue
+                paths.append(transfer_path(profile, gpus[peer].id, gpu_id))
+                source[owner == peer] = len(paths) - 1
+        return paths, source
+
+    def used_quantities(self) -> list[Quantity]:
+        """The hardware numbers this GPU's run depends on (for the result's grade)."""
+        gpu = self.node
+        used = [
+            gpu.hbm_bandwidth_bytes_per_s, gpu.dense_bf16_flops, gpu.compute_efficiency,
+            gpu.memory_efficiency, gpu.kernel_launch_overhead_s, gpu.copy_engines_h2d,
+            self.run.host.dram_bandwidth_bytes_per_s,
+        ]  # fmt: skip
+        if "fp8" in self.sc.placement.dtype and gpu.dense_fp8_flops is not None:
+            used.append(gpu.dense_fp8_flops)
+        fetched = set(np.unique(self.source[self.source >= 0]).tolist())
+        for i, path in enumerate(self.paths):
+            if i in fetched or i == 0:
+                for hop in path.hops:
+                    used += [hop.link.bandwidth_bytes_per_s, hop.link.latency_s]
+        drive = self.sc.placement.nvme
+        if drive is not None and (self.sc.placement.tier == TIER_NVME).any():
+            used += [drive.read_bandwidth_bytes_per_s, drive.read_latency_s]
+            used += [drive.read_request_bytes, drive.max_queue_depth]
+        return used
+
+    def request_table(self) -> dict[str, list[Any]]:
+        return request_table(
+            sorted(self.arrival), self.arrival, self.first_token, self.last_token,
+            self.decode_tokens, self.compute_iv, self.stall_iv,
+        )  # fmt: skip
 
     # --- transfers -------------------------------------------------------------------------
 
@@ -114,7 +356,7 @@ class _TimingRun:
         self, key: int, demand: bool, target: tuple[int, int], bypass: bool = False
     ) -> Job:
         """Queue a transfer of ``key``; ``bypass`` moves it to a staging buffer, not the cache."""
-        nbytes = self.cache.expert_bytes
+        nbytes = self.cache.nbytes[key]
         step = self.chunk_bytes or nbytes
         chunks = [min(step, nbytes - off) for off in range(0, nbytes, step)]
         job = Job(key, demand, target, nbytes, chunks, self.env.event(), bypass=bypass)
@@ -124,23 +366,28 @@ class _TimingRun:
         return job
 
     def _occupancy(self, used_bytes: int) -> None:
-        self.spans.sample("cache_used_bytes", self.env.now, used_bytes)
+        self.spans.sample(self.counter_used, self.env.now, used_bytes)
 
     def _move_chunk(self, job: Job, slot: int, nbytes: int) -> Generator[Any, Any, None]:
         start = self.env.now
         self.in_flight += nbytes
         self.transfers.start(start)
-        self.spans.sample("bytes_in_flight", start, self.in_flight)
-        yield from self.network.transfer(nbytes, self.resources, self.latency)
+        self.spans.sample(self.counter_flight, start, self.in_flight)
+        path = self.paths[self.source[job.key]]
+        depth = 1
+        drive = self.sc.placement.nvme
+        if drive is not None and path.source == drive.id:
+            depth = math.ceil(nbytes / drive.read_request_bytes.value)
+        yield from self.run.network.transfer(nbytes, path.resources, path.latency_s, depth)
         self.in_flight -= nbytes
         self.transfers.stop(self.env.now)
         self.engine_busy[slot] += self.env.now - start
         self.engine_bytes[slot] += nbytes
-        self.spans.sample("bytes_in_flight", self.env.now, self.in_flight)
+        self.spans.sample(self.counter_flight, self.env.now, self.in_flight)
         kind = "demand_fetch" if job.demand else "prefetch"
         self.spans.add(
-            self.copy_lanes[slot], kind, start, self.env.now, job.target[0], job.target[1],
-            job.key, nbytes, int(self.request_of_pass[job.target[0]]),
+            self.copy_lanes[slot], kind, start, self.env.now, self.pass_base + job.target[0],
+            job.target[1], job.key, nbytes, int(self.passes.request[job.target[0]]),
         )  # fmt: skip
 
     def _prefetch_obsolete(self, job: Job) -> bool:
@@ -157,25 +404,28 @@ class _TimingRun:
         job.done.succeed()
 
     def _start_cpu(self, key: int, tokens: int, klass: int, where: dict[str, int]) -> simpy.Process:
-        """Run expert ``key`` on the host CPU: one at a time; its compute overlaps its weight
-        reads, a flow over the host's DRAM shared with the copy engines' DMA reads."""
-        if self.cpu_lane is None:
-            self.cpu_lane = self.spans.lane(f"{self.host.id}/cpu-experts")
-        env, dram = self.env, self.resources[-1]
+        """Run expert ``key`` on the host CPU: one at a time (all GPUs share the CPU); its
+        compute overlaps its weight reads, a flow over the host's DRAM (and the NVMe drive
+        holding it) shared with the copy engines' DMA reads."""
+        run, env = self.run, self.env
+        if run.cpu_lane is None:
+            run.cpu_lane = self.spans.lane(f"{run.host.id}/cpu-experts")
+        resources, latency, depth = run.cpu_read_path(key)
+        nbytes = self.cache.nbytes[key]
 
-        def run() -> Generator[Any, Any, None]:
-            with self.cpu.request() as turn:
+        def execute() -> Generator[Any, Any, None]:
+            with run.cpu.request() as turn:
                 yield turn
                 start = env.now
-                flops = env.timeout(self.cost.cpu_expert_flops_time(self.host, tokens))
-                read = env.process(self.network.transfer(self.cache.expert_bytes, (dram,), 0.0))
+                flops = env.timeout(self.cost.cpu_expert_flops_time(run.host, tokens))
+                read = env.process(run.network.transfer(nbytes, resources, latency, depth))
                 yield flops & read
                 self.spans.add(
-                    self.cpu_lane, "cpu_expert", start, env.now, expert=key, klass=int(klass),
-                    bytes_=self.cache.expert_bytes, **where,
+                    run.cpu_lane, "cpu_expert", start, env.now, expert=key, klass=int(klass),
+                    bytes_=nbytes, **where,
                 )  # fmt: skip
 
-        return env.process(run())
+        return env.process(execute())
 
     def _space_changed(self) -> None:
         if self.space_event is not None and not self.space_event.triggered:
@@ -204,23 +454,17 @@ class _TimingRun:
         self.compute_iv.add(now, now + seconds)
         return self.env.timeout(seconds)
 
-    def _stream(self) -> Generator[Any, Any, None]:
+    def stream(self) -> Generator[Any, Any, None]:
         sc, cache, env, cost = self.sc, self.cache, self.env, self.cost
         passes, demand = sc.passes, sc.demand
+        dtype_of = sc.placement.dtype
         prefetch, predictor, miss = self.objs.prefetch, self.objs.predictor, self.objs.miss
         fetch_all = miss.always_fetches
         prefetching = prefetch.lookahead > 0
         num_layers, lane = sc.trace.num_layers, self.compute_lane
         pin = sc.config.cache.pin_demand_set
-        self.arrival: dict[int, float] = {}
-        self.first_token: dict[int, float] = {}
-        self.last_token: dict[int, float] = {}
-        self.decode_tokens: dict[int, int] = {}
-        self.pass_time = np.zeros(passes.num_passes)
-        self.pass_compute = np.zeros(passes.num_passes)
-        self.pass_stall = np.zeros(passes.num_passes)
-        total = passes.num_passes
-        for p in range(total):
+        for p in range(passes.num_passes):
+            gp = self.pass_base + p  # the pass's number in the spans (unique over GPUs)
             req = int(passes.request[p])
             members = passes.requests_of(p)
             if passes.joins[p]:
@@ -234,9 +478,9 @@ class _TimingRun:
             t_attn = cost.batch_attention_time(tokens, attended, kv_tokens)
             if sc.model.dense_layers:
                 t_dense = cost.dense_layers_time(tokens, attended, kv_tokens)
-                yield self._compute(lane, "attention", t_dense, pass_=p, request=req)
+                yield self._compute(lane, "attention", t_dense, pass_=gp, request=req)
             for layer in range(num_layers):
-                where = {"pass_": p, "layer": layer, "request": req}
+                where = {"pass_": gp, "layer": layer, "request": req}
                 self.layer_compute[layer] += t_attn
                 self.phase_compute[phase, layer] += t_attn
                 yield self._compute(lane, "attention", t_attn, **where)
@@ -294,11 +538,11 @@ class _TimingRun:
                     if job is not None and not job.done.triggered:
                         t0 = env.now
                         yield job.done
-                        self.spans.add(lane, "stall", t0, env.now, p, layer, key, 0, req, klass)
+                        self.spans.add(lane, "stall", t0, env.now, gp, layer, key, 0, req, klass)
                         self.stall_iv.add(t0, env.now)
                         self.layer_stall[layer] += env.now - t0
                         self.phase_stall[phase, layer] += env.now - t0
-                    t_exp = cost.expert_time(n)
+                    t_exp = cost.expert_time(n, dtype_of[key])
                     self.layer_compute[layer] += t_exp
                     self.phase_compute[phase, layer] += t_exp
                     yield self._compute(
@@ -310,7 +554,7 @@ class _TimingRun:
                     if not op.triggered:
                         t0 = env.now
                         yield op
-                        self.spans.add(lane, "stall", t0, env.now, p, layer, key, 0, req, klass)
+                        self.spans.add(lane, "stall", t0, env.now, gp, layer, key, 0, req, klass)
                         self.stall_iv.add(t0, env.now)
                         self.layer_stall[layer] += env.now - t0
                         self.phase_stall[phase, layer] += env.now - t0
@@ -319,7 +563,7 @@ class _TimingRun:
                         cache.unpin(key)
             if phase == 1 or passes.first_token[p]:
                 t_head = cost.lm_head_time(len(members))
-                yield self._compute(lane, "lm_head", t_head, pass_=p, request=req)
+                yield self._compute(lane, "lm_head", t_head, pass_=gp, request=req)
             if passes.first_token[p]:
                 self.first_token[req] = env.now
             elif phase == 1:
@@ -329,7 +573,7 @@ class _TimingRun:
             self.pass_time[p] = env.now - t_pass
             self.pass_compute[p] = self.compute_iv.sum - compute_before
             self.pass_stall[p] = self.stall_iv.sum - stall_before
-            report_progress(self.progress, p + 1, total)
+            self.run.pass_done()
 
     def _admit(self, members: list[int]) -> Generator[Any, Any, None]:
         """Record the arrival of the pass's new requests; wait until all have arrived."""
@@ -344,115 +588,6 @@ class _TimingRun:
             latest = max(latest, self.arrival[r])
         if latest > self.env.now:
             yield self.env.timeout(latest - self.env.now)
-
-    # --- result ----------------------------------------------------------------------------
-
-    def run(self) -> RunResult:
-        self.env.process(self._stream())
-        self.env.run()
-        self.cache.finish()
-        spans = self.spans.array()
-        sc, passes = self.sc, self.sc.passes
-        metrics = cache_metrics(self.cache.stats)
-        makespan = float(self.env.now)
-        requests = sorted(self.arrival)
-        per_request = request_table(
-            requests, self.arrival, self.first_token, self.last_token, self.decode_tokens,
-            self.compute_iv, self.stall_iv,
-        )  # fmt: skip
-        decode = passes.phase == 1
-        n_decode = int(decode.sum())
-        tokens_out = len(self.first_token) + sum(self.decode_tokens.values())
-        tokens_in = int(passes.rows.size)
-        moved = metrics["bytes_demand"] + metrics["bytes_prefetch"]
-        transfer = self.transfers.intervals
-        transfer_busy = transfer.total()
-        overlap = intersection_length(self.compute_iv.array(), transfer.array())
-        tpot = float(self.pass_time[decode].mean()) if n_decode else None
-        tpot_compute = float(self.pass_compute[decode].mean()) if n_decode else None
-        tpot_stall = float(self.pass_stall[decode].mean()) if n_decode else None
-        resources = self._resource_table(makespan)
-        metrics.update(
-            ttft_s=mean_of(per_request["ttft_s"]),
-            ttft_compute_s=mean_of(per_request["ttft_compute_s"]),
-            ttft_stall_s=mean_of(per_request["ttft_stall_s"]),
-            ttft_other_s=mean_of(per_request["ttft_other_s"]),
-            tpot_s=tpot,
-            tpot_compute_s=tpot_compute,
-            tpot_stall_s=tpot_stall,
-            tpot_other_s=None if tpot is None else _other(tpot, tpot_compute, tpot_stall),
-            stall_s=float(self.layer_stall.sum()),
-            makespan_s=makespan,
-            compute_s=float(self.layer_compute.sum()),
-            tokens_generated=tokens_out,
-            throughput_tok_s=tokens_out / makespan if makespan > 0 else None,
-            bytes_per_token=moved / tokens_in if tokens_in else None,
-            transfer_busy_s=transfer_busy,
-            overlap_s=overlap,
-            overlap_fraction=overlap / transfer_busy if transfer_busy > 0 else None,
-            copy_engine_utilization=_ratio(float(self.engine_busy.mean()), makespan),
-            link_utilization_max=max(
-                (u for u, k in zip(resources["utilization"], resources["kind"], strict=True)
-                 if k != "copy-engine" and u is not None),
-                default=None,
-            ),
-        )  # fmt: skip
-        with_prefill = max(len(self.first_token), 1)
-        per_layer = per_layer_cache_table(self.cache.stats)
-        per_layer["stall_s"] = self.layer_stall.tolist()
-        per_layer["compute_s"] = self.layer_compute.tolist()
-        per_layer["ttft_compute_s"] = (self.phase_compute[0] / with_prefill).tolist()
-        per_layer["ttft_stall_s"] = (self.phase_stall[0] / with_prefill).tolist()
-        per_layer["tpot_compute_s"] = (self.phase_compute[1] / max(n_decode, 1)).tolist()
-        per_layer["tpot_stall_s"] = (self.phase_stall[1] / max(n_decode, 1)).tolist()
-        result = RunResult(
-            engine="simulate",
-            metrics=metrics,
-            per_layer=per_layer,
-            per_request=per_request,
-            config={},
-            inputs={},
-            hardware_grade=lowest_grade(
-                self.used
-                + (
-                    [self.host.cpu_flops, self.host.cpu_compute_efficiency]
-                    if metrics["activations_cpu"]
-                    else []
-                )
-            ),
-            spans=spans if self.spans.enabled else None,
-            lanes=list(self.spans.lanes),
-            counters=self.spans.counters(),
-            per_resource=resources,
-        )
-        return finish_result(sc, self.objs.eviction.initial_contents(), result)
-
-    def _resource_table(self, makespan: float) -> dict[str, list[Any]]:
-        """Links, DRAM and copy engines: bytes moved, busy time and utilization."""
-        net = self.network
-        table: dict[str, list[Any]] = {
-            k: [] for k in ("resource", "kind", "capacity_bytes_per_s", "bytes", "busy_s")
-        }
-        for r in self.resources:
-            table["resource"].append(r)
-            table["kind"].append(r.split(":", 1)[0] if r.startswith("dram:") else "link")
-            table["capacity_bytes_per_s"].append(net.capacity[r])
-            table["bytes"].append(net.bytes_through.get(r, 0.0))
-            table["busy_s"].append(net.busy_s.get(r, 0.0))
-        for slot, lane in enumerate(self.copy_lane_names):
-            table["resource"].append(lane)
-            table["kind"].append("copy-engine")
-            table["capacity_bytes_per_s"].append(None)
-            table["bytes"].append(self.engine_bytes[slot])
-            table["busy_s"].append(float(self.engine_busy[slot]))
-        table["busy_fraction"] = [_ratio(b, makespan) for b in table["busy_s"]]
-        table["utilization"] = [
-            _ratio(n, c * makespan) if c is not None else _ratio(b, makespan)
-            for n, c, b in zip(
-                table["bytes"], table["capacity_bytes_per_s"], table["busy_s"], strict=True
-            )
-        ]
-        return table
 
 
 def _other(total: float, compute: float, stall: float) -> float:

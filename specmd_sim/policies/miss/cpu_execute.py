@@ -3,7 +3,8 @@
 For each missing expert the handler compares two estimates: fetching it to the GPU,
 ``t_fetch = path latency + expert_bytes / path bandwidth`` (then the GPU runs it), and running it
 on the host CPU, ``t_cpu = max(flops / (cpu_flops * cpu_compute_efficiency), expert_bytes /
-dram_bandwidth)`` for the tokens routed to it in the pass.
+dram_bandwidth)`` for the tokens routed to it in the pass; ``expert_bytes`` are the expert's own
+(``precision``). Both estimates use the host-DRAM path, also for experts stored on NVMe.
 
 - ``mode: fiddler`` (Fiddler, Kamahori et al. 2024): the CPU runs the expert whenever
   ``t_cpu < t_fetch``, each decision on its own.
@@ -47,25 +48,27 @@ class CPUExecuteMiss(MissHandler):
         c = self.ctx
         self.greedy = config.mode == "greedy"
         self.host = c.profile.hosts[0]  # type: ignore[attr-defined]
-        self.t_fetch = c.path.latency_s + c.model.expert_bytes / c.path.bandwidth  # type: ignore[attr-defined]
         self.where = (-1, -1)
         self.cpu_load = self.gpu_load = 0.0
 
-    def cpu_time(self, pass_index: int, layer: int, key: int) -> float:
+    def cpu_time(self, pass_index: int, layer: int, key: int, nbytes: int) -> float:
         demand = self.ctx.demand
         lo, hi = demand.span(pass_index, layer)
         keys = demand.keys[lo:hi].tolist()
         tokens = int(demand.tokens[lo + keys.index(key)])
-        return self.ctx.cost.cpu_expert_time(self.host, tokens)
+        return self.ctx.cost.cpu_expert_time(self.host, tokens, nbytes)
 
     def decide(self, pass_index: int, layer: int, key: int, cache: object, taken: set[int]) -> int:
-        t_cpu = self.cpu_time(pass_index, layer, key)
+        nbytes = cache.nbytes[key]  # type: ignore[attr-defined]
+        path = self.ctx.path  # type: ignore[attr-defined]
+        t_fetch = path.latency_s + nbytes / path.bandwidth
+        t_cpu = self.cpu_time(pass_index, layer, key, nbytes)
         if not self.greedy:
-            return CPU if t_cpu < self.t_fetch else key
+            return CPU if t_cpu < t_fetch else key
         if self.where != (pass_index, layer):
             self.where, self.cpu_load, self.gpu_load = (pass_index, layer), 0.0, 0.0
-        if self.cpu_load + t_cpu < self.gpu_load + self.t_fetch:
+        if self.cpu_load + t_cpu < self.gpu_load + t_fetch:
             self.cpu_load += t_cpu
             return CPU
-        self.gpu_load += self.t_fetch
+        self.gpu_load += t_fetch
         return key

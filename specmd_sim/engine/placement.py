@@ -1,0 +1,156 @@
+"""Where each routed expert is stored, and at which precision (config ``memory``, ``precision``).
+
+Precision: per layer, the ``precision.hot_fraction`` most often routed experts of the trace
+(ties by id) keep the model's expert dtype; the others are stored, moved and run at
+``precision.cold_dtype``. Bytes per expert follow the dtype (``docs/design.md``).
+
+Tiers: host DRAM holds ``memory.dram_capacity`` bytes of experts (default: what the host's DRAM
+holds), filled in ``memory.placement`` order (``hot-first``: most often routed in the trace
+first; ``layer-order``: layer by layer); the rest lives on an NVMe drive of the profile. Both
+rankings read the whole trace in advance, like an offline profiling run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specmd_sim.config import SimConfig, resolve_size
+from specmd_sim.errors import SpecmdError
+from specmd_sim.hardware import HardwareProfile
+from specmd_sim.hardware.schema import NVMeNode
+from specmd_sim.models import ModelSpec
+from specmd_sim.traces.trace import Trace
+from specmd_sim.units import format_bytes
+
+TIER_DRAM, TIER_NVME = 0, 1
+
+
+@dataclass(frozen=True, eq=False)
+class Placement:
+    dtype: tuple[str, ...]  # per key: storage precision
+    nbytes: np.ndarray  # int64 [keys]: bytes per key
+    tier: np.ndarray  # uint8 [keys]: TIER_DRAM or TIER_NVME
+    nvme: NVMeNode | None  # the drive holding TIER_NVME experts
+    num_experts: int  # per layer
+    dtype_hot: str  # the model's expert dtype; the others are cold
+
+    @property
+    def routed_bytes(self) -> int:
+        return int(self.nbytes.sum())
+
+    @property
+    def largest(self) -> int:
+        return int(self.nbytes.max())
+
+    def summary(self) -> dict[str, object]:
+        """Counts and bytes per tier, and the precisions (for the result's ``inputs``)."""
+        on_nvme = self.tier == TIER_NVME
+        return {
+            "experts_dram": int((~on_nvme).sum()),
+            "experts_nvme": int(on_nvme.sum()),
+            "bytes_nvme": int(self.nbytes[on_nvme].sum()),
+            "nvme": None if self.nvme is None else self.nvme.id,
+            "expert_dtypes": "+".join(sorted(set(self.dtype))),
+            "experts_cold": int(sum(d != self.dtype_hot for d in self.dtype)),
+        }
+
+
+def routing_counts(trace: Trace) -> np.ndarray:
+    """How often each flat key ``layer * num_experts + expert`` is routed in the trace."""
+    layers, experts = trace.num_layers, trace.num_experts
+    ids = trace.experts.astype(np.int64)
+    flat = (ids + (np.arange(layers, dtype=np.int64) * experts)[None, :, None])[ids >= 0]
+    return np.bincount(flat, minlength=layers * experts)
+
+
+def build_placement(
+    config: SimConfig, profile: HardwareProfile, model: ModelSpec, trace: Trace
+) -> Placement:
+    layers, experts = trace.num_layers, trace.num_experts
+    counts = routing_counts(trace)
+    dtype = _dtypes(config, model, counts.reshape(layers, experts))
+    sizes = {d: model.expert_bytes_at(d) for d in set(dtype)}
+    nbytes = np.array([sizes[d] for d in dtype], np.int64)
+    tier = np.zeros(layers * experts, np.uint8)
+    memory = config.memory
+    host = profile.hosts[0]
+    dram = host.dram_bytes.value
+    if memory.dram_capacity is None:
+        budget = dram
+    else:
+        budget = resolve_size(memory.dram_capacity, model.expert_bytes, int(nbytes.sum()))
+        if budget > dram:
+            raise SpecmdError(
+                f"memory.dram_capacity: expected at most the host's DRAM ({format_bytes(dram)} "
+                f"on {profile.id}), got {memory.dram_capacity!r} = {format_bytes(budget)}"
+            )
+    if memory.placement == "hot-first":
+        order = np.lexsort((np.arange(counts.size), -counts))
+    else:
+        order = np.arange(counts.size)
+    fits = np.cumsum(nbytes[order]) <= budget
+    tier[order[~fits]] = TIER_NVME
+    nvme = None
+    if (~fits).any():
+        nvme = _nvme(profile, memory.nvme, int(nbytes[order[~fits]].sum()), budget)
+    elif memory.nvme is not None:
+        nvme = _nvme(profile, memory.nvme, 0, budget)
+    return Placement(tuple(dtype), nbytes, tier, nvme, experts, model.expert_dtype)
+
+
+def _dtypes(config: SimConfig, model: ModelSpec, counts: np.ndarray) -> list[str]:
+    cold = config.precision.cold_dtype
+    layers, experts = counts.shape
+    if cold is None or cold == model.expert_dtype:
+        return [model.expert_dtype] * (layers * experts)
+    hot = round(config.precision.hot_fraction * experts)
+    out = [cold] * (layers * experts)
+    for layer in range(layers):
+        rank = np.lexsort((np.arange(experts), -counts[layer]))
+        for e in rank[:hot].tolist():
+            out[layer * experts + e] = model.expert_dtype
+    return out
+
+
+def _nvme(profile: HardwareProfile, wanted: str | None, spill: int, budget: float) -> NVMeNode:
+    drives = [n for n in profile.nodes if isinstance(n, NVMeNode)]
+    why = (
+        f"{format_bytes(spill)} of experts do not fit the {format_bytes(budget)} of DRAM"
+        if spill
+        else "memory.nvme is set"
+    )
+    if not drives:
+        raise SpecmdError(
+            f"memory: expected an NVMe node in hardware profile {profile.id} ({why}), got none; "
+            "raise memory.dram_capacity or use a profile with an NVMe drive"
+        )
+    if wanted is None:
+        drive = drives[0]
+    else:
+        match = [d for d in drives if d.id == wanted]
+        if not match:
+            raise SpecmdError(
+                f"memory.nvme: expected one of the NVMe nodes {[d.id for d in drives]} of "
+                f"{profile.id}, got {wanted!r}"
+            )
+        drive = match[0]
+    if spill > drive.capacity_bytes.value:
+        raise SpecmdError(
+            f"memory: expected the {format_bytes(spill)} of experts outside DRAM to fit NVMe "
+            f"drive {drive.id} ({format_bytes(drive.capacity_bytes.value)}), got too many"
+        )
+    return drive
+
+
+def shard_owner(num_experts: int, gpus: int) -> np.ndarray:
+    """Owner GPU of each expert index of a layer in expert-sharded mode: contiguous blocks,
+    ``expert * gpus // num_experts`` (block sizes differ by at most one expert)."""
+    return (np.arange(num_experts) * gpus // num_experts).astype(np.int32)
+
+
+def shard_mask(placement: Placement, gpu: int, gpus: int) -> np.ndarray:
+    """Keys whose owner is ``gpu`` (all layers)."""
+    owner = shard_owner(placement.num_experts, gpus)
+    return np.tile(owner == gpu, placement.nbytes.size // placement.num_experts)
