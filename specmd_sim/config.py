@@ -97,8 +97,8 @@ class MemoryConfig(_Frozen):
         default=None,
         description=(
             "Routed-expert bytes stored in host DRAM, the rest on the profile's NVMe drive: a "
-            "percentage of all routed-expert bytes, a number of experts or bytes. None = as many "
-            "as the host's DRAM holds (all of them when they fit)."
+            "percentage of all routed-expert bytes, a number of experts (of the model's expert "
+            "size) or bytes. None = as many as the host's DRAM holds (all of them when they fit)."
         ),
     )
     placement: Literal["hot-first", "layer-order"] = Field(
@@ -156,12 +156,14 @@ class ParallelConfig(_Frozen):
         ),
     )
 
-    @field_validator("gpus")
+    @field_validator("gpus", mode="before")
     @classmethod
-    def _check_gpus(cls, value: int | list[str]) -> int | list[str]:
+    def _check_gpus(cls, value: object) -> object:
+        if isinstance(value, bool):
+            raise ValueError(f"expected a number of GPUs or a list of GPU ids, got {value!r}")
         if isinstance(value, int) and value < 1:
             raise ValueError(f"expected at least 1 GPU, got {value}")
-        if isinstance(value, list) and (not value or len(set(value)) != len(value)):
+        if isinstance(value, list) and (not value or len(set(map(repr, value))) != len(value)):
             raise ValueError(f"expected a non-empty list of distinct GPU ids, got {value}")
         return value
 

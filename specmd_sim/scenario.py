@@ -49,7 +49,8 @@ def build_scenario(config: SimConfig) -> Scenario:
         raise SpecmdError(f"trace {config.trace}: expected at least one pass, got none")
     demand = build_demand(trace, passes)
     placement = build_placement(config, profile, model, trace)
-    capacity = config.cache.capacity_bytes(model.expert_bytes, placement.routed_bytes)
+    # a slot count is of the largest expert (mixed precision), as capacity_slots reports it
+    capacity = config.cache.capacity_bytes(placement.largest, placement.routed_bytes)
     gpu_nodes = _resolve_gpus(config, profile)
     _check_gpus(config, gpu_nodes, placement, capacity)
     gpus = len(gpu_nodes)

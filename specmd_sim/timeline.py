@@ -306,10 +306,10 @@ def to_chrome_trace(
       ``request``, ``layer``, ``expert`` (index within its layer, given ``num_experts``),
       ``expert_id`` (flat id), ``bytes`` and ``class`` (for a transfer, the class of the access
       it served: :func:`served_class`);
-    - in the first lane's process, a ``passes`` track (one slice per pass), one async slice
-      per request phase (prefill until its first token, then decode), an instant event at each
-      first token, and counter tracks (``ph: C``) for every counter (a counter named
-      ``"<device>/<name>"`` goes to that device's process);
+    - in the process of the device that ran them (the first lane's with one GPU), a ``passes``
+      track (one slice per pass), one async slice per request phase (prefill until its first
+      token, then decode), an instant event at each first token; counter tracks (``ph: C``) for
+      every counter (a counter named ``"<device>/<name>"`` goes to that device's process);
     - ``otherData``: ``metadata`` (e.g. model, hardware, policies).
     """
     counters = counters or {}
@@ -349,7 +349,14 @@ def to_chrome_trace(
     events: list[dict[str, Any]] = []
     passes = pass_table(spans)
     if passes.size:
-        events.extend(_pass_events(passes, ttft, main_pid, new_track(main_pid, "passes")))
+        # each pass (and its request's slices) in the process of the device that ran it
+        own = spans[(spans["pass_"] >= 0) & ~np.isin(spans["kind"], _TRANSFER_IDS)]
+        first = np.unique(own["pass_"], return_index=True)[1]
+        lane_pid = np.array([pid_of.get(lane_process(name), main_pid) for name in lanes])
+        pass_pid = lane_pid[own["lane"][first]]
+        for pid in dict.fromkeys(pass_pid.tolist()):
+            mine = passes[pass_pid == pid]
+            events.extend(_pass_events(mine, ttft, pid, new_track(pid, "passes")))
     names = ("kind", "pass_", "request", "layer", "expert", "bytes")
     cols = {name: spans[name].tolist() for name in names}
     cols["class"] = served_class(spans).tolist()

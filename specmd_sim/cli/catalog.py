@@ -19,20 +19,26 @@ from specmd_sim.units import format_bytes
 @hardware_app.command("list")
 def hardware_list() -> None:
     """List the bundled profiles."""
-    from specmd_sim.hardware import list_profiles, load_profile
+    from specmd_sim.hardware import host_path, list_profiles, load_profile
+    from specmd_sim.hardware.schema import NVMeNode
 
-    table = Table("id", "GPU", "HBM", "HBM bw", "BF16 dense", "host link")
+    table = Table("id", "GPUs", "GPU", "HBM", "HBM bw", "BF16 dense", "host to GPU", "NVMe")
     for pid in list_profiles():
         p = load_profile(pid)
         gpu = p.gpus[0]
-        link = next((lk for lk in p.links if gpu.id in (lk.a, lk.b)), None)
+        path = host_path(p, gpu.id)
+        kinds = "+".join(dict.fromkeys(h.link.kind for h in path.hops))
+        drives = [n for n in p.nodes if isinstance(n, NVMeNode)]
         table.add_row(
             pid,
+            str(len(p.gpus)),
             gpu.name,
             format_bytes(gpu.hbm_bytes.value),
             f"{gpu.hbm_bandwidth_bytes_per_s.value / 1e12:.2f} TB/s",
             f"{gpu.dense_bf16_flops.value / 1e12:.0f} TFLOP/s",
-            f"{link.kind} {link.bandwidth_bytes_per_s.value / 1e9:.0f} GB/s" if link else "-",
+            f"{kinds} {path.bandwidth / 1e9:.0f} GB/s",
+            ", ".join(f"{d.read_bandwidth_bytes_per_s.value / 1e9:.1f} GB/s" for d in drives)
+            or "-",
         )
     console().print(table)
 

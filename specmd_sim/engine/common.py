@@ -19,7 +19,7 @@ def inputs_echo(scenario: Scenario) -> dict[str, Any]:
         "model": model.id,
         "expert_dtype": model.expert_dtype,
         "expert_bytes": model.expert_bytes,
-        "routed_bytes": model.routed_bytes,
+        "routed_bytes": scenario.placement.routed_bytes,  # at each expert's precision
         "hardware": scenario.profile.id,
         "trace_model": trace.model,
         "trace_tokens": trace.num_tokens,

@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from specmd_sim.cache import ExpertCache
-from specmd_sim.engine.placement import shard_mask
+from specmd_sim.engine.placement import TIER_NVME, shard_mask
 from specmd_sim.errors import SpecmdError
-from specmd_sim.hardware import host_path
+from specmd_sim.hardware import TransferPath, host_path, transfer_path
 from specmd_sim.models import CostModel
 from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.eviction.base import EvictionPolicy
@@ -63,19 +63,37 @@ def build_runs(scenario: Scenario, warm: list[int] | None = None) -> list[RunObj
     runs = []
     for g, (passes, demand) in enumerate(scenario.shards):
         sub = dataclasses.replace(scenario, passes=passes, demand=demand)
-        home = None
-        if config.parallel.mode == "expert-sharded":
-            home = np.flatnonzero(shard_mask(scenario.placement, g, gpus)).tolist()
-        runs.append(
-            _build_gpu(sub, g, rngs[g], None if arrivals is None else arrivals[g::gpus], home, warm)
-        )
+        mine = None if arrivals is None else arrivals[g::gpus]
+        runs.append(_build_gpu(sub, g, rngs[g], mine, warm))
     return runs
+
+
+def expert_sources(scenario: Scenario, g: int) -> tuple[tuple[TransferPath, ...], np.ndarray]:
+    """The paths experts reach GPU ``g`` by, and each key's path index: 0 host DRAM, then the
+    NVMe drive, then (expert-sharded) each peer GPU's HBM; -1 = GPU ``g``'s own shard."""
+    profile, placement, gpus = scenario.profile, scenario.placement, scenario.gpus
+    gpu_id = gpus[g].id
+    paths = [host_path(profile, gpu_id)]
+    source = np.zeros(placement.nbytes.size, np.int32)
+    if placement.nvme is not None:
+        paths.append(transfer_path(profile, placement.nvme.id, gpu_id))
+        source[placement.tier == TIER_NVME] = len(paths) - 1
+    if scenario.config.parallel.mode == "expert-sharded":
+        for peer in range(len(gpus)):
+            mask = shard_mask(placement, peer, len(gpus))
+            if peer == g:
+                source[mask] = -1
+                continue
+            paths.append(transfer_path(profile, gpus[peer].id, gpu_id))
+            source[mask] = len(paths) - 1
+    return tuple(paths), source
 
 
 def _arrivals(scenario: Scenario, rng: np.random.Generator) -> np.ndarray | None:
     """Arrival time of every request in admission order (all GPUs), or None (closed loop)."""
     workload = scenario.config.workload
-    requests = sum(int(p.joins.sum()) for p, _ in scenario.shards)
+    # every request of every GPU (several may join in one pass)
+    requests = sum(np.unique(p.row_request).size for p, _ in scenario.shards)
     if workload.arrivals == "poisson":
         gaps = rng.exponential(1.0 / workload.arrival_rate_per_s, requests)
         return np.cumsum(gaps)
@@ -95,11 +113,11 @@ def _build_gpu(
     g: int,
     rng: np.random.Generator,
     arrivals: np.ndarray | None,
-    home: list[int] | None,
     warm: list[int] | None,
 ) -> RunObjects:
     config, profile = scenario.config, scenario.profile
     gpu = scenario.gpus[g]
+    paths, source = expert_sources(scenario, g)
     ctx = RunContext(
         model=scenario.model,
         trace=scenario.trace,
@@ -109,7 +127,10 @@ def _build_gpu(
         slots=scenario.slots,
         profile=profile,
         cost=CostModel(scenario.model, gpu),
-        path=host_path(profile, gpu.id),
+        path=paths[0],
+        placement=scenario.placement,
+        paths=paths,
+        source=source,
     )
     eviction = EVICTION.get(config.eviction.kind)(config.eviction, ctx)
     cache = ExpertCache(
@@ -120,8 +141,7 @@ def _build_gpu(
         eviction,
     )
     eviction.attach(cache)
-    if home:
-        cache.add_home(home)
+    cache.add_home(np.flatnonzero(source < 0).tolist())
     cache.preload(eviction.initial_contents() + list(warm or []))
     prefetch = PREFETCH.get(config.prefetch.kind)(config.prefetch, ctx)
     predictor = None

@@ -9,6 +9,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from specmd_sim.engine.demand import DemandSets, Passes
+    from specmd_sim.engine.placement import Placement
     from specmd_sim.hardware import HardwareProfile, TransferPath
     from specmd_sim.models.cost import CostModel
     from specmd_sim.models.spec import ModelSpec
@@ -31,7 +32,21 @@ class RunContext:
     slots: int
     profile: HardwareProfile
     cost: CostModel  # compute times on the run's GPU
-    path: TransferPath  # how experts reach that GPU
+    path: TransferPath  # how experts reach that GPU from host DRAM
+    placement: Placement | None = None  # bytes and dtype of each expert, its storage tier
+    paths: tuple[TransferPath, ...] = ()  # every path experts reach the GPU by
+    source: np.ndarray | None = None  # int32 per key: index into paths; -1 = the GPU's own shard
+
+    def fetch_time(self, key: int) -> float:
+        """Seconds to move expert ``key`` to the GPU alone on its path (0 for the GPU's own
+        shard): latency + its bytes / the path's bandwidth."""
+        if self.source is None or self.placement is None:
+            return self.path.latency_s + self.model.expert_bytes / self.path.bandwidth
+        i = int(self.source[key])
+        if i < 0:
+            return 0.0
+        path = self.paths[i]
+        return path.latency_s + int(self.placement.nbytes[key]) / path.bandwidth
 
     @property
     def num_layers(self) -> int:

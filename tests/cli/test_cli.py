@@ -168,8 +168,10 @@ def test_hardware_commands() -> None:
     listing = specmd("hardware", "list")
     assert listing.returncode == 0
     for pid in ("a100-80g-sxm", "h100-pcie", "h100-sxm", "h200", "gh200", "rtx4090", "l4",
-                "slow-link-5gbps"):  # fmt: skip
+                "slow-link-5gbps", "hgx-h100-8gpu"):  # fmt: skip
         assert pid in listing.stdout
+    (hgx,) = [line for line in listing.stdout.splitlines() if "hgx-h100-8gpu" in line]
+    assert " 8 " in hgx and "56.0 GB/s" in hgx  # 8 GPUs, the NVMe array
     shown = specmd("hardware", "show", "gh200", "--json")
     assert json.loads(shown.stdout)["id"] == "gh200"
     ok = specmd("hardware", "validate", "hardware_profiles/h100-pcie.yaml",

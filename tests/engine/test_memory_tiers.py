@@ -132,3 +132,21 @@ def test_impossible_tiers_fail_clearly(hardware, memory, message) -> None:
         simulate(SimConfig(hardware=hardware, memory=memory, workload={"max_requests": 1}))
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_cpu_reads_of_nvme_experts_cross_the_drives_link(one_token) -> None:
+    """cpu-execute on experts stored on NVMe: the CPU reads them along the drive's path to the
+    host and through DRAM; nothing crosses the GPU's link."""
+    config = SimConfig(
+        trace=str(one_token),
+        cache={"capacity": 1},
+        eviction={"kind": "lru"},
+        prefetch={"kind": "none"},
+        miss={"kind": "cpu-execute"},
+        memory={"dram_capacity": 1, "placement": "layer-order"},
+    )
+    result = simulate(config)
+    assert result.metrics["activations_cpu"] == LAYERS
+    table = dict(zip(result.per_resource["resource"], result.per_resource["bytes"], strict=False))
+    assert table["nvme:nvme0"] == table["nvme-pcie0:nvme0>host"] == table["dram:host"] == LAYERS * B
+    assert table["pcie0:host>gpu0"] == 0

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
 from specmd_sim import SimConfig, simulate
+from specmd_sim.config import build_config
 from specmd_sim.engine.placement import shard_owner
 from specmd_sim.engine.replay import replay
 from specmd_sim.errors import SpecmdError
@@ -28,7 +31,7 @@ def twin_trace(write_trace):
     return write_trace(experts, "olmoe-1b-7b", EXPERTS, request=request, phase=phase)
 
 
-def run(trace, gpus, mode="replicas", **extra):
+def run(trace, gpus, mode="replicas", timing_spans=False, **extra):
     config = SimConfig(
         hardware="hgx-h100-8gpu",
         trace=str(trace),
@@ -36,7 +39,7 @@ def run(trace, gpus, mode="replicas", **extra):
         eviction={"kind": "lru"},
         prefetch={"kind": "none"},
         parallel={"gpus": gpus, "mode": mode},
-        timing={"record_spans": False},
+        timing={"record_spans": timing_spans},
         **extra,
     )
     return simulate(config)
@@ -107,6 +110,7 @@ def test_peer_path_goes_through_the_nvswitch() -> None:
     [
         ({"parallel": {"gpus": 9}}, "parallel.gpus: expected at most the 8 GPU(s)"),
         ({"parallel": {"gpus": ["gpu0", "gpu9"]}}, "got ['gpu9']"),
+        ({"parallel": {"gpus": True}}, "expected a number of GPUs or a list of GPU ids"),
         ({"parallel": {"gpus": 1, "mode": "expert-sharded"}}, "at least 2 GPUs"),
         ({"parallel": {"gpus": 2}, "belady_gap": True}, "belady_gap: expected false"),
         (
@@ -118,7 +122,7 @@ def test_peer_path_goes_through_the_nvswitch() -> None:
 def test_impossible_parallel_configs_fail_clearly(twin_trace, extra, message) -> None:
     base = {"hardware": "hgx-h100-8gpu", "trace": str(twin_trace), "model": "olmoe-1b-7b"}
     with pytest.raises(SpecmdError) as info:
-        simulate(SimConfig(**{**base, **extra}))
+        simulate(build_config({**base, **extra}))
     assert message in str(info.value)
     assert "\n" not in str(info.value)
 
@@ -138,3 +142,43 @@ def test_same_seed_same_multi_gpu_result(twin_trace) -> None:
     )
     a, b = simulate(SimConfig(**config)), simulate(SimConfig(**config))
     assert a.to_json() == b.to_json()
+
+
+def test_static_hot_picks_its_hot_set_outside_the_gpus_own_shard(twin_trace) -> None:
+    from specmd_sim.engine.setup import build_runs
+    from specmd_sim.scenario import build_scenario
+
+    config = SimConfig(
+        hardware="hgx-h100-8gpu",
+        trace=str(twin_trace),
+        cache={"capacity": 16},
+        eviction={"kind": "static-hot"},
+        parallel={"gpus": 2, "mode": "expert-sharded"},
+    )
+    for run_objs in build_runs(build_scenario(config)):
+        hot = run_objs.eviction.initial_contents()
+        assert len(hot) == 16
+        assert (run_objs.ctx.source[hot] >= 0).all()  # none is in the GPU's own shard
+        assert run_objs.cache.contents() == sorted(hot)  # all 16 slots hold hot experts
+
+
+def test_perfetto_trace_has_one_passes_track_per_gpu(twin_trace) -> None:
+    from specmd_sim.timeline import to_chrome_trace
+
+    result = run(twin_trace, 2, timing_spans=True)
+    trace = to_chrome_trace(result.spans, result.lanes, result.counters)
+    events = trace["traceEvents"]
+    process = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    track = {
+        (e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"
+    }
+    per_gpu: dict[str, list[tuple[float, float]]] = {}
+    for e in events:
+        if e.get("ph") == "X" and track.get((e["pid"], e["tid"])) == "passes":
+            per_gpu.setdefault(process[e["pid"]], []).append((e["ts"], e["ts"] + e["dur"]))
+    assert sorted(per_gpu) == ["gpu0", "gpu1"]
+    for slices in per_gpu.values():
+        assert len(slices) == 6
+        slices.sort()
+        assert all(b[0] >= a[1] - 1e-6 for a, b in itertools.pairwise(slices))
+    assert {"gpu0/cache_used_bytes", "gpu1/cache_used_bytes"} <= set(result.counters)

@@ -146,3 +146,26 @@ def test_trace_arrivals_need_a_trace_that_has_them(small_trace) -> None:
     config = SimConfig(trace=str(small_trace("olmoe-1b-7b")), workload={"arrivals": "trace"})
     with pytest.raises(SpecmdError, match="expected a trace with arrival_s"):
         simulate(config)
+
+
+@pytest.mark.parametrize("arrivals", ["poisson", "trace"])
+def test_requests_joining_in_one_pass_each_get_an_arrival(write_trace, arrivals) -> None:
+    """Decode-only requests at batch 4 all join in the first decode pass: every one of them
+    needs its own arrival time (counted per request, not per joining pass)."""
+    trace = tiny_trace([0, 0, 0, 0], [3, 3, 3, 3])
+    experts = np.tile(np.arange(8, dtype=np.int16), (12, 16, 1))
+    path = write_trace(
+        experts, "olmoe-1b-7b", 64, request=trace.request, phase=trace.phase,
+        arrival_s=np.repeat([0.0, 0.1, 0.2, 0.3], 3),
+    )  # fmt: skip
+    result = simulate(
+        SimConfig(
+            trace=str(path),
+            workload={"arrivals": arrivals, "arrival_rate_per_s": 10.0, "batch_size": 4},
+            timing={"record_spans": False},
+        )
+    )
+    arrived = result.per_request["arrival_s"]
+    assert len(arrived) == 4 and arrived == sorted(arrived)
+    if arrivals == "trace":
+        assert arrived == [0.0, 0.1, 0.2, 0.3]

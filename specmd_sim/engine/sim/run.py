@@ -34,12 +34,12 @@ from specmd_sim.cache import AccessClass, CacheStats, FetchReason
 from specmd_sim.cache.states import State
 from specmd_sim.config import SimConfig
 from specmd_sim.engine.common import Progress, finish_result, report_progress
-from specmd_sim.engine.placement import TIER_NVME, shard_owner
+from specmd_sim.engine.placement import TIER_NVME
 from specmd_sim.engine.setup import RunObjects, build_runs
 from specmd_sim.engine.sim.breakdown import Busy, Intervals, mean_of, request_table
 from specmd_sim.engine.sim.copy_engines import CopyEngines, Job
 from specmd_sim.engine.sim.flows import FlowNetwork
-from specmd_sim.hardware import TransferPath, lowest_grade, transfer_path
+from specmd_sim.hardware import lowest_grade, transfer_path
 from specmd_sim.hardware.schema import Quantity
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
 from specmd_sim.policies.miss.base import CPU, DROP
@@ -72,11 +72,16 @@ class _TimingRun:
         runs = build_runs(scenario)
         bases = np.concatenate(([0], np.cumsum([r.scenario.passes.num_passes for r in runs])))
         self.gpus = [_Gpu(self, g, objs, int(bases[g])) for g, objs in enumerate(runs)]
-        capacity: dict[str, float] = {}
-        for gpu in self.gpus:
-            for path in gpu.paths:
-                capacity.update(path.capacity)
         nvme = scenario.placement.nvme
+        # the path of CPU reads of experts stored on NVMe (cpu-execute)
+        self.nvme_to_host = (
+            None if nvme is None else transfer_path(scenario.profile, nvme.id, self.host.id)
+        )
+        capacity: dict[str, float] = {}
+        for path in [p for gpu in self.gpus for p in gpu.paths] + [self.nvme_to_host]:
+            if path is not None:
+                capacity.update(path.capacity)
+        capacity[f"dram:{self.host.id}"] = self.host.dram_bandwidth_bytes_per_s.value
         dynamic = {} if nvme is None else {f"nvme:{nvme.id}": nvme.read_bandwidth}
         self.network = FlowNetwork(self.env, capacity, dynamic)
 
@@ -85,15 +90,15 @@ class _TimingRun:
         report_progress(self.progress, self.passes_done, self.passes_total)
 
     def cpu_read_path(self, key: int) -> tuple[tuple[str, ...], float, int]:
-        """Resources, latency and queue depth of the CPU reading expert ``key`` from memory."""
-        dram = f"dram:{self.host.id}"
+        """Resources, latency and queue depth of the CPU reading expert ``key``: from the host's
+        DRAM, or for an expert on NVMe along the drive's path to the host, then DRAM."""
         placement = self.sc.placement
-        nbytes = int(placement.nbytes[key])
-        if placement.tier[key] == TIER_NVME and placement.nvme is not None:
-            drive = placement.nvme
-            depth = math.ceil(nbytes / drive.read_request_bytes.value)
-            return (f"nvme:{drive.id}", dram), 0.0, depth
-        return (dram,), 0.0, 1
+        drive = placement.nvme
+        if drive is None or self.nvme_to_host is None or placement.tier[key] != TIER_NVME:
+            return (f"dram:{self.host.id}",), 0.0, 1
+        depth = math.ceil(int(placement.nbytes[key]) / drive.read_request_bytes.value)
+        resources = (*self.nvme_to_host.resources, f"dram:{self.host.id}")
+        return tuple(dict.fromkeys(resources)), self.nvme_to_host.latency_s, depth
 
     # --- result ----------------------------------------------------------------------------
 
@@ -106,7 +111,8 @@ class _TimingRun:
         sc, gpus = self.sc, self.gpus
         stats = CacheStats.combined([g.cache.stats for g in gpus])
         metrics = cache_metrics(stats)
-        makespan = float(self.env.now)
+        # the end of the last pass (prefetches or CPU experts may outlive it, unused)
+        makespan = max((g.last_pass_end for g in gpus), default=0.0)
         tables = [g.request_table() for g in gpus]
         per_request = {k: [v for t in tables for v in t[k]] for k in (tables[0] if tables else {})}
         order = np.argsort(per_request.get("request", []), kind="stable").tolist()
@@ -232,7 +238,7 @@ def _gpu_table(gpus: list[_Gpu], tables: list[dict[str, list[Any]]]) -> dict[str
         out["gpu"].append(gpu.node.id)
         out["requests"].append(len(table["request"]))
         out["passes"].append(gpu.passes.num_passes)
-        out["hit_rate"].append(totals["hit_rate"])
+        out["hit_rate"].append(totals["hit_rate"] if totals["accesses"] else None)
         out["hits_home"].append(totals["hits_home"])
         out["misses"].append(totals["misses"])
         out["bytes_fetched"].append(totals["bytes_demand"] + totals["bytes_prefetch"])
@@ -257,7 +263,7 @@ class _Gpu:
         self.cache = objs.cache
         self.cost = objs.ctx.cost
         self.node = gpu = self.sc.gpus[g]
-        self.paths, self.source = self._sources(g)
+        self.paths, self.source = objs.ctx.paths, objs.ctx.source
         self.spans = run.spans
         suffix = "" if len(self.sc.shards) == 1 else f"{gpu.id}/"
         self.counter_used = f"{suffix}cache_used_bytes"
@@ -296,32 +302,11 @@ class _Gpu:
         self.last_token: dict[int, float] = {}
         self.decode_tokens: dict[int, int] = {}
         self.pass_time = np.zeros(self.passes.num_passes)
+        self.last_pass_end = 0.0
         self.pass_compute = np.zeros(self.passes.num_passes)
         self.pass_stall = np.zeros(self.passes.num_passes)
         if self.spans.enabled:
             self.cache.occupancy_hook = self._occupancy
-
-    def _sources(self, g: int) -> tuple[list[TransferPath], np.ndarray]:
-        """The paths experts reach this GPU by, and the index of each key's path: host DRAM
-        (0), the NVMe drive, or (expert-sharded) the owner GPU's HBM; -1 = its own shard."""
-        sc = self.sc
-        profile, placement, parallel = sc.profile, sc.placement, sc.config.parallel
-        gpus = sc.gpus
-        gpu_id = gpus[g].id
-        paths = [self.objs.ctx.path]
-        source = np.zeros(placement.nbytes.size, np.int32)
-        if placement.nvme is not None:
-            paths.append(transfer_path(profile, placement.nvme.id, gpu_id))
-            source[placement.tier == TIER_NVME] = len(paths) - 1
-        if parallel.mode == "expert-sharded":
-            owner = np.tile(shard_owner(placement.num_experts, len(gpus)), sc.trace.num_layers)
-            for peer in range(len(gpus)):
-                if peer == g:
-                    source[owner == g] = -1
-                    continue
-                paths.append(transfer_path(profile, gpus[peer].id, gpu_id))
-                source[owner == peer] = len(paths) - 1
-        return paths, source
 
     def used_quantities(self) -> list[Quantity]:
         """The hardware numbers this GPU's run depends on (for the result's grade)."""
@@ -571,6 +556,7 @@ class _Gpu:
                     self.last_token[r] = env.now
                     self.decode_tokens[r] = self.decode_tokens.get(r, 0) + 1
             self.pass_time[p] = env.now - t_pass
+            self.last_pass_end = env.now
             self.pass_compute[p] = self.compute_iv.sum - compute_before
             self.pass_stall[p] = self.stall_iv.sum - stall_before
             self.run.pass_done()

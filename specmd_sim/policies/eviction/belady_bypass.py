@@ -31,7 +31,7 @@ class BeladyBypassEviction(BeladyEviction):
 
     def admit(self, key: int, reason: FetchReason) -> bool:
         cache = self.cache
-        if cache is None or cache.capacity_bytes - cache.used_bytes >= cache.expert_bytes:
+        if cache is None or cache.capacity_bytes - cache.used_bytes >= cache.nbytes[key]:
             return True
         victim = self.choose_victim(cache.evictable, key)
         if victim is None:

@@ -2,7 +2,8 @@
 
 Before the run, the cache is filled with the ``hot_fraction`` of its slots' worth of the most
 frequently selected experts of the trace (profiling on the run's own trace: an optimistic
-stand-in for a calibration set). Hot experts are never evicted. The remaining slots, if any,
+stand-in for a calibration set; in expert-sharded runs, among the experts outside the GPU's own
+shard). Hot experts are never evicted. The remaining slots, if any,
 hold other experts under LRU; with none left, every other expert is streamed past the cache
 for its single use (a staging buffer), never cached. Prefetches of experts that would not be
 admitted are dropped. Its bound is ``belady-bypass`` started with the same hot set (what
@@ -42,6 +43,9 @@ class StaticHotEviction(EvictionPolicy):
         counts = np.bincount(c.demand.keys, minlength=c.num_layers * c.num_experts)  # type: ignore[attr-defined]
         n_hot = max(1, int(c.slots * config.hot_fraction))  # type: ignore[attr-defined]
         order = np.lexsort((np.arange(counts.size), -counts))  # most popular, then lowest id
+        source = getattr(c, "source", None)
+        if source is not None:  # the GPU's own expert shard is resident anyway
+            order = order[source[order] >= 0]
         self.hot = [int(k) for k in order[:n_hot]]
         self.hot_set = set(self.hot)
         self.free_slots = c.slots - n_hot  # type: ignore[attr-defined]

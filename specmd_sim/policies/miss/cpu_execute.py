@@ -4,7 +4,8 @@ For each missing expert the handler compares two estimates: fetching it to the G
 ``t_fetch = path latency + expert_bytes / path bandwidth`` (then the GPU runs it), and running it
 on the host CPU, ``t_cpu = max(flops / (cpu_flops * cpu_compute_efficiency), expert_bytes /
 dram_bandwidth)`` for the tokens routed to it in the pass; ``expert_bytes`` are the expert's own
-(``precision``). Both estimates use the host-DRAM path, also for experts stored on NVMe.
+(``precision``), and the fetch estimate uses the path the expert comes by (host DRAM, the NVMe
+drive, or a peer GPU's HBM in expert-sharded runs).
 
 - ``mode: fiddler`` (Fiddler, Kamahori et al. 2024): the CPU runs the expert whenever
   ``t_cpu < t_fetch``, each decision on its own.
@@ -59,10 +60,8 @@ class CPUExecuteMiss(MissHandler):
         return self.ctx.cost.cpu_expert_time(self.host, tokens, nbytes)
 
     def decide(self, pass_index: int, layer: int, key: int, cache: object, taken: set[int]) -> int:
-        nbytes = cache.nbytes[key]  # type: ignore[attr-defined]
-        path = self.ctx.path  # type: ignore[attr-defined]
-        t_fetch = path.latency_s + nbytes / path.bandwidth
-        t_cpu = self.cpu_time(pass_index, layer, key, nbytes)
+        t_fetch = self.ctx.fetch_time(key)  # type: ignore[attr-defined]
+        t_cpu = self.cpu_time(pass_index, layer, key, cache.nbytes[key])  # type: ignore[attr-defined]
         if not self.greedy:
             return CPU if t_cpu < t_fetch else key
         if self.where != (pass_index, layer):

@@ -1,14 +1,18 @@
 """Bandwidth-budget prefetch: as many experts as the link can move while the layer computes.
 
 At layer ``l``'s router, the expected compute time of ``l`` (its attention already ran; its
-experts' compute is what remains: the sum of the expert times of its demand set, plus the next
-layer's attention) times the host path's bandwidth gives a byte budget; the policy fetches
-``max(min_experts, floor(budget / expert_bytes))`` experts, the most probable first across the
-target layers (probability discounted by ``decay`` per layer of distance).
+experts' compute is what remains: the sum of the expert times of its demand set at each expert's
+precision, plus the next layer's attention) is a time budget. Candidates are ranked most
+probable first across the target layers (probability discounted by ``decay`` per layer of
+distance); the policy takes them in that order while their transfer times, each expert's bytes
+over the bandwidth of the path it comes by (host DRAM, NVMe, a peer GPU), fit the budget
+(with one path and one size: ``floor(budget * bandwidth / expert_bytes)`` experts), and at
+least ``min_experts``.
 """
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal
 
 import numpy as np
@@ -35,21 +39,40 @@ class BandwidthBudgetPrefetch(PrefetchPolicy):
     description = "As many experts as fit in the current layer's expected compute time."
     source = "compute-overlap budgeting (HybriMoE, ProMoE, MoE-Lightning)"
 
-    def budget(self, pass_index: int, layer: int) -> int:
+    def budget(self, pass_index: int, layer: int) -> float:
+        """Seconds of transfer the layer's remaining compute can hide."""
         ctx = self.ctx
         cost, passes, demand = ctx.cost, ctx.passes, ctx.demand
         lo, hi = demand.span(pass_index, layer)
-        seconds = sum(cost.expert_time(int(n)) for n in demand.tokens[lo:hi])
-        seconds += cost.attention_time(
+        placement = getattr(ctx, "placement", None)
+        seconds = sum(
+            cost.expert_time(int(n), None if placement is None else placement.dtype[int(key)])
+            for key, n in zip(demand.keys[lo:hi], demand.tokens[lo:hi], strict=True)
+        )
+        return seconds + cost.attention_time(
             passes.tokens(pass_index), int(passes.context_end[pass_index])
         )
-        fit = int(seconds * ctx.path.bandwidth // ctx.model.expert_bytes)
-        return max(self.config.min_experts, fit)  # type: ignore[attr-defined]
+
+    def _transfer_time(self, key: int) -> float:
+        ctx = self.ctx
+        placement, source = getattr(ctx, "placement", None), getattr(ctx, "source", None)
+        if placement is None or source is None:
+            return ctx.model.expert_bytes / ctx.path.bandwidth
+        i = int(source[key])
+        return 0.0 if i < 0 else int(placement.nbytes[key]) / ctx.paths[i].bandwidth
+
+    @cached_property
+    def _quickest(self) -> float:
+        """The shortest transfer time of any expert not in the GPU's own shard."""
+        ctx = self.ctx
+        keys = range(ctx.num_layers * ctx.num_experts)
+        return min((t for t in map(self._transfer_time, keys) if t > 0), default=0.0)
 
     def plan(self, pass_index: int, layer: int, predictor, cache) -> list[int]:
-        n = self.budget(pass_index, layer)
-        if n == 0:
-            return []
+        seconds = self.budget(pass_index, layer)
+        minimum = self.config.min_experts  # type: ignore[attr-defined]
+        if minimum == 0 and seconds < self._quickest:
+            return []  # not even one expert fits: ask the predictor nothing
         keys: list[np.ndarray] = []
         weights: list[np.ndarray] = []
         for distance, target in enumerate(self.targets(layer)):
@@ -62,5 +85,11 @@ class BandwidthBudgetPrefetch(PrefetchPolicy):
             return []
         k, w = np.concatenate(keys), np.concatenate(weights)
         order = np.lexsort((k, -w))
-        order = order[w[order] > 0][:n]
-        return [int(x) for x in k[order]]
+        plan: list[int] = []
+        spent = 0.0
+        for key in k[order[w[order] > 0]].tolist():
+            spent += self._transfer_time(key)
+            if spent > seconds and len(plan) >= minimum:
+                break
+            plan.append(key)
+        return plan
