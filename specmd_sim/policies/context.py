@@ -33,15 +33,13 @@ class RunContext:
     profile: HardwareProfile
     cost: CostModel  # compute times on the run's GPU
     path: TransferPath  # how experts reach that GPU from host DRAM
-    placement: Placement | None = None  # bytes and dtype of each expert, its storage tier
-    paths: tuple[TransferPath, ...] = ()  # every path experts reach the GPU by
-    source: np.ndarray | None = None  # int32 per key: index into paths; -1 = the GPU's own shard
+    placement: Placement  # bytes and dtype of each expert, its storage tier
+    paths: tuple[TransferPath, ...]  # every path experts reach the GPU by (paths[0] = path)
+    source: np.ndarray  # int32 per key: index into paths; -1 = the GPU's own shard
 
     def fetch_time(self, key: int) -> float:
         """Seconds to move expert ``key`` to the GPU alone on its path (0 for the GPU's own
         shard): latency + its bytes / the path's bandwidth."""
-        if self.source is None or self.placement is None:
-            return self.path.latency_s + self.model.expert_bytes / self.path.bandwidth
         i = int(self.source[key])
         if i < 0:
             return 0.0

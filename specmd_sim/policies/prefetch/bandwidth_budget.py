@@ -44,9 +44,9 @@ class BandwidthBudgetPrefetch(PrefetchPolicy):
         ctx = self.ctx
         cost, passes, demand = ctx.cost, ctx.passes, ctx.demand
         lo, hi = demand.span(pass_index, layer)
-        placement = getattr(ctx, "placement", None)
+        dtype = ctx.placement.dtype
         seconds = sum(
-            cost.expert_time(int(n), None if placement is None else placement.dtype[int(key)])
+            cost.expert_time(int(n), dtype[int(key)])
             for key, n in zip(demand.keys[lo:hi], demand.tokens[lo:hi], strict=True)
         )
         return seconds + cost.attention_time(
@@ -55,11 +55,8 @@ class BandwidthBudgetPrefetch(PrefetchPolicy):
 
     def _transfer_time(self, key: int) -> float:
         ctx = self.ctx
-        placement, source = getattr(ctx, "placement", None), getattr(ctx, "source", None)
-        if placement is None or source is None:
-            return ctx.model.expert_bytes / ctx.path.bandwidth
-        i = int(source[key])
-        return 0.0 if i < 0 else int(placement.nbytes[key]) / ctx.paths[i].bandwidth
+        i = int(ctx.source[key])
+        return 0.0 if i < 0 else int(ctx.placement.nbytes[key]) / ctx.paths[i].bandwidth
 
     @cached_property
     def _quickest(self) -> float:

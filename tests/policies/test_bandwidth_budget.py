@@ -1,0 +1,43 @@
+"""bandwidth-budget: as many experts as their transfer times fit the layer's remaining compute."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from specmd_sim import SimConfig
+from specmd_sim.engine.setup import build_run
+from specmd_sim.scenario import build_scenario
+
+
+def planned(cold: str | None) -> list[tuple[int, float, list[int], object]]:
+    config = SimConfig(
+        prefetch={"kind": "bandwidth-budget"},
+        predictor={"kind": "noisy-oracle", "accuracy": 0.5},  # scores spread over all experts
+        precision={"cold_dtype": cold, "hot_fraction": 0.0},
+        workload={"max_requests": 1, "prefill_chunk_tokens": 0},  # long passes: big budgets
+    )
+    run = build_run(build_scenario(config))
+    out = []
+    for layer in range(3):
+        seconds = run.prefetch.budget(0, layer)
+        out.append((layer, seconds, run.prefetch.plan(0, layer, run.predictor, run.cache), run))
+    return out
+
+
+@pytest.mark.parametrize("cold", [None, "int4"])
+def test_plan_length_is_the_budget_over_each_experts_transfer_time(cold) -> None:
+    for _, seconds, plan, run in planned(cold):
+        ctx = run.ctx
+        nbytes = int(ctx.placement.nbytes[plan[0]])
+        assert len(set(ctx.placement.nbytes.tolist())) == 1  # one size in this run
+        fit = math.floor(seconds * ctx.path.bandwidth / nbytes)
+        assert 0 < len(plan) == min(fit, 64)  # at most one layer ahead: 64 candidates
+
+
+def test_smaller_experts_mean_more_of_them() -> None:
+    """int4 experts are 3.9x smaller; the budget (expert compute) shrinks too, less so."""
+    bf16 = [len(plan) for _, _, plan, _ in planned(None)]
+    int4 = [len(plan) for _, _, plan, _ in planned("int4")]
+    assert all(i >= 2 * b > 0 for b, i in zip(bf16, int4, strict=True))
