@@ -118,16 +118,23 @@ def _summary(out: Console, result: Any) -> None:
     if len(gpus.get("gpu", [])) > 1:
         per_gpu = Table("GPU", "requests", "hit rate", "fetched", "stall", "TTFT", "TPOT")
         for i, gpu in enumerate(gpus["gpu"]):
+            hit, ttft, tpot = gpus["hit_rate"][i], gpus["ttft_s"][i], gpus["tpot_s"][i]
             per_gpu.add_row(
                 gpu,
                 str(gpus["requests"][i]),
-                f"{gpus['hit_rate'][i]:.2%}",
+                "-" if hit is None else f"{hit:.2%}",
                 format_bytes(gpus["bytes_fetched"][i]),
                 format_seconds(gpus["stall_s"][i]),
-                "-" if gpus["ttft_s"][i] is None else format_seconds(gpus["ttft_s"][i]),
-                "-" if gpus["tpot_s"][i] is None else format_seconds(gpus["tpot_s"][i]),
+                "-" if ttft is None else format_seconds(ttft),
+                "-" if tpot is None else format_seconds(tpot),
             )
         out.print(per_gpu)
+        idle = gpus["requests"].count(0)
+        if idle:
+            out.print(
+                f"note: {idle} of {len(gpus['gpu'])} GPUs served no request (the run has "
+                f"{sum(gpus['requests'])} requests)"
+            )
 
 
 def _engine_command(engine: str, doc: str) -> Any:

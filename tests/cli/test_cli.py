@@ -55,6 +55,21 @@ def test_run_json_prints_one_object_and_writes_the_run_folder(tmp_path: Path) ->
     assert config["eviction"] == {"kind": "least-stale", "order": "touch"}
 
 
+def test_run_on_more_gpus_than_requests_shows_each_gpu(tmp_path: Path) -> None:
+    proc = specmd(
+        "run", "--hardware", "hgx-h100-8gpu", "--set", "parallel.gpus=4",
+        "--set", "workload.max_requests=2", "--set", "timing.record_spans=false",
+        "--out", str(tmp_path / "run"),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("│ gpu")]
+    assert [row.split()[1] for row in rows] == ["gpu0", "gpu1", "gpu2", "gpu3"]
+    assert "note: 2 of 4 GPUs served no request (the run has 2 requests)" in proc.stdout
+    result = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert result["per_gpu"]["requests"] == [1, 1, 0, 0]
+    assert result["per_gpu"]["hit_rate"][2:] == [None, None]
+
+
 def test_replay_json(tmp_path: Path) -> None:
     proc = specmd("replay", *SMALL, "--eviction", "lru", "--json", "--out", str(tmp_path / "r"))
     assert proc.returncode == 0, proc.stderr
