@@ -34,6 +34,11 @@ class Scenario:
     shards: tuple[tuple[Passes, DemandSets], ...]
 
     @property
+    def num_passes(self) -> int:
+        """Passes of all GPUs together."""
+        return sum(passes.num_passes for passes, _ in self.shards)
+
+    @property
     def slots(self) -> int:
         """Expert slots of the cache (of the largest expert size, with mixed precision)."""
         return self.capacity_bytes // self.placement.largest

@@ -53,7 +53,7 @@ def _execute(engine: str, cfg: SimConfig, out: Path | None, json_mode: bool) -> 
     out_console = console(json_mode)
     scenario = build_scenario(cfg)
     with _progress_bar() as bar:
-        task = bar.add_task(engine, total=sum(p.num_passes for p, _ in scenario.shards))
+        task = bar.add_task(engine, total=scenario.num_passes)
 
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done)

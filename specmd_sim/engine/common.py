@@ -26,7 +26,7 @@ def inputs_echo(scenario: Scenario) -> dict[str, Any]:
         "num_layers": trace.num_layers,
         "num_experts": trace.num_experts,
         "top_k": trace.top_k,
-        "passes": sum(p.num_passes for p, _ in scenario.shards),
+        "passes": scenario.num_passes,
         "requests": len(set(scenario.passes.row_request.tolist())),
         "capacity_bytes": scenario.capacity_bytes,
         "capacity_slots": scenario.slots,

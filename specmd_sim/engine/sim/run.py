@@ -67,21 +67,23 @@ class _TimingRun:
         self.host = scenario.profile.hosts[0]
         self.cpu = simpy.Resource(self.env, capacity=1)  # CPU expert execution, one at a time
         self.cpu_lane: int | None = None
-        self.passes_total = sum(p.num_passes for p, _ in scenario.shards)
+        self.passes_total = scenario.num_passes
         self.passes_done = 0
         runs = build_runs(scenario)
         bases = np.concatenate(([0], np.cumsum([r.scenario.passes.num_passes for r in runs])))
         self.gpus = [_Gpu(self, g, objs, int(bases[g])) for g, objs in enumerate(runs)]
-        nvme = scenario.placement.nvme
-        # the path of CPU reads of experts stored on NVMe (cpu-execute)
-        self.nvme_to_host = (
-            None if nvme is None else transfer_path(scenario.profile, nvme.id, self.host.id)
-        )
         capacity: dict[str, float] = {}
-        for path in [p for gpu in self.gpus for p in gpu.paths] + [self.nvme_to_host]:
-            if path is not None:
+        for gpu in self.gpus:
+            for path in gpu.paths:  # paths[0] is the host path: DRAM is always there
                 capacity.update(path.capacity)
-        capacity[f"dram:{self.host.id}"] = self.host.dram_bandwidth_bytes_per_s.value
+        self.dram = f"dram:{self.host.id}"
+        nvme = scenario.placement.nvme
+        # CPU reads of experts stored on NVMe (cpu-execute): along the drive's path, then DRAM
+        self.nvme_cpu_read: tuple[tuple[str, ...], float] | None = None
+        if nvme is not None:
+            path = transfer_path(scenario.profile, nvme.id, self.host.id)
+            capacity.update(path.capacity)
+            self.nvme_cpu_read = tuple(dict.fromkeys((*path.resources, self.dram))), path.latency_s
         dynamic = {} if nvme is None else {f"nvme:{nvme.id}": nvme.read_bandwidth}
         self.network = FlowNetwork(self.env, capacity, dynamic)
 
@@ -94,11 +96,10 @@ class _TimingRun:
         DRAM, or for an expert on NVMe along the drive's path to the host, then DRAM."""
         placement = self.sc.placement
         drive = placement.nvme
-        if drive is None or self.nvme_to_host is None or placement.tier[key] != TIER_NVME:
-            return (f"dram:{self.host.id}",), 0.0, 1
+        if drive is None or self.nvme_cpu_read is None or placement.tier[key] != TIER_NVME:
+            return (self.dram,), 0.0, 1
         depth = math.ceil(int(placement.nbytes[key]) / drive.read_request_bytes.value)
-        resources = (*self.nvme_to_host.resources, f"dram:{self.host.id}")
-        return tuple(dict.fromkeys(resources)), self.nvme_to_host.latency_s, depth
+        return (*self.nvme_cpu_read, depth)
 
     # --- result ----------------------------------------------------------------------------
 
@@ -114,8 +115,8 @@ class _TimingRun:
         # the end of the last pass (prefetches or CPU experts may outlive it, unused)
         makespan = max((g.last_pass_end for g in gpus), default=0.0)
         tables = [g.request_table() for g in gpus]
-        per_request = {k: [v for t in tables for v in t[k]] for k in (tables[0] if tables else {})}
-        order = np.argsort(per_request.get("request", []), kind="stable").tolist()
+        per_request = {k: [v for t in tables for v in t[k]] for k in tables[0]}
+        order = np.argsort(per_request["request"], kind="stable").tolist()
         per_request = {k: [v[i] for i in order] for k, v in per_request.items()}
         decode = np.concatenate([g.passes.phase == 1 for g in gpus])
         pass_time = np.concatenate([g.pass_time for g in gpus])
