@@ -15,10 +15,9 @@ from specmd_sim.cache import ExpertCache, FetchReason
 from specmd_sim.cache.states import AccessClass
 from specmd_sim.config import SimConfig
 from specmd_sim.engine.common import Progress, finish_result, report_progress
-from specmd_sim.engine.setup import build_run
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
-from specmd_sim.policies.miss.base import CPU, DROP, MissHandler
-from specmd_sim.scenario import Scenario, build_scenario
+from specmd_sim.policies.miss.base import CPU, DROP, FETCH, MissHandler
+from specmd_sim.scenario import Scenario, build_run, build_scenario
 
 _FIRST_MISS = int(AccessClass.COMPULSORY)
 _DEMAND, _PREFETCH = FetchReason.DEMAND, FetchReason.PREFETCH
@@ -119,12 +118,13 @@ def _resolve(
     taken = set(keys)
     held = list(keys)
     for key in misses:
-        target = miss.decide(p, layer, key, cache, taken)
-        if target == key:
+        decision = miss.decide(p, layer, key, cache, taken)
+        target = decision.by
+        if decision == FETCH:
             _fetch(cache, key)
-        elif target == DROP:
+        elif decision == DROP:
             cache.drop()
-        elif target == CPU:
+        elif decision == CPU:
             cache.run_on_cpu()
         else:
             cache.substitute(target)

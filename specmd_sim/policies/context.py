@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from specmd_sim.engine.demand import DemandSets, Passes
-    from specmd_sim.engine.placement import Placement
     from specmd_sim.hardware import HardwareProfile, TransferPath
     from specmd_sim.models.cost import CostModel
     from specmd_sim.models.spec import ModelSpec
+    from specmd_sim.scenario.passes import DemandSets, Passes
+    from specmd_sim.scenario.placement import Placement
     from specmd_sim.traces.trace import Trace
 
 

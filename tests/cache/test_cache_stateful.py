@@ -36,8 +36,8 @@ from hypothesis.stateful import (
 )
 
 from specmd_sim.cache import AccessClass, ExpertCache, FetchReason, State
-from specmd_sim.engine.demand import DemandSets
 from specmd_sim.policies import EVICTION
+from specmd_sim.scenario.passes import DemandSets
 
 L, E, K, EB = 3, 4, 2, 10  # layers, experts per layer, top-k, bytes per expert
 N = L * E

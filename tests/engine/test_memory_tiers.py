@@ -18,10 +18,10 @@ from support.profiles import profile_with_engines
 
 from specmd_sim import SimConfig, simulate
 from specmd_sim.config import build_config
-from specmd_sim.engine.placement import TIER_DRAM, TIER_NVME, build_placement, routing_counts
 from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware import load_profile
 from specmd_sim.models import load_model
+from specmd_sim.scenario.placement import TIER_DRAM, TIER_NVME, build_placement, routing_counts
 from specmd_sim.traces.io import load_trace
 
 LAYERS, EXPERTS = 16, 64

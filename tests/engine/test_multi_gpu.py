@@ -9,10 +9,10 @@ import pytest
 
 from specmd_sim import SimConfig, simulate
 from specmd_sim.config import build_config
-from specmd_sim.engine.placement import shard_owner
 from specmd_sim.engine.replay import replay
 from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware import load_profile, transfer_path
+from specmd_sim.scenario.placement import shard_owner
 
 LAYERS, EXPERTS, K = 16, 64, 8  # olmoe-1b-7b
 
@@ -145,8 +145,8 @@ def test_same_seed_same_multi_gpu_result(twin_trace) -> None:
 
 
 def test_static_hot_picks_its_hot_set_outside_the_gpus_own_shard(twin_trace) -> None:
-    from specmd_sim.engine.setup import build_runs
     from specmd_sim.scenario import build_scenario
+    from specmd_sim.scenario.plugins import build_runs
 
     config = SimConfig(
         hardware="hgx-h100-8gpu",

@@ -11,10 +11,10 @@ import pytest
 from specmd_sim import SimConfig, simulate
 from specmd_sim.cache import ExpertCache, FetchReason
 from specmd_sim.config import build_config
-from specmd_sim.engine.placement import build_placement, routing_counts
 from specmd_sim.hardware import load_profile
 from specmd_sim.models import CostModel, load_model
 from specmd_sim.policies import EVICTION
+from specmd_sim.scenario.placement import build_placement, routing_counts
 from specmd_sim.traces.io import load_trace
 
 LAYERS, EXPERTS = 16, 64

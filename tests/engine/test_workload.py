@@ -7,8 +7,8 @@ import pytest
 
 from specmd_sim import SimConfig, replay, simulate
 from specmd_sim.config import WorkloadConfig
-from specmd_sim.engine.demand import build_passes
 from specmd_sim.errors import SpecmdError
+from specmd_sim.scenario.passes import build_passes
 from specmd_sim.traces import make_trace
 
 

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from specmd_sim import SimConfig
-from specmd_sim.engine.setup import build_run
 from specmd_sim.scenario import build_scenario
+from specmd_sim.scenario.plugins import build_run
 
 
 def planned(cold: str | None) -> list[tuple[int, float, list[int], object]]:

@@ -89,7 +89,7 @@ def _invariants(result) -> None:
 def test_every_eviction_policy_keeps_the_invariants_in_replay(
     eviction: str, pin: bool, olmoe_like_trace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("specmd_sim.engine.setup.ExpertCache", CheckedCache)
+    monkeypatch.setattr("specmd_sim.scenario.plugins.ExpertCache", CheckedCache)
     cfg = SimConfig(
         trace=str(olmoe_like_trace),
         cache={"capacity": 32, "pin_demand_set": pin},
@@ -104,7 +104,7 @@ def test_every_eviction_policy_keeps_the_invariants_in_replay(
 def test_every_eviction_policy_keeps_the_invariants_in_simulate(
     eviction: str, olmoe_like_trace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("specmd_sim.engine.setup.ExpertCache", CheckedCache)
+    monkeypatch.setattr("specmd_sim.scenario.plugins.ExpertCache", CheckedCache)
     cfg = SimConfig(
         trace=str(olmoe_like_trace),
         cache={"capacity": 20},
@@ -156,7 +156,7 @@ def test_least_stale_equals_lru_without_prefetching(write_trace) -> None:
 def test_every_miss_handler_keeps_the_invariants(
     miss: str, olmoe_like_trace: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("specmd_sim.engine.setup.ExpertCache", CheckedCache)
+    monkeypatch.setattr("specmd_sim.scenario.plugins.ExpertCache", CheckedCache)
     cfg = SimConfig(
         trace=str(olmoe_like_trace),
         cache={"capacity": 20},

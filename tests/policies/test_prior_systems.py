@@ -17,8 +17,8 @@ from support.cache import step
 
 from specmd_sim import SimConfig, replay
 from specmd_sim.cache import AccessClass, ExpertCache
-from specmd_sim.engine.demand import DemandSets
 from specmd_sim.policies import EVICTION
+from specmd_sim.scenario.passes import DemandSets
 
 HIT, COMP, CAP, COLL = (
     AccessClass.HIT,
@@ -289,7 +289,7 @@ def recorded(monkeypatch: pytest.MonkeyPatch) -> list:
             self.substituted.append(key)
             super().substitute(key)
 
-    monkeypatch.setattr("specmd_sim.engine.setup.ExpertCache", Recording)
+    monkeypatch.setattr("specmd_sim.scenario.plugins.ExpertCache", Recording)
     return caches
 
 

@@ -10,10 +10,10 @@ target layer has already started, and which that layer did not demand, is cancel
 starts. A demand fetch that finds nothing evictable first cancels queued prefetches, then waits
 for a transfer to finish.
 
-An expert is fetched from where it is stored (:mod:`specmd_sim.engine.placement`): host DRAM,
+An expert is fetched from where it is stored (:mod:`specmd_sim.scenario.placement`): host DRAM,
 an NVMe drive (whose bandwidth depends on the reads outstanding on it), or, in expert-sharded
 mode, the HBM of the GPU owning its shard. Each GPU serves its own requests (round robin in
-arrival order; :mod:`specmd_sim.engine.demand`), with its own cache, plug-ins and copy engines.
+arrival order; :mod:`specmd_sim.scenario.passes`), with its own cache, plug-ins and copy engines.
 
 Passes follow the pass table (batching and admission order are fixed before the run). A request
 arrives, closed loop, when its first pass starts, or at its Poisson or recorded arrival time; a
@@ -34,16 +34,15 @@ from specmd_sim.cache import AccessClass, CacheStats, FetchReason
 from specmd_sim.cache.states import State
 from specmd_sim.config import SimConfig
 from specmd_sim.engine.common import Progress, finish_result, report_progress
-from specmd_sim.engine.placement import TIER_NVME
-from specmd_sim.engine.setup import RunObjects, build_runs
 from specmd_sim.engine.sim.breakdown import Busy, Intervals, mean_of, request_table
 from specmd_sim.engine.sim.copy_engines import CopyEngines, Job
 from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.hardware import lowest_grade, transfer_path
 from specmd_sim.hardware.schema import Quantity
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
-from specmd_sim.policies.miss.base import CPU, DROP
-from specmd_sim.scenario import Scenario, build_scenario
+from specmd_sim.policies.miss.base import CPU, DROP, FETCH
+from specmd_sim.scenario import RunObjects, Scenario, build_runs, build_scenario
+from specmd_sim.scenario.placement import TIER_NVME
 from specmd_sim.timeline import SpanRecorder, intersection_length
 
 _HIT, _LATE = AccessClass.HIT, AccessClass.LATE_HIT
@@ -487,14 +486,15 @@ class _Gpu:
                     if klass == _HIT:
                         ready.append((key, n, klass, None))
                         continue
-                    target = key if fetch_all else miss.decide(p, layer, key, cache, taken)
-                    if target != key:
+                    decision = FETCH if fetch_all else miss.decide(p, layer, key, cache, taken)
+                    if decision != FETCH:
+                        target = decision.by
                         if not pin:
                             cache.unpin(key)
-                        if target == DROP:
+                        if decision == DROP:
                             cache.drop()
                             continue
-                        if target == CPU:
+                        if decision == CPU:
                             cache.run_on_cpu()
                             on_cpu.append((key, klass, self._start_cpu(key, n, klass, where)))
                             continue

@@ -1,17 +1,20 @@
 """The miss-handling contract.
 
 When the router of a layer selects an expert that is not resident (a miss, or in the timing
-engine also a late hit), the engine asks ``decide(pass_index, layer, key, cache, taken)``:
+engine also a late hit), the layer step asks ``decide(pass_index, layer, key, cache, taken)``
+for a :class:`MissDecision`:
 
-- return ``key`` to fetch it (or wait for its transfer) and run it: the classic *stall*;
-- return :data:`DROP` to skip this expert activation (an accuracy cost, counted);
-- return :data:`CPU` to run it on the host CPU, reading its weights from DRAM (counted);
-- return another resident key of the same layer to run instead (a substitution, counted);
+- :data:`FETCH` — fetch it (or wait for its transfer) and run it: the classic *stall*;
+- :data:`DROP` — skip this expert activation (an accuracy cost, counted);
+- :data:`CPU` — run it on the host CPU, reading its weights from where they are stored (counted);
+- ``substitute(by)`` — run ``by``, another resident key of the same layer, instead (counted);
   ``taken`` holds the keys this layer already runs, which must not be chosen again.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING, ClassVar
 
 from specmd_sim.policies.registry import Plugin, PluginConfig
@@ -20,8 +23,35 @@ if TYPE_CHECKING:
     from specmd_sim.cache.expert_cache import ExpertCache
     from specmd_sim.policies.context import RunContext
 
-DROP = -1
-CPU = -2
+
+class MissAction(Enum):
+    FETCH = "fetch"
+    DROP = "drop"
+    CPU = "cpu"
+    SUBSTITUTE = "substitute"
+
+
+@dataclass(frozen=True, slots=True)
+class MissDecision:
+    """What to do with one demanded expert that is not resident; ``by`` is the resident key
+    that runs instead (``SUBSTITUTE`` only)."""
+
+    action: MissAction
+    by: int = -1
+
+    def __post_init__(self) -> None:
+        if (self.action is MissAction.SUBSTITUTE) != (self.by >= 0):
+            raise ValueError(f"MissDecision: 'by' is for SUBSTITUTE only, got {self}")
+
+
+FETCH = MissDecision(MissAction.FETCH)
+DROP = MissDecision(MissAction.DROP)
+CPU = MissDecision(MissAction.CPU)
+
+
+def substitute(by: int) -> MissDecision:
+    """Run resident expert ``by`` in place of the missing one."""
+    return MissDecision(MissAction.SUBSTITUTE, by)
 
 
 class MissHandler(Plugin):
@@ -34,5 +64,5 @@ class MissHandler(Plugin):
 
     def decide(
         self, pass_index: int, layer: int, key: int, cache: ExpertCache, taken: set[int]
-    ) -> int:
+    ) -> MissDecision:
         raise NotImplementedError

@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from specmd_sim.policies.miss.base import CPU, MissHandler
+from specmd_sim.policies.miss.base import CPU, FETCH, MissDecision, MissHandler
 from specmd_sim.policies.registry import MISS, PluginConfig
 
 
@@ -59,15 +59,17 @@ class CPUExecuteMiss(MissHandler):
         tokens = int(demand.tokens[lo + keys.index(key)])
         return self.ctx.cost.cpu_expert_time(self.host, tokens, nbytes)
 
-    def decide(self, pass_index: int, layer: int, key: int, cache: object, taken: set[int]) -> int:
+    def decide(
+        self, pass_index: int, layer: int, key: int, cache: object, taken: set[int]
+    ) -> MissDecision:
         t_fetch = self.ctx.fetch_time(key)  # type: ignore[attr-defined]
         t_cpu = self.cpu_time(pass_index, layer, key, cache.nbytes[key])  # type: ignore[attr-defined]
         if not self.greedy:
-            return CPU if t_cpu < t_fetch else key
+            return CPU if t_cpu < t_fetch else FETCH
         if self.where != (pass_index, layer):
             self.where, self.cpu_load, self.gpu_load = (pass_index, layer), 0.0, 0.0
         if self.cpu_load + t_cpu < self.gpu_load + t_fetch:
             self.cpu_load += t_cpu
             return CPU
         self.gpu_load += t_fetch
-        return key
+        return FETCH

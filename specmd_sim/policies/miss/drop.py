@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from specmd_sim.policies.miss.base import DROP, MissHandler
+from specmd_sim.policies.miss.base import DROP, MissDecision, MissHandler
 from specmd_sim.policies.registry import MISS, PluginConfig
 
 
@@ -23,5 +23,7 @@ class DropMiss(MissHandler):
     description = "Skip the missing expert's activation (no demand fetch)."
     source = "lossy expert skipping, e.g. AdapMoE / approximate offloading studies"
 
-    def decide(self, pass_index: int, layer: int, key: int, cache: object, taken: set[int]) -> int:
+    def decide(
+        self, pass_index: int, layer: int, key: int, cache: object, taken: set[int]
+    ) -> MissDecision:
         return DROP

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from specmd_sim.policies.miss.base import MissHandler
+from specmd_sim.policies.miss.base import FETCH, MissDecision, MissHandler
 from specmd_sim.policies.registry import MISS, PluginConfig
 
 
@@ -21,5 +21,7 @@ class StallMiss(MissHandler):
     source = "baseline of all offloading systems"
     always_fetches = True
 
-    def decide(self, pass_index: int, layer: int, key: int, cache: object, taken: set[int]) -> int:
-        return key
+    def decide(
+        self, pass_index: int, layer: int, key: int, cache: object, taken: set[int]
+    ) -> MissDecision:
+        return FETCH

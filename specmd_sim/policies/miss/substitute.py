@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 
 from specmd_sim.cache.states import State
-from specmd_sim.policies.miss.base import MissHandler
+from specmd_sim.policies.miss.base import FETCH, MissDecision, MissHandler, substitute
 from specmd_sim.policies.observe import DemandObserver
 from specmd_sim.policies.registry import MISS, PluginConfig
 
@@ -51,7 +51,7 @@ class SubstituteMiss(MissHandler):
         self.observer.advance(pass_index, layer)
         return self.counts[layer]
 
-    def decide(self, pass_index: int, layer: int, key: int, cache, taken: set[int]) -> int:
+    def decide(self, pass_index: int, layer: int, key: int, cache, taken: set[int]) -> MissDecision:
         num_experts = self.ctx.num_experts
         base = layer * num_experts
         resident = [
@@ -60,7 +60,7 @@ class SubstituteMiss(MissHandler):
             if cache.state[base + e] == State.RESIDENT and base + e not in taken
         ]
         if not resident:
-            return key
+            return FETCH
         estimate = self._estimate(pass_index, layer)
         best = max(resident, key=lambda e: (estimate[e], -e))
-        return base + best
+        return substitute(base + best)

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from specmd_sim.config import SimConfig
-from specmd_sim.engine.demand import DemandSets, Passes, build_demand, build_passes
-from specmd_sim.engine.placement import Placement, build_placement, shard_mask
 from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware import HardwareProfile, load_profile
 from specmd_sim.hardware.schema import GPUNode
 from specmd_sim.models import ModelSpec, load_model
+from specmd_sim.scenario.passes import DemandSets, Passes, build_demand, build_passes
+from specmd_sim.scenario.placement import Placement, build_placement, shard_mask
 from specmd_sim.traces.io import load_trace
 from specmd_sim.traces.trace import Trace
 from specmd_sim.units import format_bytes

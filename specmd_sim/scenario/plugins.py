@@ -9,7 +9,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from specmd_sim.cache import ExpertCache
-from specmd_sim.engine.placement import TIER_NVME, shard_mask
 from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware import TransferPath, host_path, transfer_path
 from specmd_sim.models import CostModel
@@ -19,7 +18,8 @@ from specmd_sim.policies.miss.base import MissHandler
 from specmd_sim.policies.predictors.base import Predictor
 from specmd_sim.policies.prefetch.base import PrefetchPolicy
 from specmd_sim.policies.registry import EVICTION, MISS, PREDICTORS, PREFETCH
-from specmd_sim.scenario import Scenario, new_rng
+from specmd_sim.scenario.build import Scenario, new_rng
+from specmd_sim.scenario.placement import TIER_NVME, shard_mask
 
 
 @dataclass(eq=False)
