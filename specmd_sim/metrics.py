@@ -35,6 +35,8 @@ class RunResult:
     counters: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     per_resource: dict[str, list[Any]] = field(default_factory=dict)  # links, DRAM, engines
     per_gpu: dict[str, list[Any]] = field(default_factory=dict)  # one row per GPU (simulate)
+    # one row per pass (simulate): gpu, pass, request, phase, start_s, end_s
+    per_pass: dict[str, list[Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -47,6 +49,7 @@ class RunResult:
             "per_request": self.per_request,
             "per_resource": self.per_resource,
             "per_gpu": self.per_gpu,
+            "per_pass": self.per_pass,
             "hardware_grade": self.hardware_grade,
             "inputs": self.inputs,
             "config": self.config,

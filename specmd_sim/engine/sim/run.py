@@ -190,6 +190,7 @@ class _TimingRun:
             counters=self.spans.counters(),
             per_resource=resources,
             per_gpu=_gpu_table(gpus, tables),
+            per_pass=_pass_table(gpus),
         )
         return finish_result(sc, gpus[0].objs.eviction.initial_contents(), result)
 
@@ -250,6 +251,21 @@ def _gpu_table(gpus: list[_Gpu], tables: list[dict[str, list[Any]]]) -> dict[str
     return out
 
 
+def _pass_table(gpus: list[_Gpu]) -> dict[str, list[Any]]:
+    """One row per pass of every GPU, in span numbering: its GPU, request (the first of a
+    batch), phase (``prefill``/``decode``), start and end (s)."""
+    out: dict[str, list[Any]] = {k: [] for k in ("gpu", "pass", "request", "phase")}
+    for gpu in gpus:
+        n = gpu.passes.num_passes
+        out["gpu"] += [gpu.node.id] * n
+        out["pass"] += list(range(gpu.pass_base, gpu.pass_base + n))
+        out["request"] += gpu.passes.request.tolist()
+        out["phase"] += ["decode" if ph else "prefill" for ph in gpu.passes.phase.tolist()]
+    out["start_s"] = np.concatenate([g.pass_start for g in gpus]).tolist()
+    out["end_s"] = np.concatenate([g.pass_end for g in gpus]).tolist()
+    return out
+
+
 class _Gpu:
     """One GPU: its compute stream, copy engines, expert cache and plug-ins."""
 
@@ -302,6 +318,8 @@ class _Gpu:
         self.last_token: dict[int, float] = {}
         self.decode_tokens: dict[int, int] = {}
         self.pass_time = np.zeros(self.passes.num_passes)
+        self.pass_start = np.zeros(self.passes.num_passes)
+        self.pass_end = np.zeros(self.passes.num_passes)
         self.last_pass_end = 0.0
         self.pass_compute = np.zeros(self.passes.num_passes)
         self.pass_stall = np.zeros(self.passes.num_passes)
@@ -556,6 +574,8 @@ class _Gpu:
                 for r in members:
                     self.last_token[r] = env.now
                     self.decode_tokens[r] = self.decode_tokens.get(r, 0) + 1
+            self.pass_start[p] = t_pass
+            self.pass_end[p] = env.now
             self.pass_time[p] = env.now - t_pass
             self.last_pass_end = env.now
             self.pass_compute[p] = self.compute_iv.sum - compute_before
