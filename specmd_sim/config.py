@@ -231,6 +231,13 @@ class TimingConfig(_Frozen):
             "fetch can then overtake a prefetch between chunks. None = whole experts."
         ),
     )
+    ideal: bool = Field(
+        default=False,
+        description=(
+            "An ideal machine: transfers and compute take no time, so the timing engine makes "
+            "exactly the decisions of replay (a check for plug-ins; times are all zero)."
+        ),
+    )
 
 
 def _plugin_field(registry: Any, default: dict[str, Any], what: str) -> Any:

@@ -143,6 +143,13 @@ class NVMeNode(_Frozen):
         default=None, description="Measured bandwidth per queue depth; replaces Little's law."
     )
 
+    def bandwidth_quantities(self) -> list[Quantity]:
+        """The numbers :meth:`read_bandwidth` reads."""
+        return [
+            self.read_bandwidth_bytes_per_s, self.read_request_bytes, self.read_latency_s,
+            self.max_queue_depth,
+        ]  # fmt: skip
+
     def read_bandwidth(self, queue_depth: int) -> float:
         """Bytes/s the drive delivers with ``queue_depth`` reads outstanding (capped)."""
         q = min(max(queue_depth, 1), self.max_queue_depth.value)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import networkx as nx
 
 from specmd_sim.errors import SpecmdError
-from specmd_sim.hardware.schema import HardwareProfile, HostNode, Link, NVMeNode
+from specmd_sim.hardware.schema import HardwareProfile, HostNode, Link, NVMeNode, Quantity
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,7 @@ class TransferPath:
     resources: tuple[str, ...]
     capacity: dict[str, float]
     latency_s: float
+    quantities: tuple[Quantity, ...]  # the profile's numbers this path's timing reads
 
     @property
     def bandwidth(self) -> float:
@@ -112,18 +113,24 @@ def transfer_path(profile: HardwareProfile, source: str, gpu_id: str) -> Transfe
     hops = tuple(find_path(profile, build_graph(profile), source, gpu_id))
     capacity = {h.key: h.link.bandwidth_bytes_per_s.value for h in hops}
     latency = sum(h.link.latency_s.value for h in hops)
+    quantities: list[Quantity] = []
+    for h in hops:
+        quantities += [h.link.bandwidth_bytes_per_s, h.link.latency_s]
     for node_id in (source, *(h.dst for h in hops[:-1])):
         node = profile.node(node_id)
         if isinstance(node, HostNode):
             capacity[f"dram:{node.id}"] = node.dram_bandwidth_bytes_per_s.value
+            quantities.append(node.dram_bandwidth_bytes_per_s)
         elif isinstance(node, NVMeNode):
             capacity[f"nvme:{node.id}"] = node.read_bandwidth_bytes_per_s.value
+            quantities += node.bandwidth_quantities()
     return TransferPath(
         source=source,
         hops=hops,
         resources=tuple(capacity),
         capacity=capacity,
         latency_s=latency,
+        quantities=tuple(quantities),
     )
 
 

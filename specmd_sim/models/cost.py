@@ -18,13 +18,16 @@ Operations per pass (``n`` tokens; token ``i`` at 1-based position ``pos_i`` of 
 
 Peak FLOP/s by dtype: fp8 weights use the GPU's FP8 peak where it has one; int4 weights are
 dequantized and run at the BF16 peak (W4A16).
+
+Every hardware number a time is computed from is read through :meth:`CostModel.read`, which
+records it in ``used``: a run's lowest grade is derived from what its cost model read.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from specmd_sim.hardware.schema import GPUNode, HostNode
+from specmd_sim.hardware.schema import GPUNode, HostNode, Quantity
 from specmd_sim.models.spec import BYTES_PER_PARAM, ModelSpec
 
 ACT_BYTES = 2  # bf16 activations
@@ -36,17 +39,24 @@ class CostModel:
 
     model: ModelSpec
     gpu: GPUNode
+    # every hardware number read so far, by id (Quantity models are not hashable)
+    used: dict[int, Quantity] = field(default_factory=dict, compare=False, repr=False)
+
+    def read(self, quantity: Quantity) -> float:
+        """``quantity.value``, recorded as used."""
+        self.used[id(quantity)] = quantity
+        return quantity.value
 
     def _peak(self, dtype: str) -> float:
         if dtype == "fp8" and self.gpu.dense_fp8_flops is not None:
-            return self.gpu.dense_fp8_flops.value
-        return self.gpu.dense_bf16_flops.value
+            return self.read(self.gpu.dense_fp8_flops)
+        return self.read(self.gpu.dense_bf16_flops)
 
     def op_time(self, flops: float, bytes_: float, dtype: str = "bf16") -> float:
-        gpu = self.gpu
-        compute = flops / (self._peak(dtype) * gpu.compute_efficiency.value)
-        memory = bytes_ / (gpu.hbm_bandwidth_bytes_per_s.value * gpu.memory_efficiency.value)
-        return max(compute, memory) + gpu.kernel_launch_overhead_s.value
+        gpu, read = self.gpu, self.read
+        compute = flops / (self._peak(dtype) * read(gpu.compute_efficiency))
+        memory = bytes_ / (read(gpu.hbm_bandwidth_bytes_per_s) * read(gpu.memory_efficiency))
+        return max(compute, memory) + read(gpu.kernel_launch_overhead_s)
 
     def _attention(
         self, params: int, tokens: int, attended: int, kv_tokens: int
@@ -87,14 +97,14 @@ class CostModel:
     def cpu_expert_flops_time(self, host: HostNode, tokens: int) -> float:
         """The compute part of one routed expert on the host CPU, for ``tokens`` tokens."""
         flops = float(self.model.expert_flops_per_token) * tokens
-        return flops / (host.cpu_flops.value * host.cpu_compute_efficiency.value)
+        return flops / (self.read(host.cpu_flops) * self.read(host.cpu_compute_efficiency))
 
     def cpu_expert_time(self, host: HostNode, tokens: int, nbytes: int | None = None) -> float:
         """One routed expert of ``nbytes`` (default: at the model's dtype) on the CPU alone:
         ``max(flops / (cpu_flops * efficiency), nbytes / dram_bandwidth)`` (weights are read
         from DRAM once; no launch cost)."""
         nbytes = self.model.expert_bytes if nbytes is None else nbytes
-        read = nbytes / host.dram_bandwidth_bytes_per_s.value
+        read = nbytes / self.read(host.dram_bandwidth_bytes_per_s)
         return max(self.cpu_expert_flops_time(host, tokens), read)
 
     def lm_head_time(self, tokens: int = 1) -> float:
@@ -103,6 +113,20 @@ class CostModel:
         params = m.hidden_size * m.vocab_size
         flops = 2.0 * params * tokens
         return self.op_time(flops, params * BYTES_PER_PARAM[m.dense_dtype], m.dense_dtype)
+
+
+class IdealCost(CostModel):
+    """Every operation takes no time (``timing.ideal``: the check that the timing engine then
+    makes exactly the timing-free engine's decisions). Reads no hardware number."""
+
+    def op_time(self, flops: float, bytes_: float, dtype: str = "bf16") -> float:
+        return 0.0
+
+    def cpu_expert_flops_time(self, host: HostNode, tokens: int) -> float:
+        return 0.0
+
+    def cpu_expert_time(self, host: HostNode, tokens: int, nbytes: int | None = None) -> float:
+        return 0.0
 
 
 def _one_request(tokens: int, context_end: int) -> tuple[int, int]:

@@ -1,0 +1,250 @@
+"""The layer step: the semantics of DESIGN.md §4, written once for every engine.
+
+:meth:`LayerStep.layer` is one MoE layer of one pass on one GPU. It makes every cache and
+policy decision itself — pin the demand set, classify each access, resolve each miss by
+fetching, streaming, dropping, running it on the CPU or substituting a resident expert, plan
+the prefetches, release the pins — and *yields* a small request for each thing that takes time
+or happens on another device. The engine fulfils the request and sends back its outcome:
+
+====================  =====================================================  ================
+request               meaning                                                outcome
+====================  =====================================================  ================
+:class:`Decide`       the router of ``(pass, layer)`` is about to decide     —
+:class:`WaitForSpace` a demand fetch found nothing evictable; the step        —
+                      retries the reservation once the engine returns
+:class:`Fetch`        move ``key``'s bytes; the cache has reserved its space  a handle
+                      (``bypass``: streamed into a staging buffer instead)
+:class:`Join`         ``key`` is loading (a late hit): use its transfer        a handle
+:class:`RunOnCpu`     start ``key`` on the host CPU                           a handle
+:class:`Run`          run these experts on the GPU, in order, each once its   —
+                      handle (if any) has completed
+:class:`AwaitCpu`     wait for these CPU experts                              —
+====================  =====================================================  ================
+
+A handle is the engine's own object for work in flight (``None`` when it completed at once);
+the step only passes it back in :class:`Run` and :class:`AwaitCpu`. ``replay`` fulfils every
+request at once (a fetch lands when it is issued); ``simulate`` turns each into SimPy events;
+an engine that executes on real hardware performs them. Because only the fulfilment differs,
+the engines make the same decisions whenever their fulfilments agree — on a machine where
+transfers and compute take no time (``timing.ideal``) ``simulate`` reproduces ``replay`` access
+for access, which ``tests/engine/test_equivalence.py`` checks over the whole plug-in registry.
+
+Two pin modes (``cache.pin_demand_set``), the same in every engine:
+
+- ``true`` (default): the whole demand set is pinned at the router's decision and classified
+  at once; misses are resolved in gate order; prefetches for the next layers are planned (they
+  cannot evict the pinned set); the experts run, resident ones first; the pins are released.
+- ``false``: experts are taken one at a time, in gate order: each is looked up, pinned,
+  resolved, run and released before the next is looked up (the classic semantics of cache
+  simulators, which the libCacheSim differential tests rely on); prefetches are planned after
+  the layer's last expert ran. A later expert's fetch may thus evict an earlier one of the same
+  layer, which then counts as a collision miss if the router selected it again later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+from specmd_sim.cache import AccessClass, ExpertCache, FetchReason
+from specmd_sim.cache.states import State
+from specmd_sim.policies.miss.base import FETCH, MissAction, MissDecision
+from specmd_sim.scenario import RunObjects
+
+_HIT, _LATE = int(AccessClass.HIT), int(AccessClass.LATE_HIT)
+_ABSENT = int(State.ABSENT)
+_DEMAND, _PREFETCH = FetchReason.DEMAND, FetchReason.PREFETCH
+_FETCH, _DROP, _CPU = MissAction.FETCH, MissAction.DROP, MissAction.CPU
+
+
+@dataclass(frozen=True, slots=True)
+class Decide:
+    pass_index: int
+    layer: int
+
+
+@dataclass(frozen=True, slots=True)
+class WaitForSpace:
+    key: int
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    key: int
+    demand: bool
+    target: tuple[int, int]  # (pass, layer) the bytes are for
+    bypass: bool = False  # into a staging buffer, not the cache
+
+
+@dataclass(frozen=True, slots=True)
+class Join:
+    key: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunOnCpu:
+    key: int
+    tokens: int
+    klass: int  # the access's AccessClass
+
+
+@dataclass(frozen=True, slots=True)
+class Expert:
+    """One expert to run on the GPU: ``key`` over ``tokens`` tokens, for an access of class
+    ``klass``, once ``handle`` (its transfer; None if resident) has completed."""
+
+    key: int
+    tokens: int
+    klass: int
+    handle: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    experts: list[Expert]
+
+
+@dataclass(frozen=True, slots=True)
+class CpuExpert:
+    key: int
+    klass: int
+    handle: Any
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitCpu:
+    experts: list[CpuExpert]
+
+
+Request = Decide | WaitForSpace | Fetch | Join | RunOnCpu | Run | AwaitCpu
+Step = Generator[Request, Any, None]
+
+
+class LayerStep:
+    """The decisions of one GPU's run: its cache, plug-ins and demand sets."""
+
+    def __init__(self, run: RunObjects) -> None:
+        self.cache: ExpertCache = run.cache
+        self.prefetch = run.prefetch
+        self.predictor = run.predictor
+        self.miss = run.miss
+        self.demand = run.scenario.demand
+        self.num_experts = run.scenario.trace.num_experts
+        self.pinned = run.scenario.config.cache.pin_demand_set
+        self.fetch_all = run.miss.always_fetches
+        self.prefetching = run.prefetch.lookahead > 0
+
+    def begin_pass(self, pass_index: int) -> None:
+        self.cache.begin_pass(pass_index)
+
+    def layer(self, p: int, layer: int) -> Step:
+        """One MoE layer of pass ``p`` (a generator of requests; see the module docstring)."""
+        yield Decide(p, layer)
+        self.cache.begin_layer(layer)
+        lo, hi = self.demand.span(p, layer)
+        keys: list[int] = self.demand.keys[lo:hi].tolist()
+        tokens: list[int] = self.demand.tokens[lo:hi].tolist()
+        if self.pinned:
+            yield from self._pinned(p, layer, keys, tokens)
+        else:
+            yield from self._one_at_a_time(p, layer, keys, tokens)
+
+    # --- the two pin modes -----------------------------------------------------------------
+
+    def _pinned(self, p: int, layer: int, keys: list[int], tokens: list[int]) -> Step:
+        cache = self.cache
+        for key in keys:
+            cache.pin(key)
+        classes = [cache.access(key, layer) for key in keys]
+        held, taken = list(keys), set(keys)
+        ready: list[Expert] = []
+        waiting: list[Expert] = []
+        on_cpu: list[CpuExpert] = []
+        for key, n, klass in zip(keys, tokens, classes, strict=True):
+            if klass == _HIT:
+                ready.append(Expert(key, n, klass))
+                continue
+            decision = self._decide(p, layer, key, taken)
+            if decision.action is _FETCH:
+                handle = yield from self._fetch(p, layer, key, klass)
+                waiting.append(Expert(key, n, klass, handle))
+            elif decision.action is _DROP:
+                cache.drop()
+            elif decision.action is _CPU:
+                cache.run_on_cpu()
+                on_cpu.append(CpuExpert(key, klass, (yield RunOnCpu(key, n, klass))))
+            else:
+                by = decision.by
+                cache.substitute(by)
+                cache.pin(by)
+                taken.add(by)
+                held.append(by)
+                ready.append(Expert(by, n, klass))
+        yield from self._plan_prefetches(p, layer)
+        yield Run(ready + waiting)
+        if on_cpu:
+            yield AwaitCpu(on_cpu)
+        for key in held:
+            cache.unpin(key)
+
+    def _one_at_a_time(self, p: int, layer: int, keys: list[int], tokens: list[int]) -> Step:
+        cache = self.cache
+        taken = set(keys)
+        for key, n in zip(keys, tokens, strict=True):
+            cache.pin(key)
+            klass = cache.access(key, layer)
+            if klass == _HIT:
+                yield Run([Expert(key, n, klass)])
+                cache.unpin(key)
+                continue
+            decision = self._decide(p, layer, key, taken)
+            if decision.action is _FETCH:
+                handle = yield from self._fetch(p, layer, key, klass)
+                yield Run([Expert(key, n, klass, handle)])
+            elif decision.action is _DROP:
+                cache.drop()
+            elif decision.action is _CPU:
+                cache.run_on_cpu()
+                handle = yield RunOnCpu(key, n, klass)
+                yield AwaitCpu([CpuExpert(key, klass, handle)])
+            else:
+                by = decision.by
+                cache.substitute(by)
+                cache.pin(by)
+                taken.add(by)
+                yield Run([Expert(by, n, klass)])
+                cache.unpin(by)
+            cache.unpin(key)
+        yield from self._plan_prefetches(p, layer)
+
+    # --- the parts both modes share --------------------------------------------------------
+
+    def _decide(self, p: int, layer: int, key: int, taken: set[int]) -> MissDecision:
+        return FETCH if self.fetch_all else self.miss.decide(p, layer, key, self.cache, taken)
+
+    def _fetch(self, p: int, layer: int, key: int, klass: int) -> Generator[Request, Any, Any]:
+        """Bring a demanded, non-resident ``key``: join its transfer (a late hit), or fetch it
+        into the cache, or stream it past the cache when the policy does not admit it."""
+        cache = self.cache
+        if klass == _LATE:
+            return (yield Join(key))
+        if not cache.admits(key, _DEMAND):
+            cache.stream(key)
+            return (yield Fetch(key, True, (p, layer), bypass=True))
+        while not cache.reserve(key, _DEMAND):
+            yield WaitForSpace(key)
+        return (yield Fetch(key, True, (p, layer)))
+
+    def _plan_prefetches(self, p: int, layer: int) -> Step:
+        """After the router of ``layer``: cached experts on the prefetcher's list are hints,
+        absent ones are fetched in list order unless nothing is evictable (then dropped)."""
+        if not self.prefetching:
+            return
+        cache = self.cache
+        state = cache.state
+        for key in self.prefetch.plan(p, layer, self.predictor, cache):
+            if state[key] != _ABSENT:
+                cache.hint(key)
+            elif cache.reserve(key, _PREFETCH):
+                yield Fetch(key, False, (p, key // self.num_experts))

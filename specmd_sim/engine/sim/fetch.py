@@ -1,0 +1,163 @@
+"""One GPU's transfers: each fetch is a job on the GPU's copy engines whose chunks are flows over
+the machine's network; its ``done`` event is what the stream waits on.
+
+An expert is fetched from where it is stored (:mod:`specmd_sim.scenario.placement`): host
+DRAM, an NVMe drive (whose bandwidth depends on the reads outstanding on it), or, in
+expert-sharded mode, the HBM of the GPU owning its shard. A prefetch whose target layer's router
+has decided, and which that layer did not demand, is cancelled before it starts. A demand fetch
+that finds nothing evictable first cancels queued prefetches (newest first), then waits for a
+transfer to end. With ``timing.ideal`` a transfer takes no time (its job still passes through
+the copy engines).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator
+from typing import Any
+
+import simpy
+
+from specmd_sim.cache import ExpertCache
+from specmd_sim.engine.layer import Fetch
+from specmd_sim.engine.sim.copy_engines import CopyEngines, Job
+from specmd_sim.engine.sim.flows import FlowNetwork
+from specmd_sim.engine.sim.tally import GpuTally
+from specmd_sim.hardware import TransferPath
+from specmd_sim.hardware.schema import NVMeNode
+from specmd_sim.timeline import SpanRecorder
+
+Position = Callable[[], tuple[int, int]]  # (pass, layer) whose router decided last
+
+
+class Fetcher:
+    """The transfers of one GPU into its cache (or a staging buffer, when not admitted)."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        network: FlowNetwork,
+        cache: ExpertCache,
+        paths: tuple[TransferPath, ...],
+        source: Any,  # int32 per key: index into paths
+        drive: NVMeNode | None,
+        engines: int,
+        chunk_bytes: int | None,
+        ideal: bool,
+        spans: SpanRecorder,
+        tally: GpuTally,
+        lanes: tuple[str, str, str],  # (copy-lane prefix, occupancy counter, in-flight counter)
+        position: Position,
+        pass_base: int,
+        pass_request: Any,  # request of each of the GPU's passes
+    ) -> None:
+        self.env, self.network, self.cache = env, network, cache
+        self.paths, self.source, self.drive = paths, source, drive
+        self.chunk_bytes, self.ideal = chunk_bytes, ideal
+        self.spans, self.tally = spans, tally
+        prefix, self.counter_used, self.counter_flight = lanes
+        tally.copy_lane_names = [f"{prefix}{i}" for i in range(engines)]
+        self.copy_lanes = [spans.lane(name) for name in tally.copy_lane_names]
+        self.position = position
+        self.pass_base, self.pass_request = pass_base, pass_request
+        self.used_paths: set[int] = set()
+        self.jobs: dict[int, Job] = {}
+        self.in_flight = 0
+        self.space_event: simpy.Event | None = None
+        self.engines = CopyEngines(
+            env,
+            engines,
+            run_chunk=self._move_chunk,
+            should_cancel=self._prefetch_obsolete,
+            on_cancel=self._cancelled,
+            on_done=self._arrived,
+        )
+        cache.listeners.append(self._space_changed)
+        if spans.enabled:
+            cache.occupancy_hook = self._occupancy
+
+    # --- what the stream asks --------------------------------------------------------------
+
+    def fetch(self, request: Fetch) -> simpy.Event:
+        """Queue the transfer of ``request.key``; its event succeeds when the bytes arrived."""
+        key = request.key
+        nbytes = self.cache.nbytes[key]
+        step = self.chunk_bytes or nbytes
+        chunks = [min(step, nbytes - off) for off in range(0, nbytes, step)]
+        job = Job(key, request.demand, request.target, nbytes, chunks, self.env.event(),
+                  bypass=request.bypass)  # fmt: skip
+        if not request.bypass:
+            self.jobs[key] = job
+        self.engines.submit(job)
+        return job.done
+
+    def join(self, key: int) -> simpy.Event:
+        """A late hit: the stream now needs ``key``'s transfer (a queued prefetch is promoted
+        to demand priority)."""
+        job = self.jobs[key]
+        self.engines.promote(job)
+        return job.done
+
+    def make_room(self) -> Generator[Any, Any, None]:
+        """Nothing is evictable for a demand fetch: cancel the newest queued prefetch, or else
+        wait until space may have been freed (a transfer ended or a pin was released)."""
+        if self.engines.cancel_queued_prefetches(1, self._cancel_job):
+            return
+        self.space_event = self.env.event()
+        yield self.space_event
+        self.space_event = None
+
+    # --- the copy engines' callbacks -------------------------------------------------------
+
+    def _move_chunk(self, job: Job, slot: int, nbytes: int) -> Generator[Any, Any, None]:
+        env, tally = self.env, self.tally
+        start = env.now
+        self.in_flight += nbytes
+        tally.transfers.start(start)
+        self.spans.sample(self.counter_flight, start, self.in_flight)
+        index = int(self.source[job.key])
+        self.used_paths.add(index)
+        if self.ideal:
+            yield env.timeout(0)
+        else:
+            path = self.paths[index]
+            depth = 1
+            if self.drive is not None and path.source == self.drive.id:
+                depth = math.ceil(nbytes / self.drive.read_request_bytes.value)
+            yield from self.network.transfer(nbytes, path.resources, path.latency_s, depth)
+        self.in_flight -= nbytes
+        tally.transfers.stop(env.now)
+        tally.engine_busy[slot] += env.now - start
+        tally.engine_bytes[slot] += nbytes
+        self.spans.sample(self.counter_flight, env.now, self.in_flight)
+        p, layer = job.target
+        self.spans.add(
+            self.copy_lanes[slot], "demand_fetch" if job.demand else "prefetch", start, env.now,
+            self.pass_base + p, layer, job.key, nbytes, int(self.pass_request[p]),
+        )  # fmt: skip
+
+    def _prefetch_obsolete(self, job: Job) -> bool:
+        return self.position() >= job.target and not self.cache.pins[job.key]
+
+    def _cancelled(self, job: Job) -> None:
+        del self.jobs[job.key]
+        self.cache.cancel(job.key)
+
+    def _cancel_job(self, job: Job) -> bool:
+        if self.cache.pins[job.key]:
+            return False
+        self._cancelled(job)
+        return True
+
+    def _arrived(self, job: Job) -> None:
+        if not job.bypass:
+            del self.jobs[job.key]
+            self.cache.complete(job.key)
+        job.done.succeed()
+
+    def _space_changed(self) -> None:
+        if self.space_event is not None and not self.space_event.triggered:
+            self.space_event.succeed()
+
+    def _occupancy(self, used_bytes: int) -> None:
+        self.spans.sample(self.counter_used, self.env.now, used_bytes)

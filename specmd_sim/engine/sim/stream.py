@@ -1,0 +1,166 @@
+"""One GPU's compute stream: a SimPy process running its passes layer by layer.
+
+Per pass (batching and admission order are fixed in the pass table): the pass's new requests
+arrive (closed loop: when it starts; else at their Poisson or recorded arrival time, which the
+stream waits for: idle time, the *other* part of :mod:`.breakdown`); DeepSeek's dense-FFN
+layers run; then per MoE layer attention runs and :mod:`specmd_sim.engine.layer` makes the
+layer's decisions, whose requests the stream fulfils: fetches go to the GPU's
+:class:`~specmd_sim.engine.sim.fetch.Fetcher`, CPU experts to the shared
+:class:`~specmd_sim.engine.sim.cpu.HostCpu`, and experts run on the stream, each once its
+transfer has arrived (the wait is a *stall*). A pass that produces a token ends with the LM
+head.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import Any
+
+import simpy
+
+from specmd_sim.engine.layer import (
+    AwaitCpu,
+    Decide,
+    Expert,
+    Fetch,
+    Join,
+    LayerStep,
+    Run,
+    RunOnCpu,
+    Step,
+    WaitForSpace,
+)
+from specmd_sim.engine.sim.cpu import HostCpu
+from specmd_sim.engine.sim.fetch import Fetcher
+from specmd_sim.engine.sim.tally import GpuTally
+from specmd_sim.models import CostModel
+from specmd_sim.scenario import RunObjects
+from specmd_sim.timeline import SpanRecorder
+
+
+class GpuStream:
+    """The compute stream of one GPU and its fulfilment of the layer step's requests."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        objs: RunObjects,
+        cost: CostModel,
+        fetcher: Fetcher,
+        cpu: HostCpu,
+        spans: SpanRecorder,
+        tally: GpuTally,
+        pass_base: int,
+        lane: str,
+        on_pass_done: Callable[[], None],
+    ) -> None:
+        self.env, self.objs, self.cost = env, objs, cost
+        self.fetcher, self.cpu, self.spans, self.tally = fetcher, cpu, spans, tally
+        self.step = LayerStep(objs)
+        self.sc = objs.scenario
+        self.passes = self.sc.passes
+        self.pass_base = pass_base  # this GPU's passes are numbered from here in the spans
+        self.lane = spans.lane(lane)
+        self.on_pass_done = on_pass_done
+        self.ideal = self.sc.config.timing.ideal
+        self.dtype_of = self.sc.placement.dtype
+        self.position = (-1, -1)  # (pass, layer) whose router decided last
+        self.where: dict[str, int] = {}  # span fields of the layer running
+        self.phase = 0
+
+    # --- passes ----------------------------------------------------------------------------
+
+    def run(self) -> Generator[Any, Any, None]:
+        passes, env, cost, tally = self.passes, self.env, self.cost, self.tally
+        num_layers = self.sc.trace.num_layers
+        for p in range(passes.num_passes):
+            gp = self.pass_base + p  # the pass's number in the spans (unique over GPUs)
+            req = int(passes.request[p])
+            members = passes.requests_of(p)
+            if passes.joins[p]:
+                yield from self._admit(members)
+            tally.begin_pass(p, env.now)
+            self.phase = int(passes.phase[p])
+            self.step.begin_pass(p)
+            tokens = passes.tokens(p)
+            attended, kv_tokens = int(passes.attended[p]), int(passes.kv_tokens[p])
+            t_attn = cost.batch_attention_time(tokens, attended, kv_tokens)
+            if self.sc.model.dense_layers:
+                t_dense = cost.dense_layers_time(tokens, attended, kv_tokens)
+                yield self._compute("attention", t_dense, pass_=gp, request=req)
+            for layer in range(num_layers):
+                self.where = {"pass_": gp, "layer": layer, "request": req}
+                yield self._compute("attention", t_attn, **self.where)
+                yield from self._fulfil(self.step.layer(p, layer))
+            if self.phase == 1 or passes.first_token[p]:
+                t_head = cost.lm_head_time(len(members))
+                yield self._compute("lm_head", t_head, pass_=gp, request=req)
+            tally.end_pass(p, env.now, members)
+            self.on_pass_done()
+
+    def _admit(self, members: list[int]) -> Generator[Any, Any, None]:
+        """Record the arrival of the pass's new requests; wait until all have arrived."""
+        env, arrival, arrivals = self.env, self.tally.arrival, self.objs.arrivals
+        latest = env.now
+        for r in members:
+            if r in arrival:
+                continue
+            arrival[r] = env.now if arrivals is None else float(arrivals[len(arrival)])
+            latest = max(latest, arrival[r])
+        if latest > env.now:
+            yield env.timeout(latest - env.now)
+
+    # --- the layer step's requests ---------------------------------------------------------
+
+    def _fulfil(self, step: Step) -> Generator[Any, Any, None]:
+        send, fetcher = step.send, self.fetcher
+        outcome: Any = None
+        while True:
+            try:
+                request = send(outcome)
+            except StopIteration:
+                return
+            outcome = None
+            match request:
+                case Run(experts):
+                    yield from self._run(experts)
+                case Fetch():
+                    outcome = fetcher.fetch(request)
+                    if self.ideal:  # a transfer of no time lands before the next decision
+                        yield outcome
+                case Join(key):
+                    outcome = fetcher.join(key)
+                case WaitForSpace():
+                    yield from fetcher.make_room()
+                case RunOnCpu(key, tokens, klass):
+                    outcome = self.cpu.start(self.cost, key, tokens, klass, self.where)
+                case AwaitCpu(experts):
+                    for cpu_expert in experts:
+                        yield from self._wait(cpu_expert.handle, cpu_expert.key, cpu_expert.klass)
+                case Decide(pass_index, layer):
+                    self.position = (pass_index, layer)
+
+    def _run(self, experts: list[Expert]) -> Generator[Any, Any, None]:
+        cost, dtype_of, where = self.cost, self.dtype_of, self.where
+        for e in experts:
+            if e.handle is not None:
+                yield from self._wait(e.handle, e.key, e.klass)
+            t_exp = cost.expert_time(e.tokens, dtype_of[e.key])
+            yield self._compute("expert", t_exp, expert=e.key, klass=e.klass, **where)
+
+    def _wait(self, event: simpy.Event, key: int, klass: int) -> Generator[Any, Any, None]:
+        """Wait for an expert's transfer or CPU run; the wait is a stall."""
+        if event.triggered:
+            return
+        t0 = self.env.now
+        yield event
+        where = self.where
+        self.spans.add(self.lane, "stall", t0, self.env.now, where["pass_"], where["layer"], key,
+                       0, where["request"], klass)  # fmt: skip
+        self.tally.stall(t0, self.env.now, self.phase, where["layer"])
+
+    def _compute(self, kind: str, seconds: float, **where: int) -> simpy.Timeout:
+        now = self.env.now
+        self.spans.add(self.lane, kind, now, now + seconds, **where)
+        self.tally.compute(now, seconds, self.phase, where.get("layer", -1))
+        return self.env.timeout(seconds)

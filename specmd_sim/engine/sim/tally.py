@@ -1,0 +1,291 @@
+"""The timing engine's accounting: what each GPU's stream and copy engines did, turned into the
+:class:`~specmd_sim.metrics.RunResult` at the end of the run.
+
+:class:`GpuTally` is written to by one GPU's stream (compute, stall, pass and token times) and
+fetcher (bytes and busy time per copy engine, the transfer busy intervals); it keeps no
+decisions, only time. :func:`timing_result` combines the tallies of all GPUs with their caches'
+counters and the shared resources of the machine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from specmd_sim.cache import CacheStats, ExpertCache
+from specmd_sim.engine.sim.breakdown import Busy, Intervals, mean_of, request_table
+from specmd_sim.engine.sim.flows import FlowNetwork
+from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
+from specmd_sim.scenario.passes import Passes
+from specmd_sim.timeline import SpanRecorder, intersection_length
+
+
+class GpuTally:
+    """Time accounting of one GPU: per layer and phase, per pass, per request, per copy engine."""
+
+    def __init__(self, gpu_id: str, passes: Passes, num_layers: int, engines: int) -> None:
+        self.gpu_id = gpu_id
+        self.passes = passes
+        self.layer_stall = np.zeros(num_layers)
+        self.layer_compute = np.zeros(num_layers)
+        self.phase_compute = np.zeros((2, num_layers))  # [prefill/decode, layer]
+        self.phase_stall = np.zeros((2, num_layers))
+        self.compute_iv = Intervals()
+        self.stall_iv = Intervals()
+        self.transfers = Busy()
+        self.engine_busy = np.zeros(engines)
+        self.engine_bytes = [0] * engines
+        self.copy_lane_names: list[str] = []
+        n = passes.num_passes
+        self.pass_start = np.zeros(n)
+        self.pass_end = np.zeros(n)
+        self.pass_compute = np.zeros(n)
+        self.pass_stall = np.zeros(n)
+        self.last_pass_end = 0.0
+        self.arrival: dict[int, float] = {}
+        self.first_token: dict[int, float] = {}
+        self.last_token: dict[int, float] = {}
+        self.decode_tokens: dict[int, int] = {}
+        self._before = (0.0, 0.0)
+
+    # --- written by the stream -------------------------------------------------------------
+
+    def compute(self, start: float, seconds: float, phase: int = -1, layer: int = -1) -> None:
+        """The stream computed for ``seconds`` from ``start`` (inside a layer if ``layer >= 0``)."""
+        self.compute_iv.add(start, start + seconds)
+        if layer >= 0:
+            self.layer_compute[layer] += seconds
+            self.phase_compute[phase, layer] += seconds
+
+    def stall(self, start: float, end: float, phase: int, layer: int) -> None:
+        """The stream waited on an expert (its transfer or the CPU) over ``[start, end]``."""
+        self.stall_iv.add(start, end)
+        self.layer_stall[layer] += end - start
+        self.phase_stall[phase, layer] += end - start
+
+    def begin_pass(self, p: int, now: float) -> None:
+        self.pass_start[p] = now
+        self._before = (self.compute_iv.sum, self.stall_iv.sum)
+
+    def end_pass(self, p: int, now: float, members: list[int]) -> None:
+        """Pass ``p`` ended at ``now``; its first token (prefill end) or a decode token of each
+        of its ``members``."""
+        passes = self.passes
+        req = int(passes.request[p])
+        if passes.first_token[p]:
+            self.first_token[req] = now
+        elif passes.phase[p] == 1:
+            for r in members:
+                self.last_token[r] = now
+                self.decode_tokens[r] = self.decode_tokens.get(r, 0) + 1
+        self.pass_end[p] = now
+        self.last_pass_end = now
+        self.pass_compute[p] = self.compute_iv.sum - self._before[0]
+        self.pass_stall[p] = self.stall_iv.sum - self._before[1]
+
+    @property
+    def pass_time(self) -> np.ndarray:
+        return self.pass_end - self.pass_start
+
+    def request_table(self) -> dict[str, list[Any]]:
+        return request_table(
+            sorted(self.arrival), self.arrival, self.first_token, self.last_token,
+            self.decode_tokens, self.compute_iv, self.stall_iv,
+        )  # fmt: skip
+
+
+def timing_result(
+    tallies: Sequence[GpuTally],
+    caches: Sequence[ExpertCache],
+    network: FlowNetwork,
+    spans: SpanRecorder,
+    grade: str | None,
+) -> RunResult:
+    """The run's result (without its config and inputs echo) from every GPU's tally and cache."""
+    stats = CacheStats.combined([c.stats for c in caches])
+    metrics = cache_metrics(stats)
+    # the end of the last pass (prefetches or CPU experts may outlive it, unused)
+    makespan = max((t.last_pass_end for t in tallies), default=0.0)
+    tables = [t.request_table() for t in tallies]
+    per_request = {k: [v for t in tables for v in t[k]] for k in tables[0]}
+    order = np.argsort(per_request["request"], kind="stable").tolist()
+    per_request = {k: [v[i] for i in order] for k, v in per_request.items()}
+    resources = _resource_table(network, tallies, makespan)
+    metrics.update(_latency_metrics(tallies, per_request, makespan))
+    metrics.update(_transfer_metrics(tallies, metrics, resources, makespan))
+    return RunResult(
+        engine="simulate",
+        metrics=metrics,
+        per_layer=_layer_table(tallies, stats),
+        per_request=per_request,
+        config={},
+        inputs={},
+        hardware_grade=grade,
+        spans=spans.array() if spans.enabled else None,
+        lanes=list(spans.lanes),
+        counters=spans.counters(),
+        per_resource=resources,
+        per_gpu=_gpu_table(tallies, caches, tables),
+        per_pass=_pass_table(tallies),
+    )
+
+
+def _latency_metrics(
+    tallies: Sequence[GpuTally], per_request: dict[str, list[Any]], makespan: float
+) -> dict[str, Any]:
+    decode = np.concatenate([t.passes.phase == 1 for t in tallies])
+    pass_time = np.concatenate([t.pass_time for t in tallies])
+    pass_compute = np.concatenate([t.pass_compute for t in tallies])
+    pass_stall = np.concatenate([t.pass_stall for t in tallies])
+    n_decode = int(decode.sum())
+    first_tokens = sum(len(t.first_token) for t in tallies)
+    tokens_out = first_tokens + sum(sum(t.decode_tokens.values()) for t in tallies)
+    tpot = float(pass_time[decode].mean()) if n_decode else None
+    tpot_compute = float(pass_compute[decode].mean()) if n_decode else None
+    tpot_stall = float(pass_stall[decode].mean()) if n_decode else None
+    return {
+        "ttft_s": mean_of(per_request["ttft_s"]),
+        "ttft_compute_s": mean_of(per_request["ttft_compute_s"]),
+        "ttft_stall_s": mean_of(per_request["ttft_stall_s"]),
+        "ttft_other_s": mean_of(per_request["ttft_other_s"]),
+        "tpot_s": tpot,
+        "tpot_compute_s": tpot_compute,
+        "tpot_stall_s": tpot_stall,
+        "tpot_other_s": None if tpot is None else _other(tpot, tpot_compute, tpot_stall),
+        "stall_s": float(sum(t.layer_stall for t in tallies).sum()),
+        "makespan_s": makespan,
+        "compute_s": float(sum(t.layer_compute for t in tallies).sum()),
+        "tokens_generated": tokens_out,
+        "throughput_tok_s": tokens_out / makespan if makespan > 0 else None,
+    }
+
+
+def _transfer_metrics(
+    tallies: Sequence[GpuTally],
+    metrics: dict[str, Any],
+    resources: dict[str, list[Any]],
+    makespan: float,
+) -> dict[str, Any]:
+    tokens_in = sum(int(t.passes.rows.size) for t in tallies)
+    moved = metrics["bytes_demand"] + metrics["bytes_prefetch"]
+    transfer_busy = sum(t.transfers.intervals.total() for t in tallies)
+    overlap = sum(
+        intersection_length(t.compute_iv.array(), t.transfers.intervals.array()) for t in tallies
+    )
+    engine_busy = np.concatenate([t.engine_busy for t in tallies])
+    links = zip(resources["utilization"], resources["kind"], strict=True)
+    return {
+        "bytes_per_token": moved / tokens_in if tokens_in else None,
+        "transfer_busy_s": transfer_busy,
+        "overlap_s": overlap,
+        "overlap_fraction": overlap / transfer_busy if transfer_busy > 0 else None,
+        "copy_engine_utilization": _ratio(float(engine_busy.mean()), makespan),
+        "link_utilization_max": max(
+            (u for u, k in links if k != "copy-engine" and u is not None), default=None
+        ),
+    }
+
+
+def _layer_table(tallies: Sequence[GpuTally], stats: CacheStats) -> dict[str, list[Any]]:
+    n_decode = sum(int((t.passes.phase == 1).sum()) for t in tallies)
+    with_prefill = max(sum(len(t.first_token) for t in tallies), 1)
+    phase_compute = sum(t.phase_compute for t in tallies)
+    phase_stall = sum(t.phase_stall for t in tallies)
+    table = per_layer_cache_table(stats)
+    table["stall_s"] = sum(t.layer_stall for t in tallies).tolist()
+    table["compute_s"] = sum(t.layer_compute for t in tallies).tolist()
+    table["ttft_compute_s"] = (phase_compute[0] / with_prefill).tolist()
+    table["ttft_stall_s"] = (phase_stall[0] / with_prefill).tolist()
+    table["tpot_compute_s"] = (phase_compute[1] / max(n_decode, 1)).tolist()
+    table["tpot_stall_s"] = (phase_stall[1] / max(n_decode, 1)).tolist()
+    return table
+
+
+def _resource_table(
+    network: FlowNetwork, tallies: Sequence[GpuTally], makespan: float
+) -> dict[str, list[Any]]:
+    """Links, DRAM, NVMe drives and copy engines: bytes moved, busy time and utilization."""
+    table: dict[str, list[Any]] = {
+        k: [] for k in ("resource", "kind", "capacity_bytes_per_s", "bytes", "busy_s")
+    }
+    for r in network.capacity:
+        table["resource"].append(r)
+        prefix = r.split(":", 1)[0]
+        table["kind"].append(prefix if prefix in ("dram", "nvme") else "link")
+        table["capacity_bytes_per_s"].append(network.capacity[r])
+        table["bytes"].append(network.bytes_through.get(r, 0.0))
+        table["busy_s"].append(network.busy_s.get(r, 0.0))
+    for tally in tallies:
+        for slot, lane in enumerate(tally.copy_lane_names):
+            table["resource"].append(lane)
+            table["kind"].append("copy-engine")
+            table["capacity_bytes_per_s"].append(None)
+            table["bytes"].append(tally.engine_bytes[slot])
+            table["busy_s"].append(float(tally.engine_busy[slot]))
+    table["busy_fraction"] = [_ratio(b, makespan) for b in table["busy_s"]]
+    table["utilization"] = [
+        _ratio(n, c * makespan) if c is not None else _ratio(b, makespan)
+        for n, c, b in zip(
+            table["bytes"], table["capacity_bytes_per_s"], table["busy_s"], strict=True
+        )
+    ]
+    return table
+
+
+def _gpu_table(
+    tallies: Sequence[GpuTally],
+    caches: Sequence[ExpertCache],
+    tables: list[dict[str, list[Any]]],
+) -> dict[str, list[Any]]:
+    """Per GPU: its requests and passes, cache outcome, bytes fetched and latencies."""
+    out: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "gpu", "requests", "passes", "hit_rate", "hits_home", "misses", "bytes_fetched",
+            "stall_s", "compute_s", "ttft_s", "tpot_s", "finish_s",
+        )
+    }  # fmt: skip
+    for tally, cache, table in zip(tallies, caches, tables, strict=True):
+        totals = cache_metrics(cache.stats)
+        decode = tally.passes.phase == 1
+        out["gpu"].append(tally.gpu_id)
+        out["requests"].append(len(table["request"]))
+        out["passes"].append(tally.passes.num_passes)
+        out["hit_rate"].append(totals["hit_rate"] if totals["accesses"] else None)
+        out["hits_home"].append(totals["hits_home"])
+        out["misses"].append(totals["misses"])
+        out["bytes_fetched"].append(totals["bytes_demand"] + totals["bytes_prefetch"])
+        out["stall_s"].append(float(tally.layer_stall.sum()))
+        out["compute_s"].append(float(tally.layer_compute.sum()))
+        out["ttft_s"].append(mean_of(table["ttft_s"]))
+        out["tpot_s"].append(float(tally.pass_time[decode].mean()) if decode.any() else None)
+        out["finish_s"].append(max(table["finish_s"], default=None))
+    return out
+
+
+def _pass_table(tallies: Sequence[GpuTally]) -> dict[str, list[Any]]:
+    """One row per pass of every GPU, numbered as in the spans: its GPU, request (the first
+    of a batch), phase (``prefill``/``decode``), start and end (s)."""
+    out: dict[str, list[Any]] = {k: [] for k in ("gpu", "pass", "request", "phase")}
+    base = 0
+    for tally in tallies:
+        passes = tally.passes
+        out["gpu"] += [tally.gpu_id] * passes.num_passes
+        out["pass"] += list(range(base, base + passes.num_passes))
+        out["request"] += passes.request.tolist()
+        out["phase"] += ["decode" if ph else "prefill" for ph in passes.phase.tolist()]
+        base += passes.num_passes
+    out["start_s"] = np.concatenate([t.pass_start for t in tallies]).tolist()
+    out["end_s"] = np.concatenate([t.pass_end for t in tallies]).tolist()
+    return out
+
+
+def _other(total: float, compute: float | None, stall: float | None) -> float:
+    other = total - (compute or 0.0) - (stall or 0.0)
+    return other if other > 1e-9 * total else 0.0
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den > 0 else None
