@@ -7,17 +7,21 @@ temporary folder, and saves one PNG per figure in ``docs/img/``.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
 from specmd_sim import SimConfig, replay, simulate
-from specmd_sim.report import RunData, layer_figure, timeline_figure
-from specmd_sim.report.browser import Browser
+from specmd_sim.report import RunData, layer_figure, timeline_figure, write_timeline
 from specmd_sim.report.compare import write_compare
 from specmd_sim.report.html import Block, write_page
 from specmd_sim.report.rows import load_rows, plan
 from specmd_sim.report.run_report import write_run_report
-from specmd_sim.runs import write_run
+from specmd_sim.runs import TIMELINE_FILE, write_run
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the headless-Chromium driver is a test helper
+from support.browser import Browser  # noqa: E402
 
 IMG = Path(__file__).resolve().parent / "img"
 WIDTH = 1200
@@ -25,7 +29,8 @@ WIDTH = 1200
 
 def first_decode_window(run: RunData, passes: int = 2) -> tuple[float, float]:
     """The first ``passes`` decode passes of the first request."""
-    decode = run.passes[run.pass_phase == 1]
+    table = run.passes
+    decode = table[(table["phase"] == 1) & (table["request"] == table["request"][0])]
     return float(decode["start"][0]), float(decode["end"][passes - 1])
 
 
@@ -43,6 +48,7 @@ def main() -> None:
         run_dir = root / "default"
         write_run(run_dir, simulate(SimConfig()))
         run = RunData.load(run_dir)
+        write_timeline(run, run_dir / TIMELINE_FILE)
         pages["timeline"] = (run_dir / "timeline.html", ["timeline", None])
         window = first_decode_window(run)
         write_page(
@@ -80,7 +86,7 @@ def main() -> None:
                 cfg = SimConfig(hardware=hardware, prefetch={"kind": prefetch},
                                 workload={"max_requests": 1})  # fmt: skip
                 grid.append(root / f"sim-{hardware}-{prefetch}")
-                write_run(grid[-1], simulate(cfg), timeline_html=False)
+                write_run(grid[-1], simulate(cfg))
         write_compare(plan(load_rows(grid)), root / "bandwidth.html", [str(p) for p in grid])
         pages["bandwidth"] = (root / "bandwidth.html", ["compare-bandwidth"])
 

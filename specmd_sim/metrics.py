@@ -1,21 +1,55 @@
 """RunResult: the metrics of one run, per layer and per request, with the config echoed.
 
-Metric names and formulas are listed in ``docs/metrics.md``. ``result.json`` is written with
-sorted keys and no timestamps, so the same config and seed give byte-identical files.
+Every metric, table column and input a result holds is named in the metric specification
+(:mod:`specmd_sim.metric_spec`, re-exported here; ``docs/metrics.md`` is generated from it):
+:meth:`RunResult.to_dict` refuses a name that is not there, or one the engine does not report.
+``result.json`` is written with sorted keys and no timestamps, so the same config and seed give
+byte-identical files.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from specmd_sim import __version__
 from specmd_sim.cache import AccessClass, CacheStats
+from specmd_sim.metric_spec import (
+    INPUTS,
+    METRICS,
+    TABLES,
+    UNITS,
+    Metric,
+    Table,
+    format_value,
+    reported,
+    value_type,
+)
+
+__all__ = [
+    "INPUTS",
+    "METRICS",
+    "RESULT_FORMAT",
+    "RESULT_VERSION",
+    "TABLES",
+    "UNITS",
+    "Metric",
+    "RunResult",
+    "Table",
+    "cache_metrics",
+    "format_value",
+    "load_result",
+    "per_layer_cache_table",
+    "reported",
+    "result_row",
+    "value_type",
+]
 
 RESULT_FORMAT = "specmd-result"
 RESULT_VERSION = 1
@@ -39,10 +73,12 @@ class RunResult:
     per_pass: dict[str, list[Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The ``result.json`` mapping; raises ValueError for a name outside the spec."""
+        self.check_names()
         return {
             "format": RESULT_FORMAT,
             "version": RESULT_VERSION,
-            "specmd_sim": __version__,
+            "specmd_sim": version("specmd-sim"),
             "engine": self.engine,
             "metrics": self.metrics,
             "per_layer": self.per_layer,
@@ -55,6 +91,14 @@ class RunResult:
             "config": self.config,
         }
 
+    def check_names(self) -> None:
+        """Every metric, table column and input is in the spec and reported by this engine
+        (an engine that reports something new must add it to :mod:`specmd_sim.metric_spec`)."""
+        _check_names("metrics", self.metrics, METRICS, self.engine)
+        for name, table in TABLES.items():
+            _check_names(name, getattr(self, name), table.columns, self.engine)
+        _check_names("inputs", self.inputs, INPUTS, self.engine)
+
     def to_json(self) -> str:
         return json.dumps(_clean(self.to_dict()), sort_keys=True, indent=2) + "\n"
 
@@ -62,6 +106,22 @@ class RunResult:
         tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(self.to_json())
         tmp.replace(path)
+
+
+def _check_names(
+    where: str, values: Mapping[str, Any], spec: Mapping[str, Metric], engine: str
+) -> None:
+    for name in values:
+        if name not in spec:
+            raise ValueError(
+                f"RunResult.{where}: {name!r} is not in the metric specification; add it to "
+                "specmd_sim/metric_spec.py (and regenerate docs/metrics.md)"
+            )
+        if engine not in spec[name].engines:
+            raise ValueError(
+                f"RunResult.{where}: {name!r} is reported by {', '.join(spec[name].engines)} "
+                f"only, got it from {engine!r}"
+            )
 
 
 def _clean(value: Any) -> Any:

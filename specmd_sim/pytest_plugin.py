@@ -13,7 +13,12 @@ Installed with specmd-sim (entry point ``pytest11``), it gives every test suite 
 (the format of ``specmd regress``, ``docs/regression.md``) and fails the test with the table of
 what moved when a metric regressed beyond its tolerance. ``pytest --specmd-update-baselines``
 (or ``SPECMD_UPDATE_BASELINES=1``) writes the present values instead, creating missing
-baselines. The plugin imports nothing heavy until the fixture is used.
+baselines.
+
+pytest loads this module in every session of an environment where specmd-sim is installed, so
+it imports nothing of the simulator until the fixture is used: the simulator is imported inside
+:class:`LatencyChecker`'s methods, and ``import specmd_sim`` itself is light
+(``tests/test_layering.py`` checks both).
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ A metric *moved* when its value differs from the baseline; it *regressed* when i
 its bad direction (``better: lower`` — TTFT, misses; ``higher`` — hit rate; ``both`` — any
 direction) by more than its tolerance ``max(abs, rel * |baseline|)`` (pytest.approx's rule);
 it *improved* when it moved the good way by more than that. A point of the baseline that is
-missing, or failed, or a metric that has no value any more, is a regression too.
+missing, or failed, or a metric that has no value any more, is a regression too. A new
+baseline takes each metric's direction from the metric specification
+(:data:`specmd_sim.metrics.METRICS`; a metric with no good direction checks both).
 """
 
 from __future__ import annotations
@@ -38,23 +40,23 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specmd_sim.errors import SpecmdError, from_validation_error
+from specmd_sim.metrics import METRICS
 
 BASELINE_FORMAT = "specmd-baseline"
 RUN_KEY = "run"
 
 Better = Literal["lower", "higher", "both"]
 
-# metric -> (better, rel, abs): what a new baseline checks when no metrics are named
-DEFAULT_METRICS: dict[str, tuple[Better, float, float]] = {
-    "ttft_s": ("lower", 0.05, 1e-6),
-    "tpot_s": ("lower", 0.05, 1e-6),
-    "stall_s": ("lower", 0.05, 1e-6),
-    "makespan_s": ("lower", 0.05, 1e-6),
-    "hit_rate": ("higher", 0.0, 0.01),
-    "misses": ("lower", 0.02, 0.0),
-    "misses_collision": ("lower", 0.05, 1.0),
+# metric -> (rel, abs): what a new baseline checks when no metrics are named
+DEFAULT_METRICS: dict[str, tuple[float, float]] = {
+    "ttft_s": (0.05, 1e-6),
+    "tpot_s": (0.05, 1e-6),
+    "stall_s": (0.05, 1e-6),
+    "makespan_s": (0.05, 1e-6),
+    "hit_rate": (0.0, 0.01),
+    "misses": (0.02, 0.0),
+    "misses_collision": (0.05, 1.0),
 }
-_HIGHER_IS_BETTER = {"hit_rate", "hits", "prefetch_used", "overlap_s", "belady_hit_rate"}
 
 
 class Tolerance(BaseModel):
@@ -196,16 +198,12 @@ def current_from_run(run_dir: Path | str, key: str = RUN_KEY) -> Current:
 def current_from_sweep(sweep_dir: Path | str) -> list[Current]:
     """The points of a sweep folder, keyed by their axis values."""
     from specmd_sim.sweep.grid import point_key
-    from specmd_sim.sweep.store import BOOKKEEPING, read_rows
+    from specmd_sim.sweep.store import read_rows
 
     out: list[Current] = []
     for row in read_rows(sweep_dir):
         axes = {k.removeprefix("axis."): v for k, v in row.items() if k.startswith("axis.")}
-        values = {
-            k: v
-            for k, v in row.items()
-            if "." not in k and k not in BOOKKEEPING and k not in ("engine", "hardware_grade")
-        }
+        values = {k: v for k, v in row.items() if k in METRICS and v is not None}
         error = None if row["status"] == "ok" else (row["error"] or "failed")
         out.append(Current(point_key(axes), values, row["engine"], row["point_id"], axes, error))
     return out
@@ -279,15 +277,17 @@ def _number(value: Any) -> float | None:
 
 
 def default_tolerance(metric: str) -> Tolerance:
-    """The tolerance a new baseline gives a metric."""
-    if metric in DEFAULT_METRICS:
-        better, rel, abs_ = DEFAULT_METRICS[metric]
-        return Tolerance(better=better, rel=rel, abs=abs_)
-    if metric in _HIGHER_IS_BETTER:
-        return Tolerance(better="higher", rel=0.02)
-    if metric.endswith("_s") or metric.startswith(("misses", "bytes_", "prefetch_wasted")):
-        return Tolerance(better="lower", rel=0.05 if metric.endswith("_s") else 0.02)
-    return Tolerance(better="both", rel=0.02)
+    """The tolerance a new baseline gives a metric: its direction from the spec, and the
+    tolerance of :data:`DEFAULT_METRICS`, else 5% for times and 2% for everything else."""
+    spec = METRICS.get(metric)
+    if spec is None:
+        raise SpecmdError(
+            f"metric {metric!r}: expected a metric of docs/metrics.md (such as ttft_s, "
+            f"hit_rate, misses_collision), got an unknown name"
+        )
+    better: Better = "both" if spec.better == "none" else spec.better
+    rel, abs_ = DEFAULT_METRICS.get(metric, (0.05 if spec.unit == "s" else 0.02, 0.0))
+    return Tolerance(better=better, rel=rel, abs=abs_)
 
 
 def update_baseline(

@@ -8,6 +8,11 @@ default folder is ``runs/<engine>-<hash>``, the hash of the resolved config, so 
 same config overwrites identical results instead of piling up copies. Every file is a function
 of the config alone (sorted keys, fixed zip timestamps, no machine paths or clock times): the
 same config and seed give byte-identical folders.
+
+This module writes the data files; ``timeline.html`` is a page, and pages are the report
+layer's, which sits above this one (it reads run folders with :func:`read_spans`). Whoever
+wants the page (``specmd run``) writes it after :func:`write_run`, with
+:func:`specmd_sim.report.write_timeline`.
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ from specmd_sim.timeline import (
 SPANS_FORMAT = "specmd-spans"
 SPANS_VERSION = 1
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
-_TIMING_FILES = ("spans.npz", "trace.json", "timeline.html")
+TIMELINE_FILE = "timeline.html"
+_TIMING_FILES = ("spans.npz", "trace.json", TIMELINE_FILE)
 
 
 def config_hash(config: SimConfig) -> str:
@@ -54,11 +60,12 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def write_run(run_dir: Path, result: RunResult, timeline_html: bool = True) -> dict[str, Path]:
-    """Write the run folder; returns the files written by name.
+def write_run(run_dir: Path, result: RunResult) -> dict[str, Path]:
+    """Write the run folder's data files; returns the files written by name.
 
-    Timing files left in the folder by an earlier run of another engine are removed, so a
-    folder never mixes results and spans of different runs.
+    An earlier run's timing files are removed where this run writes none (a replay run), and
+    its :data:`TIMELINE_FILE` always (the page is written afterwards, by the report layer), so
+    a folder never mixes the results, spans and pages of different runs.
     """
     run_dir.mkdir(parents=True, exist_ok=True)
     files: dict[str, Path] = {}
@@ -70,31 +77,19 @@ def write_run(run_dir: Path, result: RunResult, timeline_html: bool = True) -> d
         for name in _TIMING_FILES:
             (run_dir / name).unlink(missing_ok=True)
         return files
+    (run_dir / TIMELINE_FILE).unlink(missing_ok=True)
     recording = Recording(result.spans, list(result.lanes), dict(result.counters))
     files["spans"] = run_dir / "spans.npz"
     write_spans(files["spans"], recording)
     files["trace"] = run_dir / "trace.json"
-    result_dict = json.loads(result.to_json())
     write_chrome_trace(files["trace"], recording.spans, recording.lanes,
-                       **chrome_trace_options(result_dict, recording))  # fmt: skip
-    if timeline_html:
-        from specmd_sim.report import RunData, write_timeline
-
-        files["timeline"] = run_dir / "timeline.html"
-        write_timeline(RunData(result_dict, recording, run_dir), files["timeline"])
-    else:
-        (run_dir / "timeline.html").unlink(missing_ok=True)
+                       **chrome_trace_options(json.loads(result.to_json()), recording))  # fmt: skip
     return files
 
 
 def chrome_trace_options(result: dict[str, Any], recording: Recording) -> dict[str, Any]:
-    """What :func:`specmd_sim.timeline.to_chrome_trace` takes from ``result.json``."""
-    per_request = result.get("per_request") or {}
-    ttft = {
-        int(r): float(t)
-        for r, t in zip(per_request.get("request", []), per_request.get("ttft_s", []), strict=True)
-        if t is not None
-    }
+    """What :func:`specmd_sim.timeline.to_chrome_trace` takes from ``result.json``: the
+    engine's pass and request tables, the counters, the expert count and the run's metadata."""
     cfg, inputs = result["config"], result["inputs"]
     metadata = {
         "model": inputs.get("model"),
@@ -106,7 +101,8 @@ def chrome_trace_options(result: dict[str, Any], recording: Recording) -> dict[s
     }
     return {
         "counters": recording.counters,
-        "ttft": ttft,
+        "per_pass": result.get("per_pass") or {},
+        "per_request": result.get("per_request") or {},
         "num_experts": inputs.get("num_experts"),
         "metadata": {k: v for k, v in metadata.items() if v is not None},
     }

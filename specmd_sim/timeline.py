@@ -11,15 +11,17 @@ owns the resource (``gpu0``, ``host0``, or ``links`` for links), the rest the re
 that prefix, so an engine that records a new lane or a new kind (appended to :data:`KINDS`) shows
 up in the Perfetto trace and the HTML timelines without changes there.
 
-Besides the recorder this module derives what the exports need from the spans alone: the pass
-table (:func:`pass_table`), the access class a transfer served (:func:`served_class`), sub-tracks
-for lanes whose spans overlap (:func:`track_rows`), and the Chrome Trace Event Format
-(:func:`to_chrome_trace`).
+Besides the recorder this module derives what the exports need from the spans: the access class
+a transfer served (:func:`served_class`) and sub-tracks for lanes whose spans overlap
+(:func:`track_rows`); and it writes the Chrome Trace Event Format (:func:`to_chrome_trace`),
+whose passes and requests are the engine's own tables (``per_pass``, ``per_request`` of the
+result), not rebuilt from the spans.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -169,56 +171,10 @@ def track_rows(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, int]:
     return rows, len(free_at)
 
 
-# --- what the spans tell about passes, requests and transfers -----------------------------
+# --- what the spans tell about transfers -------------------------------------------------
 
-PASS_DTYPE = np.dtype([("pass_", "i4"), ("request", "i4"), ("start", "f8"), ("end", "f8")])
-REQUEST_DTYPE = np.dtype(
-    [("request", "i4"), ("arrival", "f8"), ("first_token", "f8"), ("end", "f8")]
-)
 _TRANSFER_IDS = [KIND[k] for k in TRANSFER_KINDS]
 _RUN_IDS = [KIND["expert"], KIND["cpu_expert"]]
-
-
-def pass_table(spans: np.ndarray) -> np.ndarray:
-    """One row per pass, in pass order: its request (-1 when its spans name several), and the
-    time from its first to its last non-transfer span (transfers may outlive the pass that
-    issued them)."""
-    own = spans[(spans["pass_"] >= 0) & ~np.isin(spans["kind"], _TRANSFER_IDS)]
-    out = np.zeros(0, PASS_DTYPE)
-    if not own.size:
-        return out
-    order = np.argsort(own["pass_"], kind="stable")
-    p = own["pass_"][order]
-    idx = np.flatnonzero(np.r_[True, p[1:] != p[:-1]])
-    out = np.zeros(idx.size, PASS_DTYPE)
-    out["pass_"] = p[idx]
-    req = own["request"][order]
-    low, high = np.minimum.reduceat(req, idx), np.maximum.reduceat(req, idx)
-    out["request"] = np.where(low == high, low, -1)
-    out["start"] = np.minimum.reduceat(own["start"][order], idx)
-    out["end"] = np.maximum.reduceat(own["end"][order], idx)
-    return out
-
-
-def request_table(passes: np.ndarray, ttft: dict[int, float] | None = None) -> np.ndarray:
-    """One row per request, by id: arrival (start of its first pass), first-token time
-    (arrival + TTFT; NaN where the request has no prefill or TTFT is unknown), end. Passes of
-    several requests (-1) are left out."""
-    passes = passes[passes["request"] >= 0]
-    ids = np.unique(passes["request"])
-    out = np.zeros(ids.size, REQUEST_DTYPE)
-    out["request"] = ids
-    pos = np.searchsorted(ids, passes["request"])
-    out["arrival"] = np.full(ids.size, np.inf)
-    np.minimum.at(out["arrival"], pos, passes["start"])
-    out["end"] = np.full(ids.size, -np.inf)
-    np.maximum.at(out["end"], pos, passes["end"])
-    ttft = ttft or {}
-    out["first_token"] = [
-        a + ttft[int(r)] if int(r) in ttft else np.nan
-        for r, a in zip(ids, out["arrival"], strict=True)
-    ]
-    return out
 
 
 def served_class(spans: np.ndarray) -> np.ndarray:
@@ -294,7 +250,8 @@ def to_chrome_trace(
     lanes: list[str],
     counters: dict[str, np.ndarray] | None = None,
     *,
-    ttft: dict[int, float] | None = None,
+    per_pass: Mapping[str, Sequence[Any]] | None = None,
+    per_request: Mapping[str, Sequence[Any]] | None = None,
     num_experts: int | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
@@ -306,10 +263,16 @@ def to_chrome_trace(
       ``request``, ``layer``, ``expert`` (index within its layer, given ``num_experts``),
       ``expert_id`` (flat id), ``bytes`` and ``class`` (for a transfer, the class of the access
       it served: :func:`served_class`);
-    - in the process of the device that ran them (the first lane's with one GPU), a ``passes``
-      track (one slice per pass), one async slice per request phase (prefill until its first
-      token, then decode), an instant event at each first token; counter tracks (``ph: C``) for
-      every counter (a counter named ``"<device>/<name>"`` goes to that device's process);
+    - from the engine's ``per_pass`` table (columns ``gpu``, ``pass``, ``request``, ``phase``,
+      ``start_s``, ``end_s``), in the process of each pass's GPU (the first lane's where the
+      GPU has no lane), a ``passes`` track: one slice per pass, with args ``pass``, ``request``
+      (the first of a batch) and ``phase``; on that track, from ``per_request`` (columns
+      ``request``, ``arrival_s``, ``ttft_s``, ``finish_s``), one async slice per request phase
+      (prefill from its arrival until its first token, then decode until it finishes;
+      ``request`` throughout where it has no first token) and an instant event at each first
+      token, in the process of the GPU that ran the request's passes;
+    - counter tracks (``ph: C``) for every counter (a counter named ``"<device>/<name>"`` goes
+      to that device's process, others to the first lane's);
     - ``otherData``: ``metadata`` (e.g. model, hardware, policies).
     """
     counters = counters or {}
@@ -347,16 +310,16 @@ def to_chrome_trace(
         return tid
 
     events: list[dict[str, Any]] = []
-    passes = pass_table(spans)
-    if passes.size:
-        # each pass (and its request's slices) in the process of the device that ran it
-        own = spans[(spans["pass_"] >= 0) & ~np.isin(spans["kind"], _TRANSFER_IDS)]
-        first = np.unique(own["pass_"], return_index=True)[1]
-        lane_pid = np.array([pid_of.get(lane_process(name), main_pid) for name in lanes])
-        pass_pid = lane_pid[own["lane"][first]]
-        for pid in dict.fromkeys(pass_pid.tolist()):
-            mine = passes[pass_pid == pid]
-            events.extend(_pass_events(mine, ttft, pid, new_track(pid, "passes")))
+    per_pass, per_request = per_pass or {}, per_request or {}
+    pass_pid = [pid_of.get(gpu, main_pid) for gpu in per_pass.get("gpu", [])]
+    pid_of_request: dict[int, int] = {}  # a request runs on one GPU: that of its passes
+    for req, pid in zip(per_pass.get("request", []), pass_pid, strict=True):
+        pid_of_request.setdefault(req, pid)
+    request_pid = [pid_of_request.get(r, main_pid) for r in per_request.get("request", [])]
+    for pid in dict.fromkeys(pass_pid):
+        tid = new_track(pid, "passes")
+        events.extend(_pass_events(per_pass, [q == pid for q in pass_pid], pid, tid))
+        events.extend(_request_events(per_request, [q == pid for q in request_pid], pid, tid))
     names = ("kind", "pass_", "request", "layer", "expert", "bytes")
     cols = {name: spans[name].tolist() for name in names}
     cols["class"] = served_class(spans).tolist()
@@ -413,26 +376,14 @@ def _span_event(cols: dict[str, list[int]], i: int, num_experts: int | None) -> 
 
 
 def _pass_events(
-    passes: np.ndarray, ttft: dict[int, float] | None, pid: int, tid: int
+    per_pass: Mapping[str, Sequence[Any]], mine: list[bool], pid: int, tid: int
 ) -> list[dict[str, Any]]:
-    requests = request_table(passes, ttft)
-    first_ns = {
-        int(r["request"]): int(_ns(r["first_token"]))
-        for r in requests
-        if np.isfinite(r["first_token"])
-    }
-    start, end = _ns(passes["start"]), _ns(passes["end"])
+    """A slice per pass of ``per_pass`` where ``mine``."""
+    start, end = _ns(per_pass["start_s"]).tolist(), _ns(per_pass["end_s"]).tolist()
     out: list[dict[str, Any]] = []
-    for p, req, s, e in zip(
-        passes["pass_"].tolist(),
-        passes["request"].tolist(),
-        start.tolist(),
-        end.tolist(),
-        strict=True,
-    ):
-        args: dict[str, Any] = {"pass": p, "request": req}
-        if req in first_ns:
-            args["phase"] = "prefill" if e <= first_ns[req] else "decode"
+    for i in np.flatnonzero(mine).tolist():
+        p, s, e = int(per_pass["pass"][i]), start[i], end[i]
+        args = {"pass": p, "request": int(per_pass["request"][i]), "phase": per_pass["phase"][i]}
         out.append(
             {
                 "ph": "X",
@@ -445,11 +396,23 @@ def _pass_events(
                 "args": args,
             }
         )
-    for r in requests:
-        req, a, z = int(r["request"]), int(_ns(r["arrival"])), int(_ns(r["end"]))
+    return out
+
+
+def _request_events(
+    per_request: Mapping[str, Sequence[Any]], mine: list[bool], pid: int, tid: int
+) -> list[dict[str, Any]]:
+    """The async slices of each phase and the first-token instant of the requests of
+    ``per_request`` where ``mine``."""
+    out: list[dict[str, Any]] = []
+    for i in np.flatnonzero(mine).tolist():
+        req, ttft = int(per_request["request"][i]), per_request["ttft_s"][i]
+        arrival = float(per_request["arrival_s"][i])
+        a, z = int(_ns(arrival)), int(_ns(per_request["finish_s"][i]))
+        first = None if ttft is None else int(_ns(arrival + ttft))
         phases = [("request", a, z)]
-        if req in first_ns:
-            phases = [("prefill", a, first_ns[req]), ("decode", first_ns[req], z)]
+        if first is not None:
+            phases = [("prefill", a, first), ("decode", first, z)]
         for phase, lo, hi in phases:
             if hi <= lo and phase == "decode":
                 continue
@@ -457,7 +420,7 @@ def _pass_events(
             common = {"cat": "request", "id": req, "pid": pid, "tid": tid, "name": name}
             out.append({"ph": "b", "ts": lo / 1000, **common})
             out.append({"ph": "e", "ts": hi / 1000, **common})
-        if req in first_ns:
+        if first is not None:
             out.append(
                 {
                     "ph": "i",
@@ -466,8 +429,8 @@ def _pass_events(
                     "cat": "request",
                     "pid": pid,
                     "tid": tid,
-                    "ts": first_ns[req] / 1000,
-                    "args": {"ttft_ms": (first_ns[req] - a) / 1e6},
+                    "ts": first / 1000,
+                    "args": {"ttft_ms": (first - a) / 1e6},
                 }
             )
     return out

@@ -29,7 +29,8 @@ from specmd_sim.cli.common import (
     load_config,
 )
 from specmd_sim.config import SimConfig, config_to_dict
-from specmd_sim.units import format_bytes, format_seconds
+from specmd_sim.metrics import METRICS, TABLES
+from specmd_sim.units import format_bytes
 
 
 def _progress_bar() -> Progress:
@@ -47,7 +48,7 @@ def _progress_bar() -> Progress:
 
 def _execute(engine: str, cfg: SimConfig, out: Path | None, json_mode: bool) -> None:
     from specmd_sim import replay, simulate
-    from specmd_sim.runs import default_run_dir, write_run
+    from specmd_sim.runs import TIMELINE_FILE, default_run_dir, write_run
     from specmd_sim.scenario import build_scenario
 
     out_console = console(json_mode)
@@ -61,10 +62,36 @@ def _execute(engine: str, cfg: SimConfig, out: Path | None, json_mode: bool) -> 
         result = (simulate if engine == "simulate" else replay)(scenario, progress)
     run_dir = out or default_run_dir(engine, cfg)
     files = write_run(run_dir, result)
+    if result.spans is not None:
+        from specmd_sim.report import RunData, write_timeline
+
+        files["timeline"] = run_dir / TIMELINE_FILE
+        write_timeline(RunData.from_result(result, run_dir), files["timeline"])
     _summary(out_console, result)
     out_console.print(f"run folder: {run_dir}  ({', '.join(p.name for p in files.values())})")
     if json_mode:
         sys.stdout.write(json.dumps(result.to_dict()["metrics"], sort_keys=True) + "\n")
+
+
+# the metrics of the summary table, a row each (several joined by " / "), with their label
+_SUMMARY_ROWS: tuple[tuple[tuple[str, ...], str | None], ...] = (
+    (("accesses",), None),
+    (("hit_rate",), None),
+    (("late_hits",), None),
+    (("misses_compulsory", "misses_capacity", "misses_collision"),
+     "misses compulsory / capacity / collision"),
+    (("prefetch_issued", "prefetch_used", "prefetch_wasted"), "prefetch issued / used / wasted"),
+    (("bytes_demand", "bytes_prefetch"), "bytes demand / prefetch"),
+    (("ttft_s",), None),
+    (("tpot_s",), None),
+    (("stall_s",), None),
+    (("overlap_s",), None),
+    (("makespan_s",), None),
+    (("ttft_compute_s", "ttft_stall_s", "ttft_other_s"), "TTFT = compute / stall / other"),
+    (("tpot_compute_s", "tpot_stall_s", "tpot_other_s"), "TPOT = compute / stall / other"),
+    (("throughput_tok_s",), None),
+)  # fmt: skip
+_GPU_COLUMNS = ("gpu", "requests", "hit_rate", "bytes_fetched", "stall_s", "ttft_s", "tpot_s")
 
 
 def _summary(out: Console, result: Any) -> None:
@@ -81,53 +108,20 @@ def _summary(out: Console, result: Any) -> None:
     )
     table.add_column("metric")
     table.add_column("value", justify="right")
-    acc = m["accesses"] or 1
-    rows = [
-        ("accesses", f"{m['accesses']:,}"),
-        ("hit rate", f"{m['hit_rate']:.2%}"),
-        ("late hits", f"{m['late_hits']:,} ({m['late_hits'] / acc:.1%})"),
-        ("misses compulsory / capacity / collision",
-         f"{m['misses_compulsory']:,} / {m['misses_capacity']:,} / {m['misses_collision']:,}"),
-        ("prefetch issued / used / wasted",
-         f"{m['prefetch_issued']:,} / {m['prefetch_used']:,} / {m['prefetch_wasted']:,}"),
-        ("bytes demand / prefetch",
-         f"{format_bytes(m['bytes_demand'])} / {format_bytes(m['bytes_prefetch'])}"),
-    ]  # fmt: skip
-    for key, label in (
-        ("ttft_s", "TTFT (mean)"),
-        ("tpot_s", "TPOT"),
-        ("stall_s", "stall (total)"),
-        ("overlap_s", "transfer overlapped with compute"),
-        ("makespan_s", "makespan"),
-    ):
-        if m.get(key) is not None:
-            rows.append((label, format_seconds(m[key])))
-    for prefix, label in (("ttft", "TTFT"), ("tpot", "TPOT")):
-        parts = [m.get(f"{prefix}_{k}_s") for k in ("compute", "stall", "other")]
-        if None not in parts:
-            rows.append((f"{label} = compute / stall / other",
-                         " / ".join(format_seconds(x) for x in parts)))  # fmt: skip
-    if m.get("throughput_tok_s") is not None:
-        rows.append(("throughput", f"{m['throughput_tok_s']:.1f} tokens/s"))
+    for names, label in _SUMMARY_ROWS:
+        if all(m.get(name) is not None for name in names):
+            values = " / ".join(METRICS[name].format(m[name]) for name in names)
+            table.add_row(label or METRICS[names[0]].label, values)
     if result.hardware_grade:
-        rows.append(("lowest hardware grade used", result.hardware_grade))
-    for label, value in rows:
-        table.add_row(label, value)
+        table.add_row("lowest hardware grade used", result.hardware_grade)
     out.print(table)
     gpus = result.per_gpu
     if len(gpus.get("gpu", [])) > 1:
-        per_gpu = Table("GPU", "requests", "hit rate", "fetched", "stall", "TTFT", "TPOT")
-        for i, gpu in enumerate(gpus["gpu"]):
-            hit, ttft, tpot = gpus["hit_rate"][i], gpus["ttft_s"][i], gpus["tpot_s"][i]
-            per_gpu.add_row(
-                gpu,
-                str(gpus["requests"][i]),
-                "-" if hit is None else f"{hit:.2%}",
-                format_bytes(gpus["bytes_fetched"][i]),
-                format_seconds(gpus["stall_s"][i]),
-                "-" if ttft is None else format_seconds(ttft),
-                "-" if tpot is None else format_seconds(tpot),
-            )
+        columns = TABLES["per_gpu"].columns
+        shown = [columns[c] for c in _GPU_COLUMNS]
+        per_gpu = Table(*(c.label for c in shown))
+        for i in range(len(gpus["gpu"])):
+            per_gpu.add_row(*(c.format(gpus[c.name][i]) for c in shown))
         out.print(per_gpu)
         idle = gpus["requests"].count(0)
         if idle:

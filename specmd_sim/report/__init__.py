@@ -11,14 +11,16 @@ What they are built from:
 
 - :mod:`~specmd_sim.report.run_data` — a run as the pages see it (``result.json`` + spans)
 - :mod:`~specmd_sim.report.rows` — result rows of run and sweep folders, and what varies
-- :mod:`~specmd_sim.report.analysis` — stall and TTFT breakdowns from the spans (numpy)
+- :mod:`~specmd_sim.report.analysis` — stall and TTFT breakdowns from the spans and the
+  engine's per-request table (numpy)
 - :mod:`~specmd_sim.report.lod` — what a figure draws exactly and what it aggregates
 - :mod:`~specmd_sim.report.bars` — the bar traces and markers the timeline views share
 - :mod:`~specmd_sim.report.style` — colours, labels and the common layout
 - :mod:`~specmd_sim.report.html` — self-contained pages of figures and tables
 - :mod:`~specmd_sim.report.images` — optional PNG/SVG export (kaleido)
-- :mod:`~specmd_sim.report.browser` — headless Chromium over the DevTools pipe (screenshots,
-  checks in a real browser)
+
+The browser checks of these pages (headless Chromium over the DevTools pipe) are a test helper,
+``tests/support/browser.py``, not part of the package.
 """
 
 from specmd_sim.report.layers import layer_figure

@@ -1,13 +1,15 @@
-"""What the reports compute from a run's spans: where stall and TTFT come from (numpy only).
+"""What the reports compute from a run's spans and tables: where stall and TTFT come from.
 
 - :func:`stall_by_cause` — stall seconds per layer, by the class of the access waited for
   (a late hit: its prefetch was still in flight; or a compulsory, capacity or collision miss);
 - :func:`stall_by_phase` — stall seconds in prefill and in decode passes;
-- :func:`ttft_breakdown` — each request's TTFT split into compute, stall (exposed transfer)
-  and other (what is neither: idle gaps), and the same per layer, averaged over requests.
+- :func:`request_parts` — each request's TTFT or TPOT split into compute, stall (exposed
+  transfer) and other, as the engine reports them (``per_request``);
+- :func:`ttft_breakdown` — those TTFT rows, and the same split per layer (from the spans),
+  averaged over requests.
 
-Stall spans count by the pass they belong to (its phase: prefill up to its request's first
-token); TTFT counts the time inside each request's window ``[arrival, first token]``.
+Stall spans count by the phase of the pass they belong to (``per_pass``); the per-layer TTFT
+split counts the time of each span inside each request's window ``[arrival, first token]``.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def stall_by_cause(run: RunData) -> np.ndarray:
 
 
 def _phase_of_spans(run: RunData, spans: np.ndarray) -> np.ndarray:
-    """Phase of each span's pass: 0 prefill, 1 decode, -1 unknown (or no pass)."""
+    """Phase of each span's pass: 0 prefill, 1 decode, -1 no pass."""
     out = np.full(spans.size, -1, np.int8)
     passes = run.passes
     if not passes.size:
@@ -54,7 +56,7 @@ def _phase_of_spans(run: RunData, spans: np.ndarray) -> np.ndarray:
     rows = np.searchsorted(passes["pass_"], spans["pass_"])
     ok = (rows < passes.size) & (spans["pass_"] >= 0)
     ok[ok] = passes["pass_"][rows[ok]] == spans["pass_"][ok]
-    out[ok] = run.pass_phase[rows[ok]]
+    out[ok] = passes["phase"][rows[ok]]
     return out
 
 
@@ -67,15 +69,26 @@ def stall_by_phase(run: RunData) -> dict[str, float]:
     return {"prefill": float(d[phase == 0].sum()), "decode": float(d[phase == 1].sum())}
 
 
-TTFT_DTYPE = np.dtype(
-    [("request", "i4"), ("ttft", "f8"), ("compute", "f8"), ("stall", "f8"), ("other", "f8")]
+PARTS_DTYPE = np.dtype(
+    [("request", "i4"), ("total", "f8"), ("compute", "f8"), ("stall", "f8"), ("other", "f8")]
 )
+
+
+def request_parts(run: RunData, window: str) -> np.ndarray:
+    """``per_request``'s ``<window>_s`` (``ttft`` or ``tpot``) and its compute, stall and other
+    parts, one row per request that has that window (``PARTS_DTYPE``, seconds)."""
+    table = run.result.get("per_request") or {}
+    keys = [f"{window}{part}_s" for part in ("", "_compute", "_stall", "_other")]
+    rows = [(r, *values) for r, *values in zip(table.get("request", []),
+                                               *(table.get(k, []) for k in keys), strict=True)
+            if values[0] is not None]  # fmt: skip
+    return np.array(rows, dtype=PARTS_DTYPE)
 
 
 @dataclass(frozen=True, eq=False)
 class TTFTBreakdown:
-    """``requests``: one row per request with a first token (``TTFT_DTYPE``, seconds);
-    ``layer_compute``/``layer_stall``: per layer, mean over those requests (seconds)."""
+    """``requests``: :func:`request_parts` of TTFT; ``layer_compute``/``layer_stall``: per
+    layer, mean over those requests (seconds)."""
 
     requests: np.ndarray
     layer_compute: np.ndarray
@@ -92,30 +105,20 @@ def covered(spans: np.ndarray, t0: float, t1: float, num_layers: int) -> np.ndar
 
 
 def ttft_breakdown(run: RunData) -> TTFTBreakdown:
-    """Split each request's TTFT window ``[arrival, first token]`` into compute (attention,
-    experts, LM head), stall, and other = TTFT - compute - stall (never below 0): the time
-    each covers inside the window, as the timing engine defines it. Where ``result.json``
-    carries the engine's own split (``per_request.ttft_compute_s`` ...) the per-request rows
-    are those numbers; the per-layer split always comes from the spans."""
+    """Each request's TTFT split as the engine reports it, and per layer the compute
+    (attention, experts) and stall spans inside each request's window ``[arrival, first
+    token]``, averaged over the requests."""
     spans = run.spans
-    req = run.requests[np.isfinite(run.requests["first_token"])]
+    parts = request_parts(run, "ttft")
+    req = run.requests
+    arrival = dict(zip(req["request"].tolist(), req["arrival"].tolist(), strict=True))
     n = run.num_layers
-    out = np.zeros(req.size, TTFT_DTYPE)
     layer_compute, layer_stall = np.zeros(n + 1), np.zeros(n + 1)
     compute = spans[np.isin(spans["kind"], _COMPUTE_IDS)]
     stall = spans[spans["kind"] == KIND["stall"]]
-    for i, r in enumerate(req):
-        a, f = float(r["arrival"]), float(r["first_token"])
-        c, s = covered(compute, a, f, n), covered(stall, a, f, n)
-        out[i] = (r["request"], f - a, c.sum(), s.sum(), 0.0)
-        layer_compute += c
-        layer_stall += s
-    pr = run.result.get("per_request") or {}
-    if "ttft_compute_s" in pr and req.size:
-        engine = {int(q): j for j, q in enumerate(pr["request"])}
-        for part in ("compute", "stall"):
-            values = [pr[f"ttft_{part}_s"][engine[int(q)]] for q in out["request"]]
-            out[part] = [np.nan if v is None else v for v in values]
-    out["other"] = np.maximum(out["ttft"] - out["compute"] - out["stall"], 0.0)
-    count = max(req.size, 1)
-    return TTFTBreakdown(out, layer_compute[:n] / count, layer_stall[:n] / count)
+    for r, ttft in zip(parts["request"].tolist(), parts["total"].tolist(), strict=True):
+        a = arrival[r]
+        layer_compute += covered(compute, a, a + ttft, n)
+        layer_stall += covered(stall, a, a + ttft, n)
+    count = max(parts.size, 1)
+    return TTFTBreakdown(parts, layer_compute[:n] / count, layer_stall[:n] / count)

@@ -19,19 +19,13 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from specmd_sim.metrics import METRICS
 from specmd_sim.report.html import Block, table_html, write_page
 from specmd_sim.report.rows import CAPACITY, POLICY, SETTING, Axis, Plan, Row
-from specmd_sim.report.run_report import format_metric
 from specmd_sim.report.style import SPARE_COLOURS, base_layout
 
-# (metric, label, scale) -- values are multiplied by scale for display
-METRICS = {
-    "hit_rate": ("hit rate", 1.0),
-    "misses_collision": ("collision misses", 1.0),
-    "ttft_s": ("TTFT (ms)", 1e3),
-    "tpot_s": ("TPOT (ms)", 1e3),
-    "stall_s": ("stall (s)", 1.0),
-}
+SHOWN = ("hit_rate", "misses_collision", "ttft_s", "tpot_s", "stall_s")
+"""The metrics of the table of every run (those the rows have)."""
 _CURVE_METRICS = {
     CAPACITY: ("hit_rate", "misses_collision", "ttft_s"),
     "link_bandwidth_gbps": ("ttft_s", "tpot_s", "stall_s"),
@@ -45,6 +39,23 @@ MAX_TABLE_ROWS = 500
 
 def _present(rows: list[Row], metrics: tuple[str, ...]) -> list[str]:
     return [m for m in metrics if any(r.get(m) is not None for r in rows)]
+
+
+_TITLE_UNITS = {"s": " (ms)", "fraction": "", "count": ""}  # times are plotted in ms
+
+
+def _axis_title(metric: str) -> str:
+    """The metric's label with the unit it is plotted in."""
+    spec = METRICS[metric]
+    return spec.label + _TITLE_UNITS.get(spec.unit, f" ({spec.unit})")
+
+
+def _scale(metric: str) -> float:
+    return 1e3 if METRICS[metric].unit == "s" else 1.0
+
+
+def _hover_format(metric: str) -> str:
+    return ".2%" if METRICS[metric].unit == "fraction" else ".4g"
 
 
 def _series(plan: Plan, axis: Axis) -> dict[str, list[Row]]:
@@ -87,14 +98,14 @@ def curve_figure(plan: Plan, axis: Axis) -> go.Figure | None:
     if not metrics:
         return None
     fig = make_subplots(
-        rows=1, cols=len(metrics), subplot_titles=[METRICS[m][0] for m in metrics],
+        rows=1, cols=len(metrics), subplot_titles=[_axis_title(m) for m in metrics],
         horizontal_spacing=0.08,
     )  # fmt: skip
     series = _series(plan, axis)
     for i, (name, rows) in enumerate(series.items()):
         colour = PALETTE[i % len(PALETTE)]
         for j, metric in enumerate(metrics, start=1):
-            scale = METRICS[metric][1]
+            scale = _scale(metric)
             xs, mean, lo, hi, n = _aggregate(rows, axis.column, metric)
             if not xs.size:
                 continue
@@ -102,14 +113,14 @@ def curve_figure(plan: Plan, axis: Axis) -> go.Figure | None:
             if (n > 1).any():
                 error = {"type": "data", "symmetric": False, "array": (hi - mean) * scale,
                          "arrayminus": (mean - lo) * scale, "thickness": 1}  # fmt: skip
-            fmt = ".2%" if metric == "hit_rate" else ".4g"
+            fmt = _hover_format(metric)
             fig.add_trace(
                 go.Scatter(
                     x=xs, y=mean * scale, error_y=error, mode="lines+markers", name=name,
                     legendgroup=name, showlegend=j == 1, line={"color": colour, "width": 2},
                     marker={"size": 7}, customdata=n,
                     hovertemplate=f"<b>{html.escape(name)}</b><br>{axis.label}: %{{x:.4g}}<br>"
-                    f"{METRICS[metric][0]}: %{{y:{fmt}}} (%{{customdata}} run(s))"
+                    f"{_axis_title(metric)}: %{{y:{fmt}}} (%{{customdata}} run(s))"
                     "<extra></extra>",
                 ),
                 row=1, col=j,
@@ -120,11 +131,11 @@ def curve_figure(plan: Plan, axis: Axis) -> go.Figure | None:
         fig.update_xaxes(
             title_text=axis.label, type="log" if axis.log else None, row=1, col=j, **ticks
         )
-        if metric == "hit_rate":
+        if METRICS[metric].unit == "fraction":
             fig.update_yaxes(tickformat=".0%", range=[0, 1.02], row=1, col=j)
     fig.update_layout(
         **base_layout(
-            f"{', '.join(METRICS[m][0] for m in metrics)} vs {axis.label}",
+            f"{', '.join(METRICS[m].label for m in metrics)} vs {axis.label}",
             f"{len(plan.rows)} runs, {len(series)} line(s)"
             + ("; seeds averaged, bars from the lowest to the highest" if plan.seeds else ""),
             plot_height=340,
@@ -146,13 +157,13 @@ def policy_figure(plan: Plan) -> go.Figure | None:
     if not metrics:
         return None
     fig = make_subplots(
-        rows=1, cols=len(metrics), subplot_titles=[METRICS[m][0] for m in metrics],
+        rows=1, cols=len(metrics), subplot_titles=[_axis_title(m) for m in metrics],
         horizontal_spacing=0.06,
     )  # fmt: skip
     for i, setting in enumerate(settings):
         colour = PALETTE[i % len(PALETTE)]
         for j, metric in enumerate(metrics, start=1):
-            scale = METRICS[metric][1]
+            scale = _scale(metric)
             means, lo, hi, counts = [], [], [], []
             for policy in policies:
                 values = [r[metric] for r in plan.rows
@@ -163,7 +174,7 @@ def policy_figure(plan: Plan) -> go.Figure | None:
                 lo.append(v.mean() - v.min() if v.size else 0)
                 hi.append(v.max() - v.mean() if v.size else 0)
                 counts.append(v.size)
-            fmt = ".2%" if metric == "hit_rate" else ".4g"
+            fmt = _hover_format(metric)
             fig.add_trace(
                 go.Bar(
                     x=policies, y=means, name=setting or "all runs", legendgroup=setting,
@@ -171,12 +182,12 @@ def policy_figure(plan: Plan) -> go.Figure | None:
                     error_y={"type": "data", "symmetric": False, "array": hi,
                              "arrayminus": lo, "thickness": 1},
                     customdata=counts,
-                    hovertemplate=f"%{{x}}<br>{METRICS[metric][0]}: %{{y:{fmt}}} "
+                    hovertemplate=f"%{{x}}<br>{_axis_title(metric)}: %{{y:{fmt}}} "
                     "(mean of %{customdata} run(s))<extra></extra>",
                 ),
                 row=1, col=j,
             )  # fmt: skip
-            if metric == "hit_rate":
+            if METRICS[metric].unit == "fraction":
                 fig.update_yaxes(tickformat=".0%", range=[0, 1.02], row=1, col=j)
     fig.update_layout(
         **base_layout(
@@ -201,14 +212,14 @@ def compare_table(plan: Plan) -> tuple[list[str], list[list[str]]]:
         + [a.column for a in plan.axes]
         + (["config.seed"] if plan.seeds else [])
     )
-    metrics = _present(plan.rows, tuple(METRICS))
+    metrics = _present(plan.rows, SHOWN)
     names = {a.column: a.label for a in plan.axes}
     header = ["source", *[names.get(c, c.removeprefix("config.")) for c in columns], *metrics]
     body = []
     for r in plan.rows:
         cells = [r.get("source", "")]
         cells += [_short(r.get(c)) for c in columns]
-        cells += [format_metric(m, r.get(m)) for m in metrics]
+        cells += [METRICS[m].format(r.get(m)) for m in metrics]
         body.append(cells)
     return header, body
 

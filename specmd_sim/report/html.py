@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
-
-from specmd_sim import __version__
 
 PLOT_CONFIG: dict[str, Any] = {
     "displaylogo": False,
@@ -84,7 +83,7 @@ def write_page(path: Path, title: str, blocks: list[Block], subtitle_html: str =
             parts.append(f'<div class="fig">{figure_div(fig, f"fig-{n}")}</div>')
         parts.append(block.html)
         parts.append("</section>")
-    parts.append(f"<footer>specmd-sim {__version__}</footer></main></body></html>")
+    parts.append(f"<footer>specmd-sim {version('specmd-sim')}</footer></main></body></html>")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("\n".join(parts), encoding="utf-8")

@@ -156,9 +156,7 @@ def plan(rows: list[Row]) -> Plan:
     hardware_is_axis = False
     if len(hardware) > 1:
         for r in ok:
-            bw = r.get("inputs.link_bandwidth_bytes_per_s") or link_bandwidth(
-                str(r.get("config.hardware"))
-            )
+            bw = link_bandwidth(str(r.get("config.hardware")))
             r[BANDWIDTH] = bw / 1e9 if bw else None
         pairs = {(repr(r.get("config.hardware")), r[BANDWIDTH]) for r in ok}
         if _numeric(ok, BANDWIDTH) and len({bw for _, bw in pairs}) == len(hardware):

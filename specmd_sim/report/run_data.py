@@ -2,8 +2,9 @@
 
 Built from a finished :class:`~specmd_sim.metrics.RunResult` (when the run folder is written)
 or loaded from a run folder (``specmd report``, ``specmd timeline``), so that figures are the
-same either way. What the figures derive from the spans (pass table, request table, the class
-each transfer served) is computed once here.
+same either way. The passes and requests are the engine's own tables (``per_pass``,
+``per_request``), as arrays; what the figures derive from the spans (the class each transfer
+served) is computed once here.
 """
 
 from __future__ import annotations
@@ -16,15 +17,20 @@ from typing import Any
 import numpy as np
 
 from specmd_sim.errors import SpecmdError
-from specmd_sim.metrics import RunResult
-from specmd_sim.timeline import (
-    REQUEST_DTYPE,
-    Recording,
-    pass_table,
-    request_table,
-    served_class,
-)
+from specmd_sim.metrics import METRICS, TABLES, RunResult
+from specmd_sim.timeline import Recording, served_class
 from specmd_sim.units import format_bytes
+
+PASS_DTYPE = np.dtype(
+    [("pass_", "i4"), ("request", "i4"), ("phase", "i1"), ("start", "f8"), ("end", "f8")]
+)
+"""A row of :attr:`RunData.passes`: phase 0 prefill, 1 decode; times in seconds."""
+REQUEST_DTYPE = np.dtype(
+    [("request", "i4"), ("arrival", "f8"), ("first_token", "f8"), ("end", "f8"),
+     ("decode_tokens", "i8")]
+)  # fmt: skip
+"""A row of :attr:`RunData.requests`: first token NaN for a request without a prefill."""
+_PHASES = {"prefill": 0, "decode": 1}
 
 
 class RunData:
@@ -58,6 +64,19 @@ class RunData:
             raise SpecmdError(f"{path}: expected JSON, got {exc}") from None
         if result.get("format") != "specmd-result":
             raise SpecmdError(f"{path}: expected a specmd result, got {result.get('format')!r}")
+        if "per_pass" not in result:
+            raise SpecmdError(
+                f"{path}: expected a result with its pass table (per_pass), got one written by "
+                "an older specmd-sim; run it again"
+            )
+        unknown = sorted(set(result["metrics"]) - METRICS.keys())
+        unknown += sorted(f"{name}.{c}" for name, table in TABLES.items()
+                          for c in result.get(name, {}) if c not in table.columns)  # fmt: skip
+        if unknown:
+            raise SpecmdError(
+                f"{path}: expected the metrics of docs/metrics.md, got {', '.join(unknown)} "
+                "(written by another version of specmd-sim); run it again"
+            )
         spans_file = Path(run_dir) / "spans.npz"
         recording = None
         if spans and result["engine"] == "simulate" and spans_file.is_file():
@@ -115,16 +134,6 @@ class RunData:
         return self.config.get("workload", {}).get("prefill_chunk_tokens") == 1
 
     @property
-    def ttft(self) -> dict[int, float]:
-        """TTFT by request id (seconds)."""
-        pr = self.result.get("per_request") or {}
-        return {
-            int(r): float(t)
-            for r, t in zip(pr.get("request", []), pr.get("ttft_s", []), strict=True)
-            if t is not None
-        }
-
-    @property
     def policy(self) -> str:
         cfg = self.config
         kinds = [cfg.get(s, {}).get("kind", "?") for s in ("eviction", "prefetch")]
@@ -139,7 +148,7 @@ class RunData:
             f"{i.get('capacity_slots', '?')} slots ({size})"
         )
 
-    # --- derived from the spans ---------------------------------------------------------
+    # --- the engine's tables as arrays, and what the spans tell ------------------------
 
     @property
     def spans(self) -> np.ndarray:
@@ -147,43 +156,31 @@ class RunData:
 
     @cached_property
     def passes(self) -> np.ndarray:
-        return pass_table(self.spans)
+        """One row per pass of ``per_pass`` (``PASS_DTYPE``), in pass order."""
+        table = self.result["per_pass"]
+        out = np.zeros(len(table.get("pass", [])), PASS_DTYPE)
+        if out.size:
+            out["pass_"], out["request"] = table["pass"], table["request"]
+            out["phase"] = [_PHASES[p] for p in table["phase"]]
+            out["start"], out["end"] = table["start_s"], table["end_s"]
+        return out
 
     @cached_property
     def requests(self) -> np.ndarray:
-        """One row per request (``REQUEST_DTYPE``): from ``per_request`` where the engine
-        reports arrivals (``arrival_s``, ``finish_s``), else derived from the passes."""
-        pr = self.result.get("per_request") or {}
-        if "arrival_s" not in pr:
-            return request_table(self.passes, self.ttft)
-        derived = request_table(self.passes, self.ttft)
-        out = np.zeros(len(pr["request"]), REQUEST_DTYPE)
-        out["request"] = pr["request"]
-        out["arrival"] = pr["arrival_s"]
-        ttft = [np.nan if t is None else t for t in pr.get("ttft_s", [None] * out.size)]
-        out["first_token"] = out["arrival"] + np.asarray(ttft, dtype=np.float64)
-        if "finish_s" in pr:
-            out["end"] = pr["finish_s"]
-        else:
-            pos = np.searchsorted(derived["request"], out["request"])
-            out["end"] = derived["end"][np.clip(pos, 0, max(derived.size - 1, 0))]
-        return np.sort(out, order="request")
+        """One row per request of ``per_request`` (``REQUEST_DTYPE``), in id order."""
+        table = self.result.get("per_request") or {}
+        out = np.zeros(len(table.get("request", [])), REQUEST_DTYPE)
+        if out.size:
+            out["request"], out["arrival"] = table["request"], table["arrival_s"]
+            ttft = [np.nan if t is None else t for t in table["ttft_s"]]
+            out["first_token"] = out["arrival"] + np.asarray(ttft, dtype=np.float64)
+            out["end"], out["decode_tokens"] = table["finish_s"], table["decode_tokens"]
+        return out
 
     @cached_property
     def classes(self) -> np.ndarray:
         """:func:`~specmd_sim.timeline.served_class` of every span."""
         return served_class(self.spans)
-
-    @cached_property
-    def pass_phase(self) -> np.ndarray:
-        """Per row of :attr:`passes`: 0 prefill (up to its request's first token), 1 decode,
-        -1 unknown (a request without TTFT, or a pass of several requests)."""
-        req, owner = self.requests, self.passes["request"]
-        pos = np.clip(np.searchsorted(req["request"], owner), 0, max(req.size - 1, 0))
-        known = (owner >= 0) & (req["request"][pos] == owner) if req.size else owner < -1
-        first = np.where(known, req["first_token"][pos] if req.size else np.nan, np.nan)
-        phase = np.where(self.passes["end"] <= first + 1e-12, 0, 1)
-        return np.where(np.isfinite(first), phase, -1).astype(np.int8)
 
     @cached_property
     def pass_step(self) -> np.ndarray:

@@ -17,8 +17,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specmd_sim.cache.states import AccessClass
+from specmd_sim.metrics import METRICS, TABLES
 from specmd_sim.report.analysis import (
     STALL_CAUSES,
+    request_parts,
     stall_by_cause,
     stall_by_phase,
     ttft_breakdown,
@@ -43,6 +45,8 @@ _TAXONOMY = (
     ("misses_collision", AccessClass.COLLISION),
 )
 _OTHER_COLOUR = "#BAB0AC"
+_CARDS = ("hit_rate", "late_hits", "misses_collision", "ttft_s", "tpot_s", "stall_s",
+          "overlap_s", "makespan_s")  # fmt: skip
 
 
 def taxonomy_figure(run: RunData) -> go.Figure:
@@ -169,30 +173,15 @@ def stall_figure(run: RunData) -> go.Figure:
     return fig
 
 
-def _per_request_parts(run: RunData, name: str) -> np.ndarray | None:
-    """``per_request`` ``<name>_{compute,stall,other}_s`` as (request, total, parts...) rows,
-    or None when the engine does not report them."""
-    pr = run.result.get("per_request") or {}
-    keys = [f"{name}_s", f"{name}_compute_s", f"{name}_stall_s", f"{name}_other_s"]
-    if not all(k in pr for k in keys):
-        return None
-    rows = [
-        (r, *values)
-        for r, *values in zip(pr["request"], *(pr[k] for k in keys), strict=True)
-        if None not in values
-    ]
-    return np.array(rows, dtype=np.float64).reshape(-1, 5)
-
-
 def ttft_figure(run: RunData) -> go.Figure:
     """TTFT per request split into compute, stall and other; TPOT likewise where the engine
     reports it; and TTFT per layer."""
     b = ttft_breakdown(run)
     r = b.requests
-    tpot = _per_request_parts(run, "tpot")
-    panels = ["TTFT per request"] + (["TPOT per request"] if tpot is not None else [])
+    tpot = request_parts(run, "tpot")
+    panels = ["TTFT per request"] + (["TPOT per request"] if tpot.size else [])
     panels.append("TTFT per layer (mean over requests)")
-    widths = [0.32, 0.28, 0.40] if tpot is not None else [0.45, 0.55]
+    widths = [0.32, 0.28, 0.40] if tpot.size else [0.45, 0.55]
     fig = make_subplots(
         rows=1, cols=len(panels), column_widths=widths, horizontal_spacing=0.08,
         subplot_titles=panels,
@@ -204,14 +193,14 @@ def ttft_figure(run: RunData) -> go.Figure:
         fig.add_bar(
             y=labels, x=r[name] * 1e3, orientation="h", name=name, marker_color=colour,
             legendgroup=name, row=1, col=1,
-            customdata=100 * r[name] / np.where(r["ttft"] > 0, r["ttft"], 1),
+            customdata=100 * r[name] / np.where(r["total"] > 0, r["total"], 1),
             hovertemplate=f"%{{y}}: {name} %{{x:.4g}} ms (%{{customdata:.1f}}% of TTFT)"
             "<extra></extra>",
         )  # fmt: skip
-    if tpot is not None:
-        for j, (name, colour) in enumerate(parts, start=2):
+    if tpot.size:
+        for name, colour in parts:
             fig.add_bar(
-                y=[f"request {int(x)}" for x in tpot[:, 0]], x=tpot[:, j] * 1e3,
+                y=[f"request {int(x)}" for x in tpot["request"]], x=tpot[name] * 1e3,
                 orientation="h", name=name, marker_color=colour, legendgroup=name,
                 showlegend=False, row=1, col=2,
                 hovertemplate=f"%{{y}}: {name} %{{x:.4g}} ms per output token<extra></extra>",
@@ -225,8 +214,8 @@ def ttft_figure(run: RunData) -> go.Figure:
             marker_color=dict(parts)[name], row=1, col=len(panels),
             hovertemplate=f"layer %{{x}}: {name} %{{y:.4g}} ms<extra></extra>",
         )  # fmt: skip
-    mean = float(r["ttft"].mean()) if r.size else None
-    share = float(r["stall"].sum() / r["ttft"].sum()) if r.size and r["ttft"].sum() else 0.0
+    mean = float(r["total"].mean()) if r.size else None
+    share = float(r["stall"].sum() / r["total"].sum()) if r.size and r["total"].sum() else 0.0
     fig.update_layout(
         **base_layout(
             "TTFT decomposition",
@@ -253,19 +242,18 @@ def _section(cfg: dict[str, Any], name: str) -> str:
     return f"{section.get('kind')}" + (f" ({params})" if params else "")
 
 
-def format_metric(key: str, value: Any) -> str:
-    """A metric value for people: times in ms, bytes with a binary prefix, rates in %."""
-    if value is None:
-        return "–"
-    if key.endswith("_s"):
-        return ms(value)
-    if key.startswith("bytes_"):
-        return format_bytes(value)
-    if key.endswith("rate"):
-        return f"{value:.2%}"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return f"{value:,}" if isinstance(value, int) else str(value)
+def metric_rows(metrics: dict[str, Any]) -> list[list[str]]:
+    """The "All metrics" table: name, label and value in its unit, by name."""
+    return [[name, METRICS[name].label, METRICS[name].format(value)]
+            for name, value in sorted(metrics.items())]  # fmt: skip
+
+
+def table_rows(name: str, table: dict[str, list[Any]]) -> list[list[str]]:
+    """The rows of one of ``result.json``'s tables, every value in its column's unit."""
+    columns = TABLES[name].columns
+    formats = [columns[c].format for c in table]
+    return [[f(v) for f, v in zip(formats, values, strict=True)]
+            for values in zip(*table.values(), strict=True)]  # fmt: skip
 
 
 def run_figures(run: RunData) -> dict[str, go.Figure]:
@@ -281,12 +269,7 @@ def write_run_report(run: RunData, path: Path) -> dict[str, go.Figure]:
     """Write the one-run report page; returns its figures by name."""
     m, i, cfg = run.metrics, run.inputs, run.config
     figures = run_figures(run)
-    cards = [("hit rate", f"{m['hit_rate']:.1%}"), ("late hits", f"{m['late_hits']:,}"),
-             ("collision misses", f"{m['misses_collision']:,}")]  # fmt: skip
-    if run.engine == "simulate":
-        cards += [("TTFT (mean)", ms(m.get("ttft_s"))), ("TPOT", ms(m.get("tpot_s"))),
-                  ("stall", ms(m.get("stall_s"))), ("hidden transfer", ms(m.get("overlap_s"))),
-                  ("makespan", ms(m.get("makespan_s")))]  # fmt: skip
+    cards = [(METRICS[k].label, METRICS[k].format(m[k])) for k in _CARDS if k in m]
     facts = [
         ["engine", run.engine],
         ["model", f"{i['model']} ({i['num_layers']} layers × {i['num_experts']} experts, "
@@ -301,7 +284,6 @@ def write_run_report(run: RunData, path: Path) -> dict[str, go.Figure]:
         if name in cfg:
             facts.append([name, _section(cfg, name)])
     facts.append(["seed", cfg.get("seed")])
-    metrics_rows = [[k, format_metric(k, v)] for k, v in sorted(m.items())]
     links = []
     if run.run_dir is not None:
         for name, what in (("timeline.html", "timeline"), ("trace.json", "Perfetto trace"),
@@ -335,15 +317,12 @@ def write_run_report(run: RunData, path: Path) -> dict[str, go.Figure]:
     ):
         table = run.result.get(key) or {}
         if len(table.get(label, [])) > (0 if key == "per_resource" else 1):
-            header = list(table)
-            rows = [
-                [
-                    format_metric(k, v) if k != label else v
-                    for k, v in zip(header, values, strict=True)
-                ]
-                for values in zip(*(table[k] for k in header), strict=True)
-            ]
-            blocks.append(Block(title, html=table_html(header, rows)))
-    blocks.append(Block("All metrics", html=table_html(["metric", "value"], metrics_rows)))
+            blocks.append(Block(title, html=table_html(list(table), table_rows(key, table))))
+    blocks.append(
+        Block(
+            "All metrics",
+            html=table_html(["metric", "label", "value"], metric_rows(m), numeric=(2,)),
+        )
+    )
     write_page(path, f"specmd report — {run.title}", blocks, subtitle_html=" · ".join(links))
     return figures

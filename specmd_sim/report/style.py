@@ -45,7 +45,7 @@ CLASS_COLOURS = {
     AccessClass.CAPACITY: "#F58518",
     AccessClass.COLLISION: "#E45756",
 }
-PHASE_COLOURS = {"prefill": "#F2CF9B", "decode": "#C9D6E8", "pass": "#DDDDDD"}
+PHASE_COLOURS = {"prefill": "#F2CF9B", "decode": "#C9D6E8"}
 FONT = "Inter, 'Segoe UI', Helvetica, Arial, sans-serif"
 
 

@@ -141,10 +141,6 @@ def _request_traces(run: RunData) -> list[go.Bar]:
     if not req.size:
         return []
     first = np.where(np.isfinite(req["first_token"]), req["first_token"], req["arrival"])
-    phase = run.pass_phase
-    decode_passes = np.bincount(
-        np.searchsorted(req["request"], run.passes["request"][phase == 1]), minlength=req.size
-    )
     traces = []
     for name, lo, hi, colour in (
         ("prefill", req["arrival"], first, PHASE_COLOURS["prefill"]),
@@ -154,14 +150,14 @@ def _request_traces(run: RunData) -> list[go.Bar]:
         if not keep.any():
             continue
         custom = np.stack(
-            [req["request"], (first - req["arrival"]) * 1e3, decode_passes, lo * 1e3],
+            [req["request"], (first - req["arrival"]) * 1e3, req["decode_tokens"], lo * 1e3],
             axis=1,
         )[keep]
         hover = (
             "<b>request %{customdata[0]}: prefill</b><br>arrives %{customdata[3]:.4f} ms, "
             "first token after %{customdata[1]:.4f} ms (TTFT)"
             if name == "prefill"
-            else "<b>request %{customdata[0]}: decode</b><br>%{customdata[2]} decode passes, "
+            else "<b>request %{customdata[0]}: decode</b><br>%{customdata[2]} decode tokens, "
             "%{x:.4f} ms"
         )
         traces.append(
@@ -197,10 +193,9 @@ def _pass_traces(run: RunData, window: tuple[float, float] | None) -> list[go.Ba
         stall_s, np.clip(pos, 0, passes.size - 1), spans["end"][stall] - spans["start"][stall]
     )
     dur = passes["end"] - passes["start"]
-    phase = run.pass_phase
-    palette = np.array([PHASE_COLOURS[k] for k in ("prefill", "decode", "pass")], dtype=object)
-    colour = palette[np.where(phase < 0, 2, phase)]
-    phase_name = np.array(["prefill", "decode", ""], dtype=object)[np.where(phase < 0, 2, phase)]
+    names = ("prefill", "decode")
+    colour = np.array([PHASE_COLOURS[k] for k in names], dtype=object)[passes["phase"]]
+    phase_name = np.array(names, dtype=object)[passes["phase"]]
     token_word = "token" if run.token_serial else "step"
     custom = np.stack(
         [

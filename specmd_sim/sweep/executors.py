@@ -53,7 +53,9 @@ WORKER_DIED = "worker process died while running this point (crash, os._exit or 
 def run_point(engine: str, config: dict[str, Any]) -> Outcome:
     """Run one point (in a worker); never raises. The result is the ``result.json`` mapping."""
     try:
-        from specmd_sim import build_config, replay, simulate
+        from specmd_sim.config import build_config
+        from specmd_sim.engine.replay import replay
+        from specmd_sim.engine.sim import simulate
 
         run = simulate if engine == "simulate" else replay
         result = run(build_config(config))

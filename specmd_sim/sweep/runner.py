@@ -29,7 +29,7 @@ from specmd_sim.metrics import result_row
 from specmd_sim.sweep.executors import Outcome, Task, make_executor
 from specmd_sim.sweep.grid import Point, axis_label, expand
 from specmd_sim.sweep.spec import SweepSpec, load_spec
-from specmd_sim.sweep.store import META_DIR, ResultStore, Row
+from specmd_sim.sweep.store import META_DIR, ResultStore, Row, table_columns
 
 POINTS_FORMAT = "specmd-sweep-points"
 
@@ -104,9 +104,9 @@ def run_sweep(
     runner = make_executor(executor, workers, address)
     lock = _prepare_folder(out, spec, points, resume)
     try:
-        seeds = [point_row(p, spec.engine, {"status": "ok", "error": None, "result": None})
-                 for p in points]  # fmt: skip
-        store = ResultStore(out, spec.axis_names(), len(points), seeds)
+        axes = {name: [axis_label(p.axes[name]) for p in points] for name in spec.axis_names()}
+        columns = table_columns(spec.engine, axes, [p.config for p in points])
+        store = ResultStore(out, columns, len(points))
         store.scan()
         done = store.done_ids()
         if retry_errors:

@@ -15,180 +15,152 @@ Nothing is lost and nothing is duplicated: a row is written to a hidden temporar
 and renamed into place, so a file either holds a whole row or does not exist, and a point has
 exactly one file name. A resumed sweep skips the points whose file exists.
 
-Every file has the same schema, so that pyarrow reads them as one table (it takes the schema of
-the first file). Column types are derived from the values, the same for every row: null, bool,
-int64, float64 or string; a column whose values mix kinds (``config.cache.capacity`` is ``"5%"``
-or a slot count) is a string column, and ``config.cache.capacity`` always is. When a new row
-widens the schema (a new column, or int becoming float), the files already written are
-rewritten to it; opening a folder repairs any file a crash left behind with an older schema.
-Columns are ordered: bookkeeping (``point_index``, ``point_id``, ``status``, ``error``), the
-axes in spec order, ``engine``, ``hardware_grade``, the metrics, ``inputs.*`` and ``config.*``,
-each of the last three groups alphabetically.
+Every file has the same schema, so that pyarrow reads them as one table, and it is known before
+the first point runs (:func:`table_columns`), from the spec rather than from the rows:
+
+- bookkeeping: ``point_index`` (int64), ``point_id``, ``status``, ``error`` (string);
+- ``axis.<name>``: int64, float64 or bool when every value of the axis is one, else string;
+- ``engine``, ``hardware_grade``: string;
+- the metrics the sweep's engine reports with the points' configs, and ``inputs.<key>``, typed
+  by their unit in :mod:`specmd_sim.metric_spec`: counts and bytes int64, names string, the
+  rest float64;
+- ``config.<path>``: every field of every point's config, typed by its annotation in the config
+  model (bool, int64, float64, or string for text and choices); a field that holds values of
+  several kinds (``cache.capacity``: ``"5%"`` or ``8``) is a string column, its numbers as JSON.
+
+Values that a row lacks (the metrics of a failed point) are null. A part written with another
+schema (by another version of specmd-sim) is refused with a one-line error. Columns are ordered:
+bookkeeping, the axes in spec order, ``engine``, ``hardware_grade``, the metrics, ``inputs.*``
+and ``config.*``, each of the last three groups alphabetically.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Sequence
+import types
+import typing
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
+from pydantic import BaseModel
+
+from specmd_sim.config import SimConfig, config_to_dict
 from specmd_sim.errors import SpecmdError
+from specmd_sim.metrics import INPUTS, METRICS, reported, value_type
 
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow as pa
 
 BOOKKEEPING = ("point_index", "point_id", "status", "error")
-# kinds known before any row exists, so that the first error row or replay row does not fix
-# them to null
-FIXED_KINDS = {
-    "point_index": "int",
-    "point_id": "string",
-    "status": "string",
-    "error": "string",
-    "engine": "string",
-    "hardware_grade": "string",
-}
 META_DIR = "_meta"
 PART_SUFFIX = ".parquet"
-ALWAYS_STRING = frozenset({"config.cache.capacity"})
 
 Row = dict[str, Any]
+Kind = Literal["bool", "int", "float", "string"]
 
-# --- column kinds ----------------------------------------------------------------------------
+# --- the columns -----------------------------------------------------------------------------
 
-_KINDS = ("null", "bool", "int", "float", "string")
+_KIND_OF_TYPE: dict[type, Kind] = {bool: "bool", int: "int", float: "float", str: "string"}
 
 
-def value_kind(value: Any) -> str:
-    """The kind of one cell: null, bool, int, float or string (lists and mappings as JSON)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, float):
+def table_columns(
+    engine: str, axes: Mapping[str, Sequence[Any]], configs: Iterable[SimConfig]
+) -> dict[str, Kind]:
+    """The columns of a sweep's table and their kinds, in order: ``axes`` maps each axis to
+    its cell value at every point, ``configs`` are the points' configs."""
+    columns: dict[str, Kind] = {"point_index": "int", "point_id": "string", "status": "string",
+                                "error": "string"}  # fmt: skip
+    for name, values in axes.items():
+        columns[f"axis.{name}"] = _axis_kind(values)
+    columns.update(engine="string", hardware_grade="string")
+    config_kinds: dict[str, Kind] = {}
+    dumps = []
+    for config in configs:
+        _add_model_kinds(config, "config", config_kinds)
+        dumps.append(config_to_dict(config))
+    metrics = [m for m in METRICS.values() if any(reported(m, engine, d) for d in dumps)]
+    columns.update((m.name, _KIND_OF_TYPE[value_type(m.unit)]) for m in sorted(
+        metrics, key=lambda m: m.name))  # fmt: skip
+    columns.update(
+        (f"inputs.{name}", _KIND_OF_TYPE[value_type(m.unit)]) for name, m in sorted(INPUTS.items())
+    )
+    columns.update(sorted(config_kinds.items()))
+    return columns
+
+
+def _axis_kind(values: Sequence[Any]) -> Kind:
+    return _common_kind({_KIND_OF_TYPE.get(type(v), "string") for v in values if v is not None})
+
+
+def _add_model_kinds(model: BaseModel, prefix: str, out: dict[str, Kind]) -> None:
+    """The kind of every field of ``model`` (nested models flattened to dotted paths, as in
+    :func:`specmd_sim.metrics.result_row`); a path that two models type differently (two
+    plug-ins' parameters of one name) is a string column."""
+    for name, field in type(model).model_fields.items():
+        value = getattr(model, name)
+        path = f"{prefix}.{name}"
+        if isinstance(value, BaseModel):
+            _add_model_kinds(value, path, out)
+            continue
+        kind = annotation_kind(field.annotation)
+        out[path] = kind if out.get(path, kind) == kind else "string"
+
+
+def annotation_kind(annotation: Any) -> Kind:
+    """The column kind of a config field's type: ``int | None`` is int, ``Literal["a", "b"]``
+    string, ``str | int`` string (several kinds), lists and mappings string (as JSON)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        kinds = {annotation_kind(a) for a in args}
+    elif origin is Literal:
+        kinds = {_KIND_OF_TYPE.get(type(v), "string") for v in typing.get_args(annotation)}
+    else:
+        kinds = {_KIND_OF_TYPE.get(annotation, "string")}
+    return _common_kind(kinds)
+
+
+def _common_kind(kinds: set[Kind]) -> Kind:
+    """One kind for a column that may hold values of ``kinds``: ints among floats are floats;
+    anything else mixed (or nothing known) is string."""
+    if kinds == {"int", "float"}:
         return "float"
-    return "string"
+    return kinds.pop() if len(kinds) == 1 else "string"
 
 
-def unify(a: str, b: str) -> str:
-    """The narrowest kind holding values of kinds ``a`` and ``b``."""
-    if a == b or b == "null":
-        return a
-    if a == "null":
-        return b
-    if {a, b} == {"int", "float"}:
-        return "float"
-    return "string"
-
-
-def cell(value: Any, kind: str) -> Any:
-    """A value converted to a column kind.
-
-    A number becomes the same string whether it was stored as an int or a float before a
-    column widened to string (``16`` and ``16.0`` both give ``"16"``), so a table does not
-    depend on the order its rows arrived in.
-    """
+def cell(value: Any, kind: Kind) -> Any:
+    """A value as a cell of a column of ``kind``: numbers of a string column as JSON."""
     if value is None:
         return None
     if kind == "string":
-        if isinstance(value, str):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        return json.dumps(value, sort_keys=True)
+        return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     if kind == "float":
         return float(value)
     return value
 
 
-def _arrow_type(kind: str) -> pa.DataType:
+def _arrow_schema(columns: Mapping[str, Kind]) -> pa.Schema:
     import pyarrow as pa
 
-    return {
-        "null": pa.null(),
-        "bool": pa.bool_(),
-        "int": pa.int64(),
-        "float": pa.float64(),
-        "string": pa.string(),
-    }[kind]
-
-
-def _kind_of_type(dtype: pa.DataType) -> str:
-    import pyarrow as pa
-
-    for kind in _KINDS:
-        if dtype == _arrow_type(kind):
-            return kind
-    if pa.types.is_integer(dtype):
-        return "int"
-    if pa.types.is_floating(dtype):
-        return "float"
-    return "string"
-
-
-def row_kinds(row: Row) -> dict[str, str]:
-    return {
-        name: "string" if name in ALWAYS_STRING and value is not None else value_kind(value)
-        for name, value in row.items()
-    }
-
-
-def merge_kinds(kinds: dict[str, str], more: dict[str, str]) -> dict[str, str]:
-    """Column kinds of two tables together."""
-    out = dict(kinds)
-    for name, kind in more.items():
-        out[name] = unify(out.get(name, "null"), kind)
-    for name in ALWAYS_STRING & out.keys():
-        out[name] = "string"
-    return out
-
-
-def column_order(names: Iterable[str], axes: Sequence[str]) -> list[str]:
-    """The canonical column order (see the module docstring)."""
-    axis_rank = {f"axis.{name}": i for i, name in enumerate(axes)}
-
-    def rank(name: str) -> tuple[int, int, str]:
-        if name in BOOKKEEPING:
-            return (0, BOOKKEEPING.index(name), "")
-        if name.startswith("axis."):
-            return (1, axis_rank.get(name, len(axis_rank)), name)
-        if name in ("engine", "hardware_grade"):
-            return (2, 0 if name == "engine" else 1, "")
-        if name.startswith("inputs."):
-            return (4, 0, name)
-        if name.startswith("config."):
-            return (5, 0, name)
-        return (3, 0, name)
-
-    return sorted(names, key=rank)
+    types_ = {"bool": pa.bool_(), "int": pa.int64(), "float": pa.float64(), "string": pa.string()}
+    return pa.schema([(name, types_[kind]) for name, kind in columns.items()])
 
 
 # --- the store -------------------------------------------------------------------------------
 
 
 class ResultStore:
-    """The parquet parts of one sweep folder, all with one schema.
+    """The parquet parts of one sweep folder, all with the schema of ``columns``
+    (:func:`table_columns`); ``total`` points give the width of the file names' index."""
 
-    ``axes`` gives the order of the axis columns; ``seed_rows`` (the part of every row known
-    before running: bookkeeping, axes, config) fixes their kinds up front, so that only the
-    result columns can widen the schema later.
-    """
-
-    def __init__(self, root: Path, axes: Sequence[str], total: int, seed_rows: Iterable[Row]):
+    def __init__(self, root: Path, columns: Mapping[str, Kind], total: int):
         self.root = Path(root)
-        self.axes = list(axes)
+        self.columns = dict(columns)
         self.width = max(6, len(str(max(total - 1, 0))))
-        kinds = dict(FIXED_KINDS)
-        for row in seed_rows:
-            kinds = merge_kinds(kinds, row_kinds(row))
-        self.kinds = kinds
         self._parts: dict[str, Path] = {}  # point id -> file
-        self._schema: pa.Schema | None = None
 
     # -- files --
 
@@ -196,23 +168,22 @@ class ResultStore:
         return f"{index:0{self.width}d}-{point_id}{PART_SUFFIX}"
 
     def scan(self) -> None:
-        """Find the parts on disk, delete leftover temporary files, and bring every part to
-        one schema (a crash may have interrupted a schema change)."""
+        """Find the parts on disk, delete leftover temporary files, and check that every part
+        has this table's schema."""
         self._parts = {}
         self.root.mkdir(parents=True, exist_ok=True)
+        schema = _arrow_schema(self.columns)
         for path in sorted(self.root.iterdir()):
             if path.name.startswith(".") and path.name.endswith(".tmp"):
                 path.unlink()
             elif path.is_file() and is_part(path):
+                if not _read_schema(path).equals(schema):
+                    raise SpecmdError(
+                        f"{path}: expected a result file with this sweep's columns, got one "
+                        "with other columns (written by another version of specmd-sim); use "
+                        "a new --out folder, or delete the file to run that point again"
+                    )
                 self._parts[part_point_id(path)] = path
-        schemas = {path: _read_schema(path) for path in self._parts.values()}
-        for schema in schemas.values():
-            self.kinds = merge_kinds(self.kinds, {f.name: _kind_of_type(f.type) for f in schema})
-        self._schema = None
-        target = self.schema()
-        for path, schema in schemas.items():
-            if not schema.equals(target):
-                self._rewrite(path)
 
     def done_ids(self) -> set[str]:
         return set(self._parts)
@@ -220,24 +191,14 @@ class ResultStore:
     def error_ids(self) -> set[str]:
         return {row["point_id"] for row in self.read_rows() if row["status"] != "ok"}
 
-    def schema(self) -> pa.Schema:
-        import pyarrow as pa
-
-        if self._schema is None:
-            names = column_order(self.kinds, self.axes)
-            self._schema = pa.schema([(name, _arrow_type(self.kinds[name])) for name in names])
-        return self._schema
-
     def append(self, row: Row) -> Path:
         """Write one finished point's row (replacing an earlier row of the same point)."""
-        widened = merge_kinds(self.kinds, row_kinds(row))
-        if widened != self.kinds:
-            self.kinds = widened
-            self._schema = None
-            for path in sorted(self._parts.values()):
-                self._rewrite(path)
+        unknown = sorted(row.keys() - self.columns.keys())
+        if unknown:
+            raise RuntimeError(f"row of point {row['point_index']}: columns {unknown} are not "
+                               "in the table's schema (table_columns)")  # fmt: skip
         path = self.root / self.part_name(row["point_index"], row["point_id"])
-        self._write(path, [row])
+        self._write(path, row)
         self._parts[row["point_id"]] = path
         return path
 
@@ -250,21 +211,12 @@ class ResultStore:
             rows.extend(pq.read_table(path).to_pylist())
         return rows
 
-    def _rewrite(self, path: Path) -> None:
-        import pyarrow.parquet as pq
-
-        self._write(path, pq.read_table(path).to_pylist())
-
-    def _write(self, path: Path, rows: list[Row]) -> None:
+    def _write(self, path: Path, row: Row) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        schema = self.schema()
-        kinds = self.kinds
-        columns = {
-            name: [cell(row.get(name), kinds[name]) for row in rows] for name in schema.names
-        }
-        table = pa.Table.from_pydict(columns, schema=schema)
+        data = {name: [cell(row.get(name), kind)] for name, kind in self.columns.items()}
+        table = pa.Table.from_pydict(data, schema=_arrow_schema(self.columns))
         tmp = path.with_name(f".{path.name}.tmp")
         with open(tmp, "wb") as handle:
             pq.write_table(table, handle)

@@ -166,7 +166,10 @@ def test_perfetto_trace_has_one_passes_track_per_gpu(twin_trace) -> None:
     from specmd_sim.timeline import to_chrome_trace
 
     result = run(twin_trace, 2, timing_spans=True)
-    trace = to_chrome_trace(result.spans, result.lanes, result.counters)
+    trace = to_chrome_trace(
+        result.spans, result.lanes, result.counters,
+        per_pass=result.per_pass, per_request=result.per_request,
+    )  # fmt: skip
     events = trace["traceEvents"]
     process = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name"}
     track = {

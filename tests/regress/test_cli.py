@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from specmd_sim import build_config, simulate
+from specmd_sim import SimConfig, build_config, simulate
 from specmd_sim.cli import main
 from specmd_sim.runs import write_run
-from specmd_sim.sweep.store import ResultStore
+from specmd_sim.sweep.store import ResultStore, table_columns
 
 BASE = {"trace": "mixtral-synthetic", "workload": {"max_requests": 1}, "cache": {"capacity": 16},
         "timing": {"record_spans": False}}  # fmt: skip
@@ -36,7 +36,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folders = {}
     for name, eviction in policies.items():
         result = simulate(build_config({**BASE, "eviction": eviction}))
-        write_run(root / name, result, timeline_html=False)
+        write_run(root / name, result)
         folders[name] = root / name
     return folders
 
@@ -96,7 +96,7 @@ def test_default_baseline_flags_slower_hardware(
     assert set(json.loads(base.read_text())["metrics"]) >= {"ttft_s", "hit_rate", "stall_s"}
     slow = simulate(build_config({**BASE, "eviction": {"kind": "least-stale", "order": "layer"},
                                   "hardware": "slow-link-5gbps"}))  # fmt: skip
-    write_run(tmp_path / "slow", slow, timeline_html=False)
+    write_run(tmp_path / "slow", slow)
     code, out, _ = cli(monkeypatch, capsys, "regress", str(base), "--run", str(tmp_path / "slow"))
     assert code == 1
     assert "ttft_s" in out and "stall_s" in out and "config changed" in out
@@ -115,7 +115,8 @@ def test_sweep_baselines(tmp_path: Path, monkeypatch, capsys) -> None:
         ]  # fmt: skip
 
     def write(folder: Path, table: list[dict]) -> Path:
-        store = ResultStore(folder, ["capacity"], len(table), table)
+        axes = {"capacity": [row["axis.capacity"] for row in table]}
+        store = ResultStore(folder, table_columns("simulate", axes, [SimConfig()]), len(table))
         store.scan()
         for row in table:
             store.append(row)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from specmd_sim import SimConfig
 from specmd_sim.errors import SpecmdError
 from specmd_sim.regress import (
     Baseline,
@@ -15,12 +16,13 @@ from specmd_sim.regress import (
     Tolerance,
     compare,
     current_from_sweep,
+    default_tolerance,
     load_baseline,
     render_text,
     save_baseline,
     update_baseline,
 )
-from specmd_sim.sweep.store import ResultStore
+from specmd_sim.sweep.store import ResultStore, table_columns
 
 TTFT = Tolerance(better="lower", rel=0.05, abs=1e-3)
 HIT = Tolerance(better="higher", abs=0.01)
@@ -126,6 +128,15 @@ def test_update_creates_keeps_tolerances_and_replaces_values(tmp_path: Path) -> 
     assert failed.points == {}
 
 
+def test_new_baselines_take_each_metrics_direction_from_the_spec() -> None:
+    assert default_tolerance("throughput_tok_s") == Tolerance(better="higher", rel=0.02)
+    assert default_tolerance("bytes_per_token").better == "lower"
+    assert default_tolerance("overlap_s") == Tolerance(better="higher", rel=0.05)
+    assert default_tolerance("accesses").better == "both"  # no good direction: any change
+    with pytest.raises(SpecmdError, match=r"metric 'ttft': expected a metric of docs/metrics"):
+        update_baseline(None, [Current("run", {"ttft_s": 1.0})], metrics=["ttft"])
+
+
 def test_save_load_round_trip_is_stable(tmp_path: Path) -> None:
     base = baseline(ttft_s=1.5, hit_rate=0.25)
     path = tmp_path / "b" / "base.json"
@@ -165,7 +176,8 @@ def test_sweep_points_are_keyed_by_axis_values(tmp_path: Path) -> None:
             [("h100-pcie", "8", "ok", None, 1.0), ("gh200", "5%", "error", "boom", None)]
         )
     ]  # fmt: skip
-    store = ResultStore(tmp_path, ["hardware", "capacity"], 2, rows)
+    axes = {"hardware": ["h100-pcie", "gh200"], "capacity": ["8", "5%"]}
+    store = ResultStore(tmp_path, table_columns("simulate", axes, [SimConfig()]), 2)
     store.scan()
     for row in rows:
         store.append(row)

@@ -10,7 +10,8 @@ import pytest
 
 from specmd_sim import SimConfig, replay, simulate
 from specmd_sim.metrics import RunResult
-from specmd_sim.runs import write_run
+from specmd_sim.report import RunData, write_timeline
+from specmd_sim.runs import TIMELINE_FILE, write_run
 from specmd_sim.traces import PRESETS, generate_trace, save_trace
 
 
@@ -42,6 +43,7 @@ def timed(tiny_config: Callable[..., SimConfig]) -> RunResult:
 def timed_dir(timed: RunResult, tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("runs") / "timed"
     write_run(run_dir, timed)
+    write_timeline(RunData.from_result(timed, run_dir), run_dir / TIMELINE_FILE)
     return run_dir
 
 

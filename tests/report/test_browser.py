@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from support.browser import Browser, Page, find_chromium
 
 from specmd_sim.report import RunData
-from specmd_sim.report.browser import Browser, Page, find_chromium
 from specmd_sim.report.compare import write_compare
 from specmd_sim.report.rows import load_rows, plan
 from specmd_sim.report.run_report import write_run_report

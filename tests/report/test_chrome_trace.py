@@ -1,5 +1,6 @@
 """The Perfetto/Chrome trace: Trace Event Format schema, one track per engine with no
-overlapping slices, counters, passes and requests, span args."""
+overlapping slices, counters, span args, and passes and requests as the engine's tables
+(``per_pass``, ``per_request``) give them."""
 
 from __future__ import annotations
 
@@ -129,18 +130,83 @@ def test_span_args_name_layer_expert_and_class(trace: dict[str, Any], timed: Run
     assert classes & {"compulsory", "capacity", "collision"}, "demand fetches serve misses"
 
 
-def test_passes_requests_and_ttft(trace: dict[str, Any], timed: RunResult) -> None:
+def at_ns(seconds: float) -> int:
+    return round(seconds * 1e9)
+
+
+def test_passes_are_the_engines_pass_table(trace: dict[str, Any], timed: RunResult) -> None:
     events = trace["traceEvents"]
-    passes = [ev for ev in events if ev["ph"] == "X" and ev["cat"] == "pass"]
-    assert [ev["args"]["pass"] for ev in passes] == list(range(timed.inputs["passes"]))
-    assert {ev["args"]["phase"] for ev in passes} == {"prefill", "decode"}
-    first = [ev for ev in events if ev["ph"] == "i"]
-    assert [ev["args"]["ttft_ms"] for ev in first] == pytest.approx(
-        [t * 1e3 for t in timed.per_request["ttft_s"]], abs=1e-5
+    processes = {ev["pid"]: ev["args"]["name"] for ev in events if ev["name"] == "process_name"}
+    got = [
+        (processes[ev["pid"]], ev["args"]["pass"], ev["args"]["request"], ev["args"]["phase"],
+         ns(ev["ts"]), ns(ev["ts"]) + ns(ev["dur"]), ev["name"])
+        for ev in events if ev["ph"] == "X" and ev["cat"] == "pass"
+    ]  # fmt: skip
+    table = timed.per_pass
+    want = [
+        (gpu, p, r, phase, at_ns(start), at_ns(end), f"pass {p}")
+        for gpu, p, r, phase, start, end in zip(table["gpu"], table["pass"], table["request"],
+                                                table["phase"], table["start_s"], table["end_s"],
+                                                strict=True)
+    ]  # fmt: skip
+    assert got == want
+    assert {phase for *_, phase, _, _, _ in got} == {"prefill", "decode"}
+
+
+def test_requests_are_the_engines_request_table(trace: dict[str, Any], timed: RunResult) -> None:
+    events = trace["traceEvents"]
+    got = [(ev["ph"], ev["name"], ev["id"], ns(ev["ts"]))
+           for ev in events if ev["ph"] in "be" and ev["cat"] == "request"]  # fmt: skip
+    want = []
+    table = timed.per_request
+    for r, arrival, ttft, finish in zip(table["request"], table["arrival_s"], table["ttft_s"],
+                                        table["finish_s"], strict=True):  # fmt: skip
+        first = at_ns(arrival + ttft)
+        want += [("b", f"request {r} prefill", r, at_ns(arrival)),
+                 ("e", f"request {r} prefill", r, first),
+                 ("b", f"request {r} decode", r, first),
+                 ("e", f"request {r} decode", r, at_ns(finish))]  # fmt: skip
+    assert got == want
+    first_tokens = [ev for ev in events if ev["ph"] == "i"]
+    assert [ev["name"] for ev in first_tokens] == [f"first token (request {r})"
+                                                   for r in table["request"]]  # fmt: skip
+    assert [ev["args"]["ttft_ms"] for ev in first_tokens] == pytest.approx(
+        [t * 1e3 for t in table["ttft_s"]], abs=1e-5
     )
-    names = {ev["name"] for ev in events if ev["ph"] == "b"}
-    assert names == {f"request {r} {p}" for r in (0, 1) for p in ("prefill", "decode")}
     assert trace["otherData"]["model"] == "olmoe-1b-7b"
+
+
+def test_passes_and_requests_go_to_the_process_of_their_gpu() -> None:
+    """Each GPU's passes, and the requests they ran, on a ``passes`` track of its process; a
+    request without a first token is one ``request`` slice."""
+    rec = SpanRecorder()
+    rec.add(rec.lane("gpu0/compute"), "attention", 0.0, 1e-3, pass_=1, layer=0, request=0)
+    rec.add(rec.lane("gpu1/compute"), "attention", 0.0, 2e-3, pass_=0, layer=0, request=1)
+    per_pass = {"gpu": ["gpu1", "gpu0"], "pass": [0, 1], "request": [1, 0],
+                "phase": ["prefill", "decode"], "start_s": [0.0] * 2,
+                "end_s": [2e-3, 1e-3]}  # fmt: skip
+    per_request = {"request": [0, 1], "arrival_s": [0.0] * 2, "ttft_s": [None, 1.5e-3],
+                   "finish_s": [1e-3, 2e-3]}  # fmt: skip
+    trace = to_chrome_trace(rec.array(), rec.lanes, per_pass=per_pass, per_request=per_request)
+    check_schema(trace)
+    assert_no_overlap(trace)
+    events = trace["traceEvents"]
+    processes = {ev["pid"]: ev["args"]["name"] for ev in events if ev["name"] == "process_name"}
+    tracks = {(ev["pid"], ev["tid"]): ev["args"]["name"]
+              for ev in events if ev["name"] == "thread_name"}  # fmt: skip
+    placed = [(processes[ev["pid"]], tracks[(ev["pid"], ev["tid"])], ev["ph"], ev["name"])
+              for ev in events if ev.get("cat") in ("pass", "request")]  # fmt: skip
+    assert placed == [
+        ("gpu1", "passes", "X", "pass 0"),
+        ("gpu1", "passes", "b", "request 1 prefill"),
+        ("gpu1", "passes", "e", "request 1 prefill"),
+        ("gpu1", "passes", "b", "request 1 decode"),
+        ("gpu1", "passes", "e", "request 1 decode"),
+        ("gpu1", "passes", "i", "first token (request 1)"),
+        ("gpu0", "passes", "X", "pass 1"),
+        ("gpu0", "passes", "b", "request 0 request"),
+        ("gpu0", "passes", "e", "request 0 request"),
+    ]
 
 
 def test_counter_tracks_follow_the_samples(trace: dict[str, Any], timed: RunResult) -> None:
@@ -187,7 +253,7 @@ def test_lanes_and_kinds_are_data_driven() -> None:
     processes = [ev["args"]["name"] for ev in meta if ev["name"] == "process_name"]
     threads = [ev["args"]["name"] for ev in meta if ev["name"] == "thread_name"]
     assert processes == ["gpu0", "host0", "links"]
-    assert threads == ["passes", "compute", "cpu-experts", "pcie:host0-gpu0 #0",
+    assert threads == ["compute", "cpu-experts", "pcie:host0-gpu0 #0",
                        "pcie:host0-gpu0 #1"]  # fmt: skip
     cpu_events = [ev for ev in trace["traceEvents"] if ev.get("name") == "cpu_expert"]
     assert cpu_events[0]["args"]["class"] == "compulsory"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -82,6 +83,22 @@ def test_unknown_image_format_is_a_user_error(tmp_path: Path) -> None:
 
 def test_report_of_a_folder_that_is_no_run(tmp_path: Path) -> None:
     one_line_error(specmd("report", tmp_path), str(tmp_path), "result.json")
+
+
+def test_a_result_without_the_pass_table_asks_for_a_rerun(timed_dir: Path, tmp_path: Path):
+    run_dir = tmp_path / "old"
+    shutil.copytree(timed_dir, run_dir)
+    result = json.loads((run_dir / "result.json").read_text())
+    del result["per_pass"]  # as written before the engine reported its passes
+    (run_dir / "result.json").write_text(json.dumps(result))
+    for command in ("report", "timeline"):
+        one_line_error(specmd(command, run_dir), str(run_dir / "result.json"), "per_pass",
+                       "older specmd-sim; run it again")  # fmt: skip
+    result["per_pass"] = {}
+    result["metrics"]["hit_ratio"] = result["metrics"].pop("hit_rate")  # a name of another day
+    (run_dir / "result.json").write_text(json.dumps(result))
+    one_line_error(specmd("report", run_dir), "expected the metrics of docs/metrics.md, got "
+                   "hit_ratio (written by another version")  # fmt: skip
 
 
 def test_compare_runs(timed_dir: Path, replay_dir: Path, tmp_path: Path) -> None:

@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specmd_sim.metrics import RunResult
+from specmd_sim.metrics import METRICS, RunResult
 from specmd_sim.report import RunData, layer_figure, timeline_figure
-from specmd_sim.report.analysis import stall_by_cause, stall_by_phase, ttft_breakdown
+from specmd_sim.report.analysis import covered, stall_by_cause, stall_by_phase, ttft_breakdown
 from specmd_sim.report.run_report import run_figures, write_run_report
 from specmd_sim.report.style import kind_colour
-from specmd_sim.timeline import KINDS, Recording, SpanRecorder
+from specmd_sim.timeline import COMPUTE_KINDS, KIND, KINDS, Recording, SpanRecorder
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +61,29 @@ def test_hover_shows_token_layer_expert_bytes_and_class(run: RunData) -> None:
 def test_ttft_and_passes_are_marked(run: RunData) -> None:
     fig = timeline_figure(run)
     ttft = [a.text for a in fig.layout.annotations if "TTFT" in (a.text or "")]
-    assert len(ttft) == len(run.ttft) == 2
+    assert len(ttft) == len(run.requests) == 2
     dashed = [s for s in fig.layout.shapes if s.type == "line" and s.line.dash == "dash"]
-    firsts = sorted(float(a + t) * 1e3 for a, t in zip(run.requests["arrival"],
-                                                      run.ttft.values(), strict=True))  # fmt: skip
+    table = run.result["per_request"]
+    firsts = sorted((a + t) * 1e3 for a, t in zip(table["arrival_s"], table["ttft_s"],
+                                                  strict=True))  # fmt: skip
     assert sorted(s.x0 for s in dashed) == pytest.approx(firsts)
     passes = next(t for t in fig.data if t.name == "passes")
     assert len(passes.x) == len(run.passes) == run.inputs["passes"]
+
+
+def test_passes_and_requests_are_the_engines_tables(run: RunData) -> None:
+    per_pass, per_request = run.result["per_pass"], run.result["per_request"]
+    passes = run.passes
+    assert passes["pass_"].tolist() == per_pass["pass"]
+    assert passes["start"].tolist() == per_pass["start_s"]
+    assert passes["end"].tolist() == per_pass["end_s"]
+    assert [("prefill", "decode")[p] for p in passes["phase"]] == per_pass["phase"]
+    assert run.requests["end"].tolist() == per_request["finish_s"]
+    assert run.requests["decode_tokens"].tolist() == per_request["decode_tokens"]
+    # the pass bars are coloured by the engine's phase
+    fig = timeline_figure(run)
+    bars = next(t for t in fig.data if t.name == "passes")
+    assert list(bars.hovertext) == per_pass["phase"]
 
 
 def test_beyond_the_limit_spans_are_aggregated_and_the_figure_says_so(run: RunData) -> None:
@@ -115,7 +131,10 @@ def test_lanes_and_kinds_are_data_driven() -> None:
     rec.add(link, "demand_fetch", 1e-3, 4e-3, 0, 0, 8, 100, 0)
     rec.add(gpu, "lm_head", 4e-3, 5e-3, pass_=0, request=0)
     result = {"engine": "simulate", "metrics": {"makespan_s": 5e-3}, "per_layer": {},
-              "per_request": {"request": [0], "ttft_s": [5e-3]},
+              "per_request": {"request": [0], "arrival_s": [0.0], "ttft_s": [5e-3],
+                              "finish_s": [5e-3], "decode_tokens": [0]},
+              "per_pass": {"gpu": ["gpu0"], "pass": [0], "request": [0], "phase": ["prefill"],
+                           "start_s": [0.0], "end_s": [5e-3]},
               "inputs": {"num_layers": 2, "num_experts": 4}, "config": {}}  # fmt: skip
     run = RunData(result, Recording(rec.array(), rec.lanes))
     fig = timeline_figure(run)
@@ -145,19 +164,25 @@ def test_stall_breakdown_adds_up_to_the_engines_stall(run: RunData) -> None:
     assert sum(stall_by_phase(run).values()) == pytest.approx(run.metrics["stall_s"], rel=1e-9)
 
 
-def test_ttft_breakdown_matches_the_engine(run: RunData) -> None:
-    """Derived from the spans alone, each request's TTFT split equals the engine's."""
+def test_ttft_breakdown_per_layer_adds_up_to_the_engines_split(run: RunData) -> None:
+    """The per-layer split, from the spans, covers each request's TTFT window as the engine's
+    per-request compute and stall do (the spans of no layer, the LM head, make up the rest)."""
     engine = run.result["per_request"]
-    stripped = dict(run.result, per_request={k: engine[k] for k in ("request", "ttft_s")})
-    derived = ttft_breakdown(RunData(stripped, run.recording))
-    rows = derived.requests
-    assert rows["ttft"] == pytest.approx(engine["ttft_s"], rel=1e-9)
-    if "ttft_compute_s" in engine:
-        assert rows["compute"] == pytest.approx(engine["ttft_compute_s"], rel=1e-9)
-        assert rows["stall"] == pytest.approx(engine["ttft_stall_s"], rel=1e-9)
-    assert rows["compute"] + rows["stall"] + rows["other"] == pytest.approx(rows["ttft"])
-    per_layer = derived.layer_compute.sum() + derived.layer_stall.sum()
-    assert per_layer <= rows["ttft"].mean() + 1e-12
+    b = ttft_breakdown(run)
+    assert b.requests["request"].tolist() == engine["request"]
+    assert b.requests["total"].tolist() == engine["ttft_s"]
+    assert b.requests["other"].tolist() == engine["ttft_other_s"]
+    spans = run.spans
+    compute = spans[np.isin(spans["kind"], [KIND[k] for k in COMPUTE_KINDS])]
+    stall = spans[spans["kind"] == KIND["stall"]]
+    n = run.num_layers
+    for r in b.requests:
+        arrival = engine["arrival_s"][engine["request"].index(int(r["request"]))]
+        window = (arrival, arrival + r["total"])
+        assert covered(compute, *window, n).sum() == pytest.approx(r["compute"], rel=1e-9)
+        assert covered(stall, *window, n).sum() == pytest.approx(r["stall"], rel=1e-9, abs=1e-15)
+    mean_layers = b.layer_compute.sum() + b.layer_stall.sum()
+    assert 0 < mean_layers <= (b.requests["compute"] + b.requests["stall"]).mean()
 
 
 def test_run_report_page(run: RunData, timed_dir: Path, tmp_path: Path) -> None:
@@ -169,4 +194,8 @@ def test_run_report_page(run: RunData, timed_dir: Path, tmp_path: Path) -> None:
     page = (tmp_path / "report.html").read_text()
     assert page.count("<script") == 1 + len(figures)  # plotly.js once, then one per figure
     assert 'href="timeline.html"' in page and "All metrics" in page
+    # each number in its unit: throughput in tok/s, link bandwidths in B/s, shares in %
+    throughput = METRICS["throughput_tok_s"].format(run.metrics["throughput_tok_s"])
+    assert throughput.endswith(" tok/s") and f">{throughput}</td>" in page
+    assert "GB/s</td>" in page and "%</td>" in page
     json.loads(json.dumps(figures["ttft"].to_plotly_json(), default=str))

@@ -1,5 +1,5 @@
-"""What the exports derive from spans alone, on hand-built spans: sub-tracks, the pass and
-request tables, the class each transfer served; and spans.npz in the run folder."""
+"""What the exports derive from spans alone, on hand-built spans: sub-tracks, the class each
+transfer served, lane and counter names; and spans.npz in the run folder."""
 
 from __future__ import annotations
 
@@ -24,8 +24,6 @@ from specmd_sim.timeline import (
     counter_label,
     lane_process,
     lane_track,
-    pass_table,
-    request_table,
     served_class,
     track_rows,
 )
@@ -62,25 +60,6 @@ def _spans() -> np.ndarray:
     rec.add(gpu, "expert", 7.0, 8.0, pass_=1, layer=0, expert=7, request=1,
             klass=int(AccessClass.HIT))  # fmt: skip
     return rec.array()
-
-
-def test_pass_table_spans_first_to_last_non_transfer_span() -> None:
-    passes = pass_table(_spans())
-    assert passes.tolist() == [(0, 0, 0.0, 4.5), (1, 1, 6.0, 8.0)]
-
-
-def test_pass_of_several_requests_has_request_minus_one() -> None:
-    spans = _spans()
-    spans["request"][(spans["pass_"] == 1) & (spans["kind"] == KIND["expert"])] = 3
-    assert pass_table(spans)["request"].tolist() == [0, -1]
-
-
-def test_request_table_from_passes_and_ttft() -> None:
-    table = request_table(pass_table(_spans()), {0: 4.5})
-    assert table["request"].tolist() == [0, 1]
-    assert table["arrival"].tolist() == [0.0, 6.0]
-    assert table["first_token"][0] == 4.5 and np.isnan(table["first_token"][1])
-    assert table["end"].tolist() == [4.5, 8.0]
 
 
 def test_served_class_of_transfers() -> None:
@@ -155,7 +134,8 @@ def test_run_folder_files(timed_dir: Path, replay_dir: Path) -> None:
 def test_replay_over_a_timed_folder_removes_its_timing_files(
     timed: RunResult, tmp_path: Path, replay_dir: Path
 ) -> None:
-    write_run(tmp_path, timed, timeline_html=False)
+    (tmp_path / "timeline.html").write_text("stale")  # the page of an earlier run
+    write_run(tmp_path, timed)
     assert (tmp_path / "spans.npz").is_file() and not (tmp_path / "timeline.html").exists()
     replayed = RunData.load(replay_dir)
     assert replayed.recording is None

@@ -1,4 +1,5 @@
-"""The results table on disk: atomic parts, one schema, repair after a crash, pandas reads it."""
+"""The results table on disk: a schema known before the first row, atomic parts, pandas reads
+them, a part of another schema is refused."""
 
 from __future__ import annotations
 
@@ -9,47 +10,49 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from specmd_sim import SimConfig
 from specmd_sim.errors import SpecmdError
+from specmd_sim.metrics import INPUTS, METRICS
 from specmd_sim.sweep.store import (
     ResultStore,
-    column_order,
+    annotation_kind,
     export_csv,
     load_table,
     read_rows,
-    unify,
+    table_columns,
 )
 
-AXES = ["capacity", "eviction"]
+AXES = {"capacity": [8, "5%", 16], "eviction": ["lru", "lru", "lru"]}
+CONFIGS = [SimConfig(cache={"capacity": c}, eviction={"kind": "lru"}, seed=i)
+           for i, c in enumerate(AXES["capacity"])]  # fmt: skip
 
 
-def seed(index: int, capacity: object) -> dict:
+def seed(index: int) -> dict:
+    capacity = AXES["capacity"][index]
     return {
         "point_index": index,
-        "point_id": f"replay-{index:012x}",
+        "point_id": f"simulate-{index:012x}",
         "status": "ok",
         "error": None,
         "axis.capacity": capacity,
         "axis.eviction": "lru",
-        "engine": "replay",
+        "engine": "simulate",
         "hardware_grade": None,
         "config.cache.capacity": capacity,
         "config.seed": index,
     }
 
 
-SEEDS = [seed(0, 8), seed(1, "5%"), seed(2, 16)]
-
-
 def ok_row(index: int, **metrics: object) -> dict:
-    return {**SEEDS[index], "hits": 10 + index, "hit_rate": 0.5, **metrics}
+    return {**seed(index), "hits": 10 + index, "hit_rate": 0.5, "inputs.model": "m", **metrics}
 
 
 def error_row(index: int) -> dict:
-    return {**SEEDS[index], "status": "error", "error": "cache.capacity: too small"}
+    return {**seed(index), "status": "error", "error": "cache.capacity: too small"}
 
 
-def store(root: Path) -> ResultStore:
-    s = ResultStore(root, AXES, len(SEEDS), SEEDS)
+def store(root: Path, engine: str = "simulate", configs: list = CONFIGS) -> ResultStore:
+    s = ResultStore(root, table_columns(engine, AXES, configs), len(configs))
     s.scan()
     return s
 
@@ -58,65 +61,84 @@ def schemas(root: Path) -> list[pa.Schema]:
     return [pq.read_schema(p) for p in sorted(root.glob("*.parquet"))]
 
 
-def test_kinds_unify_to_the_narrowest_common_one() -> None:
-    assert unify("int", "float") == "float"
-    assert unify("null", "int") == "int" and unify("bool", "null") == "bool"
-    assert unify("int", "string") == "string" and unify("bool", "int") == "string"
-
-
-def test_column_order_is_canonical() -> None:
-    names = ["config.seed", "ttft_s", "inputs.model", "error", "axis.eviction",
-             "hardware_grade", "hit_rate", "point_id", "engine", "axis.capacity", "status",
-             "point_index"]  # fmt: skip
-    assert column_order(names, AXES) == [
+def test_columns_come_from_the_spec_and_the_config_model() -> None:
+    columns = table_columns("simulate", AXES, CONFIGS)
+    names = list(columns)
+    metrics = sorted(m.name for m in METRICS.values() if m.when is None)
+    config = sorted(n for n in names if n.startswith("config."))
+    assert names == [
         "point_index", "point_id", "status", "error", "axis.capacity", "axis.eviction",
-        "engine", "hardware_grade", "hit_rate", "ttft_s", "inputs.model", "config.seed",
+        "engine", "hardware_grade", *metrics, *(f"inputs.{k}" for k in sorted(INPUTS)), *config,
     ]  # fmt: skip
+    assert (columns["axis.capacity"], columns["axis.eviction"]) == ("string", "string")
+    assert (columns["hits"], columns["bytes_demand"], columns["ttft_s"]) == ("int", "int", "float")
+    assert (columns["inputs.model"], columns["inputs.capacity_bytes"]) == ("string", "int")
+    # from the model: a size spec ("5%" or 8) is text, an optional int an int
+    assert columns["config.cache.capacity"] == "string"
+    assert columns["config.workload.max_requests"] == "int"
+    assert columns["config.predictor.accuracy"] == "float"
+    assert columns["config.eviction.kind"] == "string"
+    assert columns["config.belady_gap"] == "bool"
+
+
+def test_the_engine_and_the_configs_choose_the_metrics() -> None:
+    replay = table_columns("replay", AXES, CONFIGS)
+    assert "hit_rate" in replay and "ttft_s" not in replay and "belady_misses" not in replay
+    gap = table_columns("replay", AXES, [*CONFIGS, SimConfig(belady_gap=True)])
+    assert gap["belady_misses"] == "int" and gap["belady_reference"] == "string"
+
+
+def test_plugin_parameters_of_every_point_are_columns() -> None:
+    configs = [SimConfig(eviction={"kind": "lru"}),
+               SimConfig(eviction={"kind": "least-stale", "order": "layer"})]  # fmt: skip
+    columns = table_columns("replay", {}, configs)
+    assert columns["config.eviction.order"] == "string"
+
+
+def test_axis_columns_keep_a_kind_their_values_share() -> None:
+    columns = table_columns("replay", {"seed": [0, 1], "x": [0.5, 1], "k": [None, 4]}, CONFIGS)
+    assert (columns["axis.seed"], columns["axis.x"], columns["axis.k"]) == ("int", "float", "int")
+
+
+def test_annotation_kinds() -> None:
+    from typing import Literal
+
+    assert annotation_kind(int | None) == "int"
+    assert annotation_kind(int | float) == "float"
+    assert annotation_kind(Literal["a", "b"]) == "string"
+    assert annotation_kind(str | int) == "string"
+    assert annotation_kind(int | list[str]) == "string"
+    assert annotation_kind(bool) == "bool"
 
 
 def test_an_error_row_first_then_ok_rows_share_one_schema(tmp_path: Path) -> None:
     s = store(tmp_path)
-    s.append(error_row(1))  # no metric columns yet
+    s.append(error_row(1))  # no metrics, and still the full schema
     s.append(ok_row(0, ttft_s=None))
-    s.append(ok_row(2, ttft_s=1.25))
+    s.append(ok_row(2, ttft_s=1.25, stall_s=0))
     first, *rest = schemas(tmp_path)
     assert all(schema.equals(first) for schema in rest)
+    assert first.field("hits").type == pa.int64()
+    assert first.field("stall_s").type == pa.float64()
     df = pd.read_parquet(tmp_path)  # the literal promise of the docs
     assert list(df["point_index"]) == [0, 1, 2]
     assert list(df["status"]) == ["ok", "error", "ok"]
     assert df["hits"].isna().tolist() == [False, True, False]
-    assert df["ttft_s"].tolist()[2] == 1.25
+    assert df["ttft_s"].tolist()[2] == 1.25 and df["stall_s"].tolist()[2] == 0.0
     # mixed capacity values are one string column; the axis column too
     assert list(df["config.cache.capacity"]) == ["8", "5%", "16"]
     assert list(df["axis.capacity"]) == ["8", "5%", "16"]
-    assert first.field("hits").type == pa.int64()
 
 
-def test_widening_int_to_float_rewrites_earlier_parts(tmp_path: Path) -> None:
-    s = store(tmp_path)
-    s.append(ok_row(0, stall_s=0))
-    assert schemas(tmp_path)[0].field("stall_s").type == pa.int64()
-    s.append(ok_row(1, stall_s=0.5))
-    assert {schema.field("stall_s").type for schema in schemas(tmp_path)} == {pa.float64()}
-    assert [r["stall_s"] for r in read_rows(tmp_path)] == [0.0, 0.5]
-
-
-def test_the_table_does_not_depend_on_the_order_rows_arrive(tmp_path: Path) -> None:
-    rows = [ok_row(0, x=16), ok_row(1, x=0.5), ok_row(2, x="many")]
-    for name, order in (("a", [0, 1, 2]), ("b", [2, 1, 0]), ("c", [1, 0, 2])):
-        s = store(tmp_path / name)
-        for i in order:
-            s.append(rows[i])
-    tables = [pd.read_parquet(tmp_path / name) for name in "abc"]
-    assert tables[0]["x"].tolist() == ["16", "0.5", "many"]
-    for table in tables[1:]:
-        pd.testing.assert_frame_equal(table, tables[0])
+def test_a_row_with_a_column_outside_the_schema_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match=r"columns \['surprise'\] are not in the table"):
+        store(tmp_path).append(ok_row(0, surprise=1))
 
 
 def test_append_replaces_the_row_of_the_same_point(tmp_path: Path) -> None:
     s = store(tmp_path)
     s.append(error_row(0))
-    assert s.error_ids() == {"replay-000000000000"}
+    assert s.error_ids() == {"simulate-000000000000"}
     s.append(ok_row(0))
     assert len(list(tmp_path.glob("*.parquet"))) == 1
     assert [r["status"] for r in read_rows(tmp_path)] == ["ok"]
@@ -128,24 +150,19 @@ def test_meta_and_temporary_files_are_not_part_of_the_table(tmp_path: Path) -> N
     s.append(ok_row(0))
     (tmp_path / "_meta").mkdir()
     (tmp_path / "_meta" / "spec.yaml").write_text("engine: replay\n")
-    (tmp_path / ".000001-replay-000000000001.parquet.tmp").write_bytes(b"half a file")
+    (tmp_path / ".000001-simulate-000000000001.parquet.tmp").write_bytes(b"half a file")
     assert len(pd.read_parquet(tmp_path)) == 1
-    store(tmp_path)  # scanning deletes the leftover
+    again = store(tmp_path)  # scanning deletes the leftover
     assert not list(tmp_path.glob(".*.tmp"))
+    assert again.done_ids() == {"simulate-000000000000"}
 
 
-def test_scan_repairs_a_part_left_with_an_older_schema(tmp_path: Path) -> None:
-    s = store(tmp_path)
-    s.append(ok_row(0))
-    s.append(ok_row(1, ttft_s=2.0))
-    # a crash between writing a wider row and rewriting the older parts leaves this behind
-    part = sorted(tmp_path.glob("*.parquet"))[0]
-    pq.write_table(pq.read_table(part).drop_columns(["ttft_s"]), part)
-    assert len({str(schema) for schema in schemas(tmp_path)}) == 2
-    again = store(tmp_path)
-    assert len({str(schema) for schema in schemas(tmp_path)}) == 1
-    assert again.done_ids() == {SEEDS[0]["point_id"], SEEDS[1]["point_id"]}
-    assert [r["ttft_s"] for r in read_rows(tmp_path)] == [None, 2.0]
+def test_a_part_of_another_schema_is_a_user_error(tmp_path: Path) -> None:
+    store(tmp_path).append(ok_row(0))
+    part = next(tmp_path.glob("*.parquet"))
+    pq.write_table(pq.read_table(part).drop_columns(["ttft_s"]), part)  # an older version's
+    with pytest.raises(SpecmdError, match=r"with other columns .* use a new --out folder"):
+        store(tmp_path)
 
 
 def test_unreadable_part_is_a_user_error(tmp_path: Path) -> None:

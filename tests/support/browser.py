@@ -2,7 +2,8 @@
 
 Used to check pages in a real browser (the tests open every generated page, collect console
 errors and take screenshots) and to make the screenshots of the documentation
-(``docs/make_screenshots.py``). Chromium runs with ``--remote-debugging-pipe``: commands go in
+(``docs/make_screenshots.py``, which puts ``tests/`` on ``sys.path``); not part of the installed
+package. Chromium runs with ``--remote-debugging-pipe``: commands go in
 on its file descriptor 3 and answers and events come out on 4, as JSON messages each ended by
 a NUL byte. A small shell ``exec`` puts the two pipes of :class:`subprocess.Popen` on those
 descriptors.
