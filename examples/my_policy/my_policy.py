@@ -4,8 +4,12 @@
 order 0, 1, ..., L-1 every pass, so the expert of the layer just computed is needed again
 furthest in the future. Experts of one layer go least recently used first (or lowest id first
 with ``recency_ties: false``). It follows the plug-in contract of
-``specmd_sim/policies/eviction/base.py``: a ``kind``, a frozen ``Config``, a description and a
-source, and registration with ``@EVICTION.register``; it reuses LRU's bookkeeping.
+``specmd_sim/policies/eviction/base.py``: a frozen ``Config`` whose ``kind`` default is the
+policy's name, a description and a source, and registration with ``@EVICTION.register``. It
+reuses LRU's bookkeeping, so it derives from ``LRUEviction`` and names its ``Config``; a policy
+written from scratch derives from ``EvictionPolicy[FarthestLayerConfig]``, which sets both
+``Config`` and the type of ``self.config``. ``ctx`` is the run's online view: the model's shape
+and what the run has seen so far, never the future.
 
 Name it in a config by its import path, so that any process (a sweep worker, CI) finds it::
 
@@ -20,9 +24,11 @@ from typing import Literal
 
 from pydantic import Field
 
+from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.eviction.base import Evictable
 from specmd_sim.policies.eviction.lru import LRUEviction
-from specmd_sim.policies.registry import EVICTION, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import EVICTION
 
 
 class FarthestLayerConfig(PluginConfig):
@@ -36,16 +42,15 @@ class FarthestLayerConfig(PluginConfig):
 
 @EVICTION.register
 class FarthestLayer(LRUEviction):
-    kind = "farthest-layer"
-    Config = FarthestLayerConfig
+    Config = FarthestLayerConfig  # its kind, "farthest-layer", is the config's default
     description = "The expert whose layer the forward sweep reaches last goes first."
     source = "examples/my_policy (a user-defined policy)"
 
-    def __init__(self, config: FarthestLayerConfig, ctx: object) -> None:
+    def __init__(self, config: FarthestLayerConfig, ctx: RunContext) -> None:
         super().__init__(config, ctx)
         self.recency_ties = config.recency_ties
-        self.num_layers = self.ctx.num_layers  # type: ignore[attr-defined]
-        self.num_experts = self.ctx.num_experts  # type: ignore[attr-defined]
+        self.num_layers = ctx.num_layers
+        self.num_experts = ctx.num_experts
         self.layer = 0
 
     def on_layer(self, layer: int) -> None:

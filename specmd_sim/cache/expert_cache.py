@@ -16,15 +16,12 @@ Miss taxonomy: a miss is *compulsory* if the expert was never resident before in
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from specmd_sim.cache.policy import CachePolicy
 from specmd_sim.cache.states import AccessClass, FetchReason, State
 from specmd_sim.errors import SpecmdError
-
-if TYPE_CHECKING:
-    from specmd_sim.policies.eviction.base import EvictionPolicy
 
 _ABSENT, _LOADING, _RESIDENT = int(State.ABSENT), int(State.LOADING), int(State.RESIDENT)
 _HIT, _LATE, _COMP, _CAP, _COLL = (int(c) for c in AccessClass)
@@ -111,7 +108,7 @@ class ExpertCache:
         num_experts: int,
         expert_bytes: int | Sequence[int],
         capacity_bytes: int,
-        policy: EvictionPolicy,
+        policy: CachePolicy,
     ) -> None:
         n = num_layers * num_experts
         sizes = [expert_bytes] * n if isinstance(expert_bytes, int) else list(expert_bytes)
@@ -145,6 +142,9 @@ class ExpertCache:
         self.stats = CacheStats(num_layers)
         self.listeners: list[Callable[[], None]] = []  # told when space may have been freed
         self.occupancy_hook: Callable[[int], None] | None = None  # told used_bytes on change
+        # told (pass, layer) at each router decision, and (pass, -1) at each pass start, before
+        # the policy: the run's history (policies/context.py) follows the run's position
+        self.position_listeners: list[Callable[[int, int], None]] = []
 
     # --- queries -------------------------------------------------------------------------
 
@@ -172,9 +172,14 @@ class ExpertCache:
 
     def begin_pass(self, pass_index: int) -> None:
         self.pass_index = pass_index
+        for listener in self.position_listeners:
+            listener(pass_index, -1)
         self.policy.on_pass_start(pass_index)
 
     def begin_layer(self, layer: int) -> None:
+        """The router of ``layer`` (of the current pass) decides."""
+        for listener in self.position_listeners:
+            listener(self.pass_index, layer)
         self.policy.on_layer(layer)
 
     def pin(self, key: int) -> None:

@@ -140,7 +140,8 @@ def regress(
         current = [rg.current_from_run(run, key)]
         only: list[str] | None = [key]
     else:
-        current = rg.current_from_sweep(sweep_dir)  # type: ignore[arg-type]
+        assert sweep_dir is not None  # exactly one of the two, checked above
+        current = rg.current_from_sweep(sweep_dir)
         only = None
     out = console()
     if not baseline.exists():

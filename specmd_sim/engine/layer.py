@@ -9,7 +9,7 @@ or happens on another device. The engine fulfils the request and sends back its 
 ====================  =====================================================  ================
 request               meaning                                                outcome
 ====================  =====================================================  ================
-:class:`Decide`       the router of ``(pass, layer)`` is about to decide     —
+:class:`Decide`       the router of ``(pass, layer)`` decides ``keys``         —
 :class:`WaitForSpace` a demand fetch found nothing evictable; the step        —
                       retries the reservation once the engine returns
 :class:`Fetch`        move ``key``'s bytes; the cache has reserved its space  a handle
@@ -53,7 +53,7 @@ from specmd_sim.policies.miss.base import FETCH, MissAction, MissDecision
 from specmd_sim.scenario import RunObjects
 
 _HIT, _LATE = int(AccessClass.HIT), int(AccessClass.LATE_HIT)
-_ABSENT = int(State.ABSENT)
+_ABSENT, _RESIDENT = int(State.ABSENT), int(State.RESIDENT)
 _DEMAND, _PREFETCH = FetchReason.DEMAND, FetchReason.PREFETCH
 _FETCH, _DROP, _CPU = MissAction.FETCH, MissAction.DROP, MissAction.CPU
 
@@ -62,6 +62,7 @@ _FETCH, _DROP, _CPU = MissAction.FETCH, MissAction.DROP, MissAction.CPU
 class Decide:
     pass_index: int
     layer: int
+    keys: frozenset[int]  # the layer's demand set
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +123,15 @@ Step = Generator[Request, Any, None]
 
 
 class LayerStep:
-    """The decisions of one GPU's run: its cache, plug-ins and demand sets."""
+    """The decisions of one GPU's run: its cache, plug-ins and demand sets.
 
-    def __init__(self, run: RunObjects) -> None:
+    ``timed=False`` (an engine in which nothing takes time) leaves out the requests that only
+    tell the engine where time goes — :class:`Decide`, :class:`Run` and :class:`AwaitCpu`; the
+    decisions are the same, only cheaper to drive.
+    """
+
+    def __init__(self, run: RunObjects, timed: bool = True) -> None:
+        self.timed = timed
         self.cache: ExpertCache = run.cache
         self.prefetch = run.prefetch
         self.predictor = run.predictor
@@ -140,11 +147,12 @@ class LayerStep:
 
     def layer(self, p: int, layer: int) -> Step:
         """One MoE layer of pass ``p`` (a generator of requests; see the module docstring)."""
-        yield Decide(p, layer)
-        self.cache.begin_layer(layer)
         lo, hi = self.demand.span(p, layer)
         keys: list[int] = self.demand.keys[lo:hi].tolist()
         tokens: list[int] = self.demand.tokens[lo:hi].tolist()
+        if self.timed:
+            yield Decide(p, layer, frozenset(keys))
+        self.cache.begin_layer(layer)
         if self.pinned:
             yield from self._pinned(p, layer, keys, tokens)
         else:
@@ -182,38 +190,43 @@ class LayerStep:
                 held.append(by)
                 ready.append(Expert(by, n, klass))
         yield from self._plan_prefetches(p, layer)
-        yield Run(ready + waiting)
-        if on_cpu:
-            yield AwaitCpu(on_cpu)
+        if self.timed:
+            yield Run(ready + waiting)
+            if on_cpu:
+                yield AwaitCpu(on_cpu)
         for key in held:
             cache.unpin(key)
 
     def _one_at_a_time(self, p: int, layer: int, keys: list[int], tokens: list[int]) -> Step:
-        cache = self.cache
+        cache, timed = self.cache, self.timed
         taken = set(keys)
         for key, n in zip(keys, tokens, strict=True):
             cache.pin(key)
             klass = cache.access(key, layer)
             if klass == _HIT:
-                yield Run([Expert(key, n, klass)])
+                if timed:
+                    yield Run([Expert(key, n, klass)])
                 cache.unpin(key)
                 continue
             decision = self._decide(p, layer, key, taken)
             if decision.action is _FETCH:
                 handle = yield from self._fetch(p, layer, key, klass)
-                yield Run([Expert(key, n, klass, handle)])
+                if timed:
+                    yield Run([Expert(key, n, klass, handle)])
             elif decision.action is _DROP:
                 cache.drop()
             elif decision.action is _CPU:
                 cache.run_on_cpu()
                 handle = yield RunOnCpu(key, n, klass)
-                yield AwaitCpu([CpuExpert(key, klass, handle)])
+                if timed:
+                    yield AwaitCpu([CpuExpert(key, klass, handle)])
             else:
                 by = decision.by
                 cache.substitute(by)
                 cache.pin(by)
                 taken.add(by)
-                yield Run([Expert(by, n, klass)])
+                if timed:
+                    yield Run([Expert(by, n, klass)])
                 cache.unpin(by)
             cache.unpin(key)
         yield from self._plan_prefetches(p, layer)
@@ -228,6 +241,8 @@ class LayerStep:
         into the cache, or stream it past the cache when the policy does not admit it."""
         cache = self.cache
         if klass == _LATE:
+            if cache.state[key] == _RESIDENT:
+                return None  # its transfer ended while an earlier miss waited for space
             return (yield Join(key))
         if not cache.admits(key, _DEMAND):
             cache.stream(key)

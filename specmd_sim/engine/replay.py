@@ -27,7 +27,7 @@ def replay(
     warm start as the policy it bounds)."""
     scenario = config if isinstance(config, Scenario) else build_scenario(config)
     run = build_run(scenario, warm)
-    cache, step = run.cache, LayerStep(run)
+    cache, step = run.cache, LayerStep(run, timed=False)
     num_layers = scenario.trace.num_layers
     total = scenario.passes.num_passes
     for p in range(total):
@@ -52,7 +52,8 @@ def replay(
 
 
 def _fulfil(step: Step, complete: Callable[[int], None]) -> None:
-    """Drive one layer step: a fetch lands at once; nothing else takes time."""
+    """Drive one layer step: a fetch lands at once; nothing else takes time (the step is
+    untimed, so it asks neither to run experts nor to wait)."""
     for request in step:
         match request:
             case Fetch(key, bypass=False):
@@ -74,7 +75,7 @@ def belady_gap(scenario: Scenario, metrics: dict[str, Any], warm: list[int]) -> 
     """
     config = scenario.config
     policy = EVICTION.get(config.eviction.kind)
-    reference = "belady-bypass" if getattr(policy, "may_bypass", False) else "belady"
+    reference = "belady-bypass" if policy.may_bypass else "belady"
     optimal_config = config.model_copy(
         update={"eviction": EVICTION.parse_config(reference), "belady_gap": False}
     )

@@ -23,7 +23,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Grade = Literal["A", "B", "C", "D"]
-GRADE_ORDER = "ABCD"  # best first
+GRADE_ORDER: tuple[Grade, ...] = ("A", "B", "C", "D")  # best first
 
 
 class _Frozen(BaseModel):
@@ -246,4 +246,4 @@ class HardwareProfile(_Frozen):
 def lowest_grade(quantities: list[Quantity]) -> Grade:
     """The worst grade among ``quantities`` (``'A'`` if empty)."""
     worst = max((GRADE_ORDER.index(q.grade) for q in quantities), default=0)
-    return GRADE_ORDER[worst]  # type: ignore[return-value]
+    return GRADE_ORDER[worst]

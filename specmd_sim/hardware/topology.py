@@ -31,7 +31,7 @@ class Hop:
 
 
 def build_graph(profile: HardwareProfile) -> nx.Graph:
-    graph = nx.Graph()
+    graph: nx.Graph[str] = nx.Graph()
     for node in profile.nodes:
         graph.add_node(node.id, spec=node)
     for link in profile.links:

@@ -30,7 +30,7 @@ class ActivationMatrices:
         self._match_at = (-1, -1)
 
     def _observe(self, pass_index: int, layer: int, experts: np.ndarray) -> None:
-        request = int(self.ctx.passes.request[pass_index])
+        request = self.ctx.history.pass_info(pass_index).request
         if request != self.request:
             if self.current.any():
                 self.store.append(self.current / np.linalg.norm(self.current))

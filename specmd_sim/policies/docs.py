@@ -1,7 +1,8 @@
 """Render the registered plug-ins as Markdown: ``docs/policies.md`` is this output.
 
-Each plug-in's section is its one-line description and source, its config fields (with
-defaults and descriptions) and its module docstring, which states the exact rule. Generating
+Each plug-in's section is its one-line description and source, whether it is offline (given
+the run's future), its config fields (with defaults and descriptions) and its module
+docstring, which states the exact rule. Generating
 the page from the code keeps it from drifting; a test checks the committed page is current.
 """
 
@@ -9,10 +10,13 @@ from __future__ import annotations
 
 import inspect
 import sys
+from typing import Any
 
 from specmd_sim.policies.registry import EVICTION, MISS, PREDICTORS, PREFETCH, Registry
 
-FAMILIES: tuple[tuple[str, Registry, str], ...] = (
+OFFLINE = "**Offline**: given the run's future (its whole access sequence) before the run."
+
+FAMILIES: tuple[tuple[str, Registry[Any], str], ...] = (
     ("Eviction policies", EVICTION, "eviction"),
     ("Prefetch policies", PREFETCH, "prefetch"),
     ("Predictors", PREDICTORS, "predictor"),
@@ -34,6 +38,8 @@ def render() -> str:
         for cls in registry.entries():
             module = sys.modules[cls.__module__]
             lines += [f"### `{cls.kind}`", "", f"{cls.description} *Source: {cls.source}.*", ""]
+            if cls.offline:
+                lines += [OFFLINE, ""]
             fields = {k: f for k, f in cls.Config.model_fields.items() if k != "kind"}
             if fields:
                 lines += ["| parameter | default | meaning |", "|---|---|---|"]

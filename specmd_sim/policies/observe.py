@@ -2,7 +2,8 @@
 
 Predictors and policies that learn (popularity, transitions, activation matrices) must only use
 the past. :class:`DemandObserver` feeds them each (pass, layer) demand set exactly once, in run
-order, up to and including the layer whose router has just decided — never beyond.
+order, up to and including the layer whose router has just decided — never beyond: it reads
+them from the run's history (``ctx.history``), which refuses anything later.
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ class DemandObserver:
 
     def advance(self, pass_index: int, layer: int) -> None:
         """Feed every demand set up to and including (``pass_index``, ``layer``)."""
-        demand, num_layers, num_experts = self.ctx.demand, self.ctx.num_layers, self.ctx.num_experts
+        history, num_layers = self.ctx.history, self.ctx.num_layers
+        num_experts = self.ctx.num_experts
         upto = pass_index * num_layers + layer
         while self.next <= upto:
             p, lay = divmod(self.next, num_layers)
-            lo, hi = int(demand.offsets[self.next]), int(demand.offsets[self.next + 1])
-            self.observe(p, lay, demand.keys[lo:hi] - lay * num_experts)
+            self.observe(p, lay, history.keys_of(p, lay) - lay * num_experts)
             self.next += 1

@@ -1,15 +1,26 @@
-"""Plug-in registries: one per family (eviction, prefetch, predictor).
+"""Plug-in registries: one per family.
 
 Families: eviction, prefetch, predictor and miss (what to do when a demanded expert is not
-resident). A plug-in is one module in its family's package that defines a class with
+resident). A plug-in is one module in its family's package that defines a class deriving from
+its family's base parametrised by its config (:mod:`specmd_sim.policies.plugin`):
 
-- ``kind``: the registered name, equal to the ``kind`` of its config (``"lru"``);
-- ``Config``: a frozen pydantic model deriving from :class:`PluginConfig` with
-  ``kind: Literal["lru"] = "lru"`` and the plug-in's parameters;
+- its ``Config``: a frozen pydantic model deriving from :class:`PluginConfig` with
+  ``kind: Literal["lru"] = "lru"`` and the plug-in's parameters; that default is the plug-in's
+  registered ``kind``;
 - ``description`` and ``source``: one line each, shown by ``specmd policies list``;
 
-and registers it with ``@EVICTION.register`` (or ``PREFETCH``, ``PREDICTORS``). Modules of a
-family package are imported on first use, so adding a plug-in is adding one module.
+and registers it with ``@EVICTION.register`` (or ``PREFETCH``, ``PREDICTORS``, ``MISS``)::
+
+    class LRUConfig(PluginConfig):
+        kind: Literal["lru"] = "lru"
+
+    @EVICTION.register
+    class LRUEviction(EvictionPolicy[LRUConfig]):
+        description = "Least recently used expert first."
+        source = "classic"
+
+Modules of a family package are imported on first use, so adding a plug-in is adding one
+module.
 
 A plug-in outside the package is named in a config by its import path, ``kind:
 "my_module:MyEviction"``: :meth:`Registry.get` imports the module (whose decorator registers the
@@ -21,49 +32,47 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import ValidationError, create_model
 
 from specmd_sim.errors import SpecmdError, from_validation_error
+from specmd_sim.policies.context import RunViews
+from specmd_sim.policies.eviction.base import EvictionPolicy
+from specmd_sim.policies.miss.base import MissHandler
+from specmd_sim.policies.plugin import Plugin, PluginConfig
+from specmd_sim.policies.predictors.base import Predictor
+from specmd_sim.policies.prefetch.base import PrefetchPolicy
+
+__all__ = ["EVICTION", "MISS", "PREDICTORS", "PREFETCH", "Plugin", "PluginConfig", "Registry"]
+
+P = TypeVar("P", bound=Plugin[Any])  # the family's base
+K = TypeVar("K", bound=type[Plugin[Any]])  # a class being registered
 
 
-class PluginConfig(BaseModel):
-    """Base of every plug-in config: ``kind`` selects the plug-in."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    kind: str
-
-
-class Plugin:
-    """What every registered class provides (see module docstring)."""
-
-    kind: ClassVar[str]
-    Config: ClassVar[type[PluginConfig]]
-    description: ClassVar[str]
-    source: ClassVar[str]
-
-
-T = TypeVar("T", bound=type[Plugin])
-
-
-class Registry(Generic[T]):
-    def __init__(self, family: str, package: str) -> None:
+class Registry(Generic[P]):
+    def __init__(self, family: str, package: str, base: type[P]) -> None:
         self.family = family
         self.package = package
-        self._entries: dict[str, T] = {}
+        self.base = base
+        self._entries: dict[str, type[P]] = {}
         self._loaded = False
 
-    def register(self, cls: T) -> T:
-        kind = cls.kind
-        if kind in self._entries and self._entries[kind] is not cls:
+    def register(self, cls: K) -> K:
+        plugin = cls
+        if not issubclass(plugin, self.base):
+            raise TypeError(
+                f"{self.family}: expected a subclass of {self.base.__name__}, got {cls.__name__}"
+            )
+        kind = plugin.kind
+        if kind in self._entries and self._entries[kind] is not plugin:
             raise ValueError(f"{self.family} kind {kind!r} is registered twice")
-        default_kind = cls.Config.model_fields["kind"].default
+        default_kind = plugin.Config.model_fields["kind"].default
         if default_kind != kind:
             raise ValueError(
-                f"{cls.__name__}.Config.kind defaults to {default_kind!r}, not {kind!r}"
+                f"{plugin.__name__}.Config.kind defaults to {default_kind!r}, not {kind!r}"
             )
-        self._entries[kind] = cls
+        self._entries[kind] = plugin
         return cls
 
     def _load(self) -> None:
@@ -79,7 +88,7 @@ class Registry(Generic[T]):
         self._load()
         return sorted(self._entries)
 
-    def get(self, kind: str) -> T:
+    def get(self, kind: str) -> type[P]:
         self._load()
         if kind not in self._entries and ":" in kind:
             self.register(self._import(kind))
@@ -89,7 +98,7 @@ class Registry(Generic[T]):
             )
         return self._entries[kind]
 
-    def _import(self, path: str) -> T:
+    def _import(self, path: str) -> type[P]:
         """The plug-in class named ``module:Class``, as a subclass whose kind is ``path``.
 
         The class must be registered in this family (its module's ``@register`` decorator ran
@@ -102,21 +111,30 @@ class Registry(Generic[T]):
             raise SpecmdError(
                 f"{self.family}.kind: expected an importable 'module:Class', got {path!r} ({exc})"
             ) from None
-        if not isinstance(cls, type) or self._entries.get(getattr(cls, "kind", None)) is not cls:
+        kind = getattr(cls, "kind", None)
+        registered = self._entries.get(kind) if isinstance(kind, str) else None
+        if registered is None or registered is not cls:
             raise SpecmdError(
                 f"{self.family}.kind: expected a class registered in the {self.family} "
                 f"registry, got {path!r}"
             )
+        kind_type: Any = Literal[path]  # a Literal of a runtime value, for pydantic
         config = create_model(
-            cls.Config.__name__,
-            __base__=cls.Config,
-            __module__=cls.__module__,
-            kind=(Literal[path], path),  # type: ignore[valid-type]
+            registered.Config.__name__,
+            __base__=registered.Config,
+            __module__=registered.__module__,
+            kind=(kind_type, path),
         )
-        attrs = {"kind": path, "Config": config, "__module__": cls.__module__}
-        return type(cls.__name__, (cls,), attrs)  # type: ignore[return-value]
+        attrs = {"Config": config, "__module__": registered.__module__}  # kind: from Config
+        return cast("type[P]", type(registered.__name__, (registered,), attrs))
 
-    def entries(self) -> list[T]:
+    def make(self, config: PluginConfig, views: RunViews) -> P:
+        """The plug-in ``config`` selects, given the run's offline view if it declares
+        ``offline``, else the online view."""
+        cls = self.get(config.kind)
+        return cls(config, views.view(cls.offline))
+
+    def entries(self) -> list[type[P]]:
         return [self.get(kind) for kind in self.kinds()]
 
     def parse_config(self, data: Any) -> PluginConfig:
@@ -134,7 +152,13 @@ class Registry(Generic[T]):
             raise SpecmdError(str(from_validation_error(self.family, exc))) from None
 
 
-EVICTION: Registry[Any] = Registry("eviction", "specmd_sim.policies.eviction")
-PREFETCH: Registry[Any] = Registry("prefetch", "specmd_sim.policies.prefetch")
-PREDICTORS: Registry[Any] = Registry("predictor", "specmd_sim.policies.predictors")
-MISS: Registry[Any] = Registry("miss", "specmd_sim.policies.miss")
+EVICTION: Registry[EvictionPolicy[Any]] = Registry(
+    "eviction", "specmd_sim.policies.eviction", EvictionPolicy
+)
+PREFETCH: Registry[PrefetchPolicy[Any]] = Registry(
+    "prefetch", "specmd_sim.policies.prefetch", PrefetchPolicy
+)
+PREDICTORS: Registry[Predictor[Any]] = Registry(
+    "predictor", "specmd_sim.policies.predictors", Predictor
+)
+MISS: Registry[MissHandler[Any]] = Registry("miss", "specmd_sim.policies.miss", MissHandler)

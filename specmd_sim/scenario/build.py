@@ -59,6 +59,7 @@ def build_scenario(config: SimConfig) -> Scenario:
     gpu_nodes = _resolve_gpus(config, profile)
     _check_gpus(config, gpu_nodes, placement, capacity)
     gpus = len(gpu_nodes)
+    shards: tuple[tuple[Passes, DemandSets], ...]
     if gpus == 1:
         shards = ((passes, demand),)
     else:

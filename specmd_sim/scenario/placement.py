@@ -106,7 +106,7 @@ def _dtypes(config: SimConfig, model: ModelSpec, counts: np.ndarray) -> list[str
     if cold is None or cold == model.expert_dtype:
         return [model.expert_dtype] * (layers * experts)
     hot = round(config.precision.hot_fraction * experts)
-    out = [cold] * (layers * experts)
+    out: list[str] = [cold] * (layers * experts)
     for layer in range(layers):
         rank = np.lexsort((np.arange(experts), -counts[layer]))
         for e in rank[:hot].tolist():

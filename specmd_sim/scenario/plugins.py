@@ -1,10 +1,16 @@
 """Build the objects one run needs (shared by both engines): per GPU a context, a cache and the
-plug-ins; and the request arrival times."""
+plug-ins; and the request arrival times.
+
+Each plug-in gets the GPU's online view of the run (:class:`RunContext`); an offline one (a
+bound, an oracle, a profile of the run's own trace) gets that view plus the GPU's access
+sequence (:class:`OfflineContext`). The context's history follows the cache's position.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -12,10 +18,17 @@ from specmd_sim.cache import ExpertCache
 from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware import TransferPath, host_path, transfer_path
 from specmd_sim.models import CostModel
-from specmd_sim.policies.context import RunContext
+from specmd_sim.policies.context import (
+    AccessSequence,
+    PassTable,
+    RecordedScores,
+    RunContext,
+    RunHistory,
+    RunViews,
+)
 from specmd_sim.policies.eviction.base import EvictionPolicy
 from specmd_sim.policies.miss.base import MissHandler
-from specmd_sim.policies.predictors.base import Predictor
+from specmd_sim.policies.predictors.base import Predictor, ScoreSource
 from specmd_sim.policies.prefetch.base import PrefetchPolicy
 from specmd_sim.policies.registry import EVICTION, MISS, PREDICTORS, PREFETCH
 from specmd_sim.scenario.build import Scenario, new_rng
@@ -27,12 +40,12 @@ class RunObjects:
     """One GPU's share of a run: its scenario (its requests' passes), context, cache, plug-ins."""
 
     scenario: Scenario
-    ctx: RunContext
+    ctx: RunContext  # the online view (offline plug-ins hold an OfflineContext of it)
     cache: ExpertCache
-    eviction: EvictionPolicy
-    prefetch: PrefetchPolicy
-    predictor: Predictor | None  # None when the prefetcher asks for no scores
-    miss: MissHandler
+    eviction: EvictionPolicy[Any]
+    prefetch: PrefetchPolicy[Any]
+    predictor: ScoreSource | None  # None when the prefetcher asks for no scores
+    miss: MissHandler[Any]
     arrivals: (
         np.ndarray | None
     )  # arrival time of each of its requests in admission order, s; None = closed loop
@@ -95,6 +108,7 @@ def _arrivals(scenario: Scenario, rng: np.random.Generator) -> np.ndarray | None
     # every request of every GPU (several may join in one pass)
     requests = sum(np.unique(p.row_request).size for p, _ in scenario.shards)
     if workload.arrivals == "poisson":
+        assert workload.arrival_rate_per_s is not None  # the config requires it for poisson
         gaps = rng.exponential(1.0 / workload.arrival_rate_per_s, requests)
         return np.cumsum(gaps)
     if workload.arrivals == "trace":
@@ -115,47 +129,68 @@ def _build_gpu(
     arrivals: np.ndarray | None,
     warm: list[int] | None,
 ) -> RunObjects:
-    config, profile = scenario.config, scenario.profile
-    gpu = scenario.gpus[g]
+    config = scenario.config
+    views = _views(scenario, g, rng)
+    ctx = views.online
+    eviction = EVICTION.make(config.eviction, views)
+    cache = ExpertCache(
+        ctx.num_layers, ctx.num_experts, ctx.nbytes.tolist(), scenario.capacity_bytes, eviction
+    )
+    cache.position_listeners.append(ctx.history.advance)
+    eviction.attach(cache)
+    cache.add_home(np.flatnonzero(ctx.source < 0).tolist())
+    cache.preload(eviction.initial_contents() + list(warm or []))
+    prefetch = PREFETCH.make(config.prefetch, views)
+    predictor: ScoreSource | None = None
+    if prefetch.lookahead > 0 and prefetch.uses_predictor:
+        predictor = _Tapped(PREDICTORS.make(config.predictor, views), eviction)
+    miss = MISS.make(config.miss, views)
+    return RunObjects(scenario, ctx, cache, eviction, prefetch, predictor, miss, arrivals)
+
+
+def _views(scenario: Scenario, g: int, rng: np.random.Generator) -> RunViews:
+    """GPU ``g``'s online view of the run, and that view with its access sequence."""
+    trace, passes, demand = scenario.trace, scenario.passes, scenario.demand
+    placement = scenario.placement
+    sequence = AccessSequence(
+        keys=demand.keys,
+        tokens=demand.tokens,
+        gates=demand.gates,
+        offsets=demand.offsets,
+        num_layers=demand.num_layers,
+    )
+    table = PassTable(
+        request=passes.request,
+        phase=passes.phase,
+        tokens=np.diff(passes.start),
+        context_end=passes.context_end,
+    )
+    recorded = None
+    if trace.pred_scores is not None:
+        recorded = RecordedScores(trace.pred_scores, passes.rows, passes.start)
     paths, source = expert_sources(scenario, g)
     ctx = RunContext(
-        model=scenario.model,
-        trace=scenario.trace,
-        passes=scenario.passes,
-        demand=scenario.demand,
-        rng=rng,
+        num_layers=trace.num_layers,
+        num_experts=trace.num_experts,
+        top_k=trace.top_k,
         slots=scenario.slots,
-        profile=profile,
-        cost=CostModel(scenario.model, gpu),
-        path=paths[0],
-        placement=scenario.placement,
+        rng=rng,
+        model=scenario.model,
+        profile=scenario.profile,
+        cost=CostModel(scenario.model, scenario.gpus[g]),
+        nbytes=placement.nbytes,
+        dtype=placement.dtype,
         paths=paths,
         source=source,
+        history=RunHistory(sequence, table, recorded),
     )
-    eviction = EVICTION.get(config.eviction.kind)(config.eviction, ctx)
-    cache = ExpertCache(
-        scenario.trace.num_layers,
-        scenario.trace.num_experts,
-        scenario.placement.nbytes.tolist(),
-        scenario.capacity_bytes,
-        eviction,
-    )
-    eviction.attach(cache)
-    cache.add_home(np.flatnonzero(source < 0).tolist())
-    cache.preload(eviction.initial_contents() + list(warm or []))
-    prefetch = PREFETCH.get(config.prefetch.kind)(config.prefetch, ctx)
-    predictor = None
-    if prefetch.lookahead > 0 and prefetch.uses_predictor:
-        predictor = PREDICTORS.get(config.predictor.kind)(config.predictor, ctx)
-        predictor = _Tapped(predictor, eviction)
-    miss = MISS.get(config.miss.kind)(config.miss, ctx)
-    return RunObjects(scenario, ctx, cache, eviction, prefetch, predictor, miss, arrivals)
+    return RunViews.of(ctx, sequence)
 
 
 class _Tapped:
     """A predictor whose every score vector is also shown to the eviction policy."""
 
-    def __init__(self, inner: Predictor, eviction: EvictionPolicy) -> None:
+    def __init__(self, inner: Predictor[Any], eviction: EvictionPolicy[Any]) -> None:
         self.inner = inner
         self.eviction = eviction
         self.kind = inner.kind

@@ -153,7 +153,7 @@ def validate_meta(meta: Any, source: str) -> dict[str, Any]:
     if meta["format"] != FORMAT_NAME:
         raise _fail(source, "meta.format", repr(FORMAT_NAME), repr(meta["format"]))
     if meta["version"] != FORMAT_VERSION:
-        raise _fail(source, "meta.version", FORMAT_VERSION, repr(meta["version"]))
+        raise _fail(source, "meta.version", str(FORMAT_VERSION), repr(meta["version"]))
     for key in ("num_layers", "num_experts", "top_k"):
         value = meta[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:

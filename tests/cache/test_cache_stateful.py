@@ -19,7 +19,6 @@ of all counters. After every step the cache must agree with the model, which che
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import ClassVar
 
 import numpy as np
@@ -34,10 +33,11 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from support import context
 
 from specmd_sim.cache import AccessClass, ExpertCache, FetchReason, State
 from specmd_sim.policies import EVICTION
-from specmd_sim.scenario.passes import DemandSets
+from specmd_sim.policies.context import AccessSequence
 
 L, E, K, EB = 3, 4, 2, 10  # layers, experts per layer, top-k, bytes per expert
 N = L * E
@@ -60,27 +60,21 @@ SETTINGS = settings(
 )
 
 
-def _demand_sets() -> DemandSets:
+def _demand_sets() -> AccessSequence:
     """A fixed random access sequence (K experts per pass and layer, gates descending): what
     offline policies (Belady, static-hot) read and HybriMoE takes its gates from."""
     rng = np.random.default_rng(11)
-    keys: list[int] = []
-    gates: list[float] = []
+    sets: list[list[int]] = []
+    gates: list[list[float]] = []
     for _ in range(PASSES):
         for layer in range(L):
-            keys += (layer * E + rng.choice(E, size=K, replace=False)).tolist()
-            gates += sorted(rng.random(K).tolist(), reverse=True)
-    return DemandSets(
-        keys=np.array(keys, np.int32),
-        tokens=np.ones(len(keys), np.int32),
-        gates=np.array(gates, np.float32),
-        offsets=np.arange(0, len(keys) + 1, K, dtype=np.int64),
-        num_layers=L,
-    )
+            sets.append((layer * E + rng.choice(E, size=K, replace=False)).tolist())
+            gates.append(sorted(rng.random(K).tolist(), reverse=True))
+    return context.access_sequence(sets, L, gates)
 
 
 DEMAND_SETS = _demand_sets()
-PASS_TABLE = SimpleNamespace(request=(np.arange(PASSES) // 3).astype(np.int32))  # 3 per request
+REQUESTS = (np.arange(PASSES) // 3).tolist()  # 3 passes per request
 
 # every registered kind with its defaults, plus the variants whose parameters change the rule
 SPECS = [{"kind": kind} for kind in EVICTION.kinds()] + [
@@ -106,21 +100,20 @@ class CacheMachine(RuleBasedStateMachine):
 
     @initialize(slots=st.integers(1, 6), slack=st.integers(0, EB - 1), seed=st.integers(0, 3))
     def build(self, slots: int, slack: int, seed: int) -> None:
-        ctx = SimpleNamespace(
-            num_layers=L,
-            num_experts=E,
-            slots=slots,
-            demand=DEMAND_SETS,
-            passes=PASS_TABLE,
-            rng=np.random.default_rng(seed),
-            trace=SimpleNamespace(top_k=K),
-        )
         kind = self.spec["kind"]
-        policy = EVICTION.get(kind)(EVICTION.parse_config(self.spec), ctx)
-        cache = ExpertCache(L, E, EB, slots * EB + slack, policy)
-        policy.attach(cache)
-        preload = policy.initial_contents()
-        cache.preload(preload)
+        cache = context.cache(
+            self.spec,
+            slots,
+            L,
+            E,
+            expert_bytes=EB,
+            capacity_bytes=slots * EB + slack,
+            demand=DEMAND_SETS,
+            requests=REQUESTS,
+            top_k=K,
+            seed=seed,
+        )
+        preload = cache.policy.initial_contents()  # placed by context.cache
         self.cache = cache
         self.state = [ABSENT] * N
         self.pins = [0] * N

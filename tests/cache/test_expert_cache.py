@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
+from support import context
 from support.cache import step
 
 from specmd_sim.cache import AccessClass, ExpertCache, FetchReason, State
 from specmd_sim.errors import SpecmdError
-from specmd_sim.policies import EVICTION
 
 HIT, COMP, CAP, COLL = (
     AccessClass.HIT,
@@ -22,11 +20,7 @@ E = 4  # experts per layer in these hand traces; key = layer * E + expert
 
 
 def make_cache(kind: str, slots: int, layers: int = 3, **params: object) -> ExpertCache:
-    ctx = SimpleNamespace(num_layers=layers, num_experts=E)
-    policy = EVICTION.get(kind)(EVICTION.parse_config({"kind": kind, **params}), ctx)
-    cache = ExpertCache(layers, E, expert_bytes=10, capacity_bytes=10 * slots, policy=policy)
-    policy.attach(cache)
-    return cache
+    return context.cache({"kind": kind, **params}, slots, layers, E)
 
 
 A0, B1, C2, D2, E1 = 0 * E + 0, 1 * E + 1, 2 * E + 2, 2 * E + 3, 1 * E + 0
@@ -125,10 +119,8 @@ def test_least_stale_layer_order_evicts_the_layer_just_passed() -> None:
 
 
 def test_capacity_below_one_expert_is_rejected() -> None:
-    ctx = SimpleNamespace(num_layers=1, num_experts=E)
-    policy = EVICTION.get("lru")(EVICTION.parse_config("lru"), ctx)
     with pytest.raises(SpecmdError, match=r"cache.capacity: expected room for at least one"):
-        ExpertCache(1, E, expert_bytes=10, capacity_bytes=9, policy=policy)
+        context.cache("lru", slots=1, layers=1, experts=E, capacity_bytes=9)
 
 
 @pytest.mark.parametrize("kind", ["lru", "fifo", "lfu", "least-stale", "random"])
@@ -139,10 +131,7 @@ def test_mixed_sizes_keep_bytes_exact_and_pins_safe(kind: str) -> None:
     rng = np.random.default_rng(0)
     layers = 3
     sizes = [40 if rng.random() < 0.3 else 10 for _ in range(layers * E)]
-    ctx = SimpleNamespace(num_layers=layers, num_experts=E, rng=np.random.default_rng(1))
-    policy = EVICTION.get(kind)(EVICTION.parse_config(kind), ctx)
-    cache = ExpertCache(layers, E, sizes, 95, policy)
-    policy.attach(cache)
+    cache = context.cache(kind, 9, layers, E, expert_bytes=sizes, capacity_bytes=95, seed=1)
     fetched = 0
     for p in range(60):
         cache.begin_pass(p)

@@ -20,7 +20,9 @@ def planned(cold: str | None) -> list[tuple[int, float, list[int], object]]:
     )
     run = build_run(build_scenario(config))
     out = []
+    run.cache.begin_pass(0)
     for layer in range(3):
+        run.cache.begin_layer(layer)  # the router decides: the plug-ins see its demand set
         seconds = run.prefetch.budget(0, layer)
         out.append((layer, seconds, run.prefetch.plan(0, layer, run.predictor, run.cache), run))
     return out
@@ -30,8 +32,8 @@ def planned(cold: str | None) -> list[tuple[int, float, list[int], object]]:
 def test_plan_length_is_the_budget_over_each_experts_transfer_time(cold) -> None:
     for _, seconds, plan, run in planned(cold):
         ctx = run.ctx
-        nbytes = int(ctx.placement.nbytes[plan[0]])
-        assert len(set(ctx.placement.nbytes.tolist())) == 1  # one size in this run
+        nbytes = int(ctx.nbytes[plan[0]])
+        assert len(set(ctx.nbytes.tolist())) == 1  # one size in this run
         fit = math.floor(seconds * ctx.path.bandwidth / nbytes)
         assert 0 < len(plan) == min(fit, 64)  # at most one layer ahead: 64 candidates
 

@@ -3,22 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
+from support import context
 from support.traces import random_trace_ids
 
 from specmd_sim import SimConfig, replay, simulate
 from specmd_sim.cache import ExpertCache
 from specmd_sim.policies import EVICTION, MISS, PREDICTORS, PREFETCH
-from specmd_sim.policies.registry import PluginConfig
+from specmd_sim.policies.context import OfflineContext, RunContext
+from specmd_sim.policies.eviction.base import EvictionPolicy
+from specmd_sim.policies.eviction.belady import BeladyConfig, BeladyEviction
+from specmd_sim.policies.eviction.fifo import FIFOConfig
+from specmd_sim.policies.eviction.lru import LRUConfig, LRUEviction
+from specmd_sim.policies.prefetch.top_k import TopKPrefetch
+from specmd_sim.policies.registry import PluginConfig, Registry
+from specmd_sim.scenario import build_scenario
+from specmd_sim.scenario.plugins import build_run
 
 EVICTION_KINDS = EVICTION.kinds()
 PREFETCH_KINDS = PREFETCH.kinds()
 PREDICTOR_KINDS = PREDICTORS.kinds()
 
 
-@pytest.mark.parametrize("registry", [EVICTION, PREFETCH, PREDICTORS], ids=lambda r: r.family)
+@pytest.mark.parametrize("registry", [EVICTION, PREFETCH, PREDICTORS, MISS], ids=lambda r: r.family)
 def test_registry_entries_are_well_formed(registry) -> None:
     assert registry.kinds(), "empty registry"
     for cls in registry.entries():
@@ -171,3 +181,91 @@ def test_every_miss_handler_keeps_the_invariants(
         assert handled <= m["misses"] + m["late_hits"]
         if miss == "stall":
             assert handled == 0
+
+
+# --- the plug-in contract itself: kind from the config, the view each plug-in is given --------
+
+FAMILIES = (EVICTION, PREFETCH, PREDICTORS, MISS)
+
+
+def _built(family: str, kind: str):
+    """A one-request run whose ``family`` section is ``kind`` (built, not run)."""
+    sections = {family: {"kind": kind}}
+    if family == "predictor":
+        sections["prefetch"] = {"kind": "top-k"}  # one that asks the predictor
+    config = SimConfig(
+        trace="mixtral-synthetic", cache={"capacity": 16}, workload={"max_requests": 1}, **sections
+    )
+    run = build_run(build_scenario(config))
+    return {
+        "eviction": run.eviction,
+        "prefetch": run.prefetch,
+        "predictor": run.predictor.inner if run.predictor is not None else None,
+        "miss": run.miss,
+    }[family], run
+
+
+@pytest.mark.parametrize(
+    ("family", "kind"), [(r.family, k) for r in FAMILIES for k in r.kinds()], ids=str
+)
+def test_every_plugin_is_given_the_view_it_declares(family: str, kind: str) -> None:
+    """Online plug-ins get the online view (no future demand sets, no trace); offline ones
+    (bounds, oracles, the run's own profile) the offline view, sharing its generator and
+    history. Online plug-ins reading the future would fail every run of this suite: the
+    history refuses what the cache has not reached."""
+    plugin, run = _built(family, kind)
+    assert type(plugin).kind == kind
+    assert type(plugin.ctx) is (OfflineContext if plugin.offline else RunContext)
+    assert plugin.ctx.rng is run.ctx.rng and plugin.ctx.history is run.ctx.history
+    assert not hasattr(run.ctx, "demand") and not hasattr(run.ctx, "trace")
+
+
+def test_offline_plugins_are_the_bounds_oracles_and_profiles() -> None:
+    offline = {(r.family, c.kind) for r in FAMILIES for c in r.entries() if c.offline}
+    assert offline == {
+        ("eviction", "belady"),
+        ("eviction", "belady-bypass"),
+        ("eviction", "static-hot"),
+        ("prefetch", "oracle"),
+        ("prefetch", "pre-gated"),
+        ("predictor", "noisy-oracle"),
+    }
+
+
+class ProbeConfig(PluginConfig):
+    kind: Literal["probe"] = "probe"
+
+
+class ProbeEviction(LRUEviction):
+    Config = ProbeConfig
+
+
+def test_config_and_kind_come_from_the_type_parameter() -> None:
+    class Probe(EvictionPolicy[ProbeConfig]):
+        description = source = "tests"
+
+    assert (Probe.Config, Probe.kind) == (ProbeConfig, "probe")
+    assert (ProbeEviction.Config, ProbeEviction.kind) == (ProbeConfig, "probe")
+    assert (LRUEviction.Config, LRUEviction.kind) == (LRUConfig, "lru")
+
+
+def test_registration_checks_the_family_and_the_kind() -> None:
+    registry = Registry("eviction", "specmd_sim.policies.eviction", EvictionPolicy)
+    registry.register(ProbeEviction)
+    with pytest.raises(TypeError, match="expected a subclass of EvictionPolicy, got TopKPrefetch"):
+        registry.register(TopKPrefetch)
+
+    class Renamed(LRUEviction):
+        kind = "renamed"
+        Config = ProbeConfig
+
+    with pytest.raises(ValueError, match=r"Config\.kind defaults to 'probe', not 'renamed'"):
+        registry.register(Renamed)
+
+
+def test_a_plugin_checks_its_config_and_view() -> None:
+    run = context.views()
+    with pytest.raises(TypeError, match="LRUEviction: expected a LRUConfig, got FIFOConfig"):
+        LRUEviction(FIFOConfig(), run.online)
+    with pytest.raises(TypeError, match="BeladyEviction is offline: expected an OfflineContext"):
+        BeladyEviction(BeladyConfig(), run.online)

@@ -9,16 +9,14 @@ prefetches, pins released). Least-Stale vs LRU is covered in tests/cache/test_ex
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 from support.cache import step
+from support.context import access_sequence
+from support.context import cache as make_cache
 
 from specmd_sim import SimConfig, replay
 from specmd_sim.cache import AccessClass, ExpertCache
-from specmd_sim.policies import EVICTION
-from specmd_sim.scenario.passes import DemandSets
 
 HIT, COMP, CAP, COLL = (
     AccessClass.HIT,
@@ -27,45 +25,6 @@ HIT, COMP, CAP, COLL = (
     AccessClass.COLLISION,
 )
 EB = 10  # bytes per expert in the bare-cache sequences
-
-
-def demand_sets(per_pass: list[list[int]], gates: list[list[float]] | None = None) -> DemandSets:
-    """One layer's demand set per pass (single-layer models)."""
-    keys = [k for ks in per_pass for k in ks]
-    flat_gates = [g for gs in gates for g in gs] if gates else [np.nan] * len(keys)
-    return DemandSets(
-        keys=np.array(keys, np.int32),
-        tokens=np.ones(len(keys), np.int32),
-        gates=np.array(flat_gates, np.float32),
-        offsets=np.concatenate(([0], np.cumsum([len(ks) for ks in per_pass]))).astype(np.int64),
-        num_layers=1,
-    )
-
-
-def make_cache(
-    kind: str,
-    slots: int,
-    layers: int = 1,
-    experts: int = 4,
-    demand: DemandSets | None = None,
-    requests: list[int] | None = None,
-    seed: int = 0,
-    **params: object,
-) -> ExpertCache:
-    ctx = SimpleNamespace(
-        num_layers=layers,
-        num_experts=experts,
-        slots=slots,
-        demand=demand,
-        passes=SimpleNamespace(request=np.array(requests or [0] * 64, np.int32)),
-        rng=np.random.default_rng(seed),
-        trace=SimpleNamespace(top_k=1),
-    )
-    policy = EVICTION.get(kind)(EVICTION.parse_config({"kind": kind, **params}), ctx)
-    cache = ExpertCache(layers, experts, EB, EB * slots, policy)
-    policy.attach(cache)
-    cache.preload(policy.initial_contents())
-    return cache
 
 
 def one_per_pass(cache: ExpertCache, keys: list[int], first_pass: int = 0) -> list:
@@ -174,7 +133,7 @@ def test_finemoe_protects_unused_prefetches_and_ranks_by_probability_times_frequ
 def test_hybrimoe_moving_average_of_gates() -> None:
     # 1 layer, 2 slots, one expert per pass with these gates (dyadic: exact in binary):
     per_pass, gates = [[0], [1], [2], [3]], [[0.75], [0.125], [0.5], [0.5]]
-    cache = make_cache("hybrimoe", slots=2, demand=demand_sets(per_pass, gates))
+    cache = make_cache("hybrimoe", slots=2, demand=access_sequence(per_pass, gates=gates))
     # S <- 0.5 g + 0.5 S for the selected expert, S <- 0.5 S for the others of the layer:
     #   pass 0: S = [0.375, 0, 0, 0]
     #   pass 1: S = [0.1875, 0.0625, 0, 0]
@@ -198,7 +157,7 @@ def test_lfu_aging_forgets_a_once_hot_expert() -> None:
     #   p4 halve c0 = 1.5, [1] c1 = 1 | p5 [1] c1 = 2 | p6 halve c0 = 0.75, c1 = 1, [1] c1 = 2
     #   p7 [2]: victim lowest count: 0 (0.75) < 1 (2), although 0 was used 4 times and 1 three
     keys = [0, 0, 0, 0, 1, 1, 1, 2]
-    aging = make_cache("lfu-aging", slots=2, period_passes=2)
+    aging = make_cache({"kind": "lfu-aging", "period_passes": 2}, slots=2)
     assert one_per_pass(aging, keys) == [COMP, HIT, HIT, HIT, COMP, HIT, HIT, COMP]
     assert aging.contents() == [1, 2]
     assert aging.policy.count[:3].tolist() == [0.75, 2.0, 1.0]
@@ -255,7 +214,7 @@ def test_belady_bypass_does_not_admit_the_farthest(
     kind, classes, fetched, bypassed, contents
 ) -> None:
     keys = [0, 1, 2, 0, 1]  # one access per pass, 1 layer, 2 slots
-    cache = make_cache(kind, slots=2, demand=demand_sets([[k] for k in keys]))
+    cache = make_cache(kind, slots=2, demand=access_sequence([[k] for k in keys]))
     assert one_per_pass(cache, keys) == classes
     t = cache.stats.totals()
     assert (t["bypassed"], t["bytes_demand"]) == (bypassed, (fetched + bypassed) * EB)
@@ -265,7 +224,7 @@ def test_belady_bypass_does_not_admit_the_farthest(
 def test_belady_bypass_admits_an_expert_needed_sooner() -> None:
     # pos 2: 2 is used next at pos 3, sooner than 1 (never again): admitted, 1 evicted
     keys = [0, 1, 2, 2, 0]
-    cache = make_cache("belady-bypass", slots=2, demand=demand_sets([[k] for k in keys]))
+    cache = make_cache("belady-bypass", slots=2, demand=access_sequence([[k] for k in keys]))
     assert one_per_pass(cache, keys) == [COMP, COMP, COMP, HIT, HIT]
     assert cache.contents() == [0, 2]
     assert cache.stats.bypassed == 0 and cache.stats.evictions == 1

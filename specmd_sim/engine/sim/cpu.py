@@ -33,7 +33,7 @@ class HostCpu:
         self.lane: int | None = None
         self.dram = f"dram:{self.host.id}"
         self.capacity: dict[str, float] = {self.dram: self.host.dram_bandwidth_bytes_per_s.value}
-        self.quantities: list[Quantity] = []  # hardware numbers the CPU's reads depended on
+        self.quantities: dict[int, Quantity] = {}  # numbers the CPU's reads depended on, by id
         # CPU reads of experts stored on NVMe: along the drive's path to the host, then DRAM
         self.nvme_read: tuple[tuple[str, ...], float] | None = None
         self.nvme_quantities: tuple[Quantity, ...] = ()
@@ -49,11 +49,15 @@ class HostCpu:
         """Resources, latency and queue depth of the CPU reading expert ``key``."""
         drive = self.placement.nvme
         if drive is None or self.nvme_read is None or self.placement.tier[key] != TIER_NVME:
-            self.quantities.append(self.host.dram_bandwidth_bytes_per_s)
+            self._used(self.host.dram_bandwidth_bytes_per_s)
             return (self.dram,), 0.0, 1
-        self.quantities.extend(self.nvme_quantities)
+        self._used(*self.nvme_quantities)
         depth = math.ceil(int(self.placement.nbytes[key]) / drive.read_request_bytes.value)
         return (*self.nvme_read, depth)
+
+    def _used(self, *quantities: Quantity) -> None:
+        if not self.ideal:  # an ideal machine reads no hardware number
+            self.quantities.update((id(q), q) for q in quantities)
 
     def start(
         self, cost: CostModel, key: int, tokens: int, klass: int, where: dict[str, int]

@@ -4,10 +4,11 @@ the machine's network; its ``done`` event is what the stream waits on.
 An expert is fetched from where it is stored (:mod:`specmd_sim.scenario.placement`): host
 DRAM, an NVMe drive (whose bandwidth depends on the reads outstanding on it), or, in
 expert-sharded mode, the HBM of the GPU owning its shard. A prefetch whose target layer's router
-has decided, and which that layer did not demand, is cancelled before it starts. A demand fetch
-that finds nothing evictable first cancels queued prefetches (newest first), then waits for a
-transfer to end. With ``timing.ideal`` a transfer takes no time (its job still passes through
-the copy engines).
+has decided, and which the layer now running does not demand (in either pin mode: the demand set
+is known at the router, also when its experts are pinned one at a time), is cancelled before it
+starts. A demand fetch that finds nothing evictable first cancels queued prefetches that layer
+does not demand (newest first), then waits for a transfer to end. With ``timing.ideal`` a
+transfer takes no time (its job still passes through the copy engines).
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from specmd_sim.hardware import TransferPath
 from specmd_sim.hardware.schema import NVMeNode
 from specmd_sim.timeline import SpanRecorder
 
-Position = Callable[[], tuple[int, int]]  # (pass, layer) whose router decided last
+# (pass, layer) whose router decided last, and the demand set it decided
+Position = Callable[[], tuple[tuple[int, int], frozenset[int]]]
 
 
 class Fetcher:
@@ -137,14 +139,19 @@ class Fetcher:
         )  # fmt: skip
 
     def _prefetch_obsolete(self, job: Job) -> bool:
-        return self.position() >= job.target and not self.cache.pins[job.key]
+        """Its target layer's router has decided, and the layer now running does not use it."""
+        position, demanded = self.position()
+        key = job.key
+        return position >= job.target and not self.cache.pins[key] and key not in demanded
 
     def _cancelled(self, job: Job) -> None:
         del self.jobs[job.key]
         self.cache.cancel(job.key)
+        job.done.succeed()  # nothing waits on an unused prefetch, except an ideal stream
 
     def _cancel_job(self, job: Job) -> bool:
-        if self.cache.pins[job.key]:
+        """Cancel a queued prefetch to make room, unless the layer now running demands it."""
+        if self.cache.pins[job.key] or job.key in self.position()[1]:
             return False
         self._cancelled(job)
         return True

@@ -46,7 +46,9 @@ def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> 
             capacity.update(path.capacity)
     capacity.update(cpu.capacity)
     nvme = scenario.placement.nvme
-    dynamic = {} if nvme is None else {f"nvme:{nvme.id}": nvme.read_bandwidth}
+    dynamic: dict[str, Callable[[int], float]] = {}
+    if nvme is not None:
+        dynamic[f"nvme:{nvme.id}"] = nvme.read_bandwidth
     network = FlowNetwork(env, capacity, dynamic)
     cpu.network = network
     done = [0]
@@ -74,8 +76,7 @@ def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> 
     for gpu in gpus:
         for q in gpu.quantities():
             used[id(q)] = q
-    for q in cpu.quantities:
-        used[id(q)] = q
+    used.update(cpu.quantities)
     result = timing_result(
         [g.tally for g in gpus],
         [g.objs.cache for g in gpus],
@@ -111,13 +112,13 @@ class _Gpu:
         engines = node.copy_engines_h2d.value
         self.tally = GpuTally(node.id, sc.passes, sc.trace.num_layers, engines)
         suffix = "" if len(sc.shards) == 1 else f"{node.id}/"
-        ideal = sc.config.timing.ideal
+        self.ideal = ideal = sc.config.timing.ideal
         self.cost = (IdealCost if ideal else CostModel)(sc.model, node)
         self.fetcher = Fetcher(
             env, network, objs.cache, objs.ctx.paths, objs.ctx.source, sc.placement.nvme,
             engines, sc.config.timing.chunk_bytes, ideal, spans, self.tally,
             (f"{node.id}/copy-h2d-", f"{suffix}cache_used_bytes", f"{suffix}bytes_in_flight"),
-            lambda: self.stream.position, pass_base, sc.passes.request,
+            lambda: (self.stream.position, self.stream.demanded), pass_base, sc.passes.request,
         )  # fmt: skip
         self.stream = GpuStream(
             env, objs, self.cost, self.fetcher, cpu, spans, self.tally, pass_base,
@@ -126,9 +127,13 @@ class _Gpu:
 
     def quantities(self) -> list[Quantity]:
         """The hardware numbers this GPU's run read: its cost model's (and its plug-ins'), the
-        copy-engine count, and the numbers behind each path a transfer took."""
+        copy-engine count, and the numbers behind each path a transfer took (on an ideal
+        machine only those the plug-ins' estimates read)."""
         used = [*self.cost.used.values(), *self.objs.ctx.cost.used.values()]
-        used.append(self.node.copy_engines_h2d)
+        if self.ideal:
+            return used
+        if self.fetcher.used_paths:
+            used.append(self.node.copy_engines_h2d)
         for index in sorted(self.fetcher.used_paths):
             used += self.objs.ctx.paths[index].quantities
         return used

@@ -65,6 +65,7 @@ class GpuStream:
         self.ideal = self.sc.config.timing.ideal
         self.dtype_of = self.sc.placement.dtype
         self.position = (-1, -1)  # (pass, layer) whose router decided last
+        self.demanded: frozenset[int] = frozenset()  # ... and the demand set it decided
         self.where: dict[str, int] = {}  # span fields of the layer running
         self.phase = 0
 
@@ -137,8 +138,8 @@ class GpuStream:
                 case AwaitCpu(experts):
                     for cpu_expert in experts:
                         yield from self._wait(cpu_expert.handle, cpu_expert.key, cpu_expert.klass)
-                case Decide(pass_index, layer):
-                    self.position = (pass_index, layer)
+                case Decide(pass_index, layer, keys):
+                    self.position, self.demanded = (pass_index, layer), keys
 
     def _run(self, experts: list[Expert]) -> Generator[Any, Any, None]:
         cost, dtype_of, where = self.cost, self.dtype_of, self.where

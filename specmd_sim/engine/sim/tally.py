@@ -9,7 +9,8 @@ counters and the shared resources of the machine.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -154,9 +155,9 @@ def _latency_metrics(
         "tpot_compute_s": tpot_compute,
         "tpot_stall_s": tpot_stall,
         "tpot_other_s": None if tpot is None else _other(tpot, tpot_compute, tpot_stall),
-        "stall_s": float(sum(t.layer_stall for t in tallies).sum()),
+        "stall_s": float(_total(t.layer_stall for t in tallies).sum()),
         "makespan_s": makespan,
-        "compute_s": float(sum(t.layer_compute for t in tallies).sum()),
+        "compute_s": float(_total(t.layer_compute for t in tallies).sum()),
         "tokens_generated": tokens_out,
         "throughput_tok_s": tokens_out / makespan if makespan > 0 else None,
     }
@@ -191,11 +192,11 @@ def _transfer_metrics(
 def _layer_table(tallies: Sequence[GpuTally], stats: CacheStats) -> dict[str, list[Any]]:
     n_decode = sum(int((t.passes.phase == 1).sum()) for t in tallies)
     with_prefill = max(sum(len(t.first_token) for t in tallies), 1)
-    phase_compute = sum(t.phase_compute for t in tallies)
-    phase_stall = sum(t.phase_stall for t in tallies)
+    phase_compute = _total(t.phase_compute for t in tallies)
+    phase_stall = _total(t.phase_stall for t in tallies)
     table = per_layer_cache_table(stats)
-    table["stall_s"] = sum(t.layer_stall for t in tallies).tolist()
-    table["compute_s"] = sum(t.layer_compute for t in tallies).tolist()
+    table["stall_s"] = _total(t.layer_stall for t in tallies).tolist()
+    table["compute_s"] = _total(t.layer_compute for t in tallies).tolist()
     table["ttft_compute_s"] = (phase_compute[0] / with_prefill).tolist()
     table["ttft_stall_s"] = (phase_stall[0] / with_prefill).tolist()
     table["tpot_compute_s"] = (phase_compute[1] / max(n_decode, 1)).tolist()
@@ -280,6 +281,11 @@ def _pass_table(tallies: Sequence[GpuTally]) -> dict[str, list[Any]]:
     out["start_s"] = np.concatenate([t.pass_start for t in tallies]).tolist()
     out["end_s"] = np.concatenate([t.pass_end for t in tallies]).tolist()
     return out
+
+
+def _total(arrays: Iterable[np.ndarray]) -> np.ndarray:
+    """The element-wise sum of the GPUs' arrays."""
+    return functools.reduce(np.add, arrays)
 
 
 def _other(total: float, compute: float | None, stall: float | None) -> float:

@@ -19,33 +19,38 @@ The cache calls, for every key it holds:
 - ``on_remove(key)`` when the key leaves (evicted, or its prefetch cancelled);
 
 and, for the run, ``on_pass_start(pass_index)``, ``on_layer(layer)`` at each router decision
-(the policy may read that layer's demand set, gates and tokens from ``ctx.demand``), and
-``on_scores(layer, scores)`` whenever the predictor scores a layer's experts.
+(the policy may read that layer's demand set, gates and tokens from
+``ctx.history.demand_set(pass, layer)``), and ``on_scores(layer, scores)`` whenever the
+predictor scores a layer's experts.
+
+``may_bypass``: the policy may decline demand fetches (``admit``), so its Belady reference is
+``belady-bypass``. The class satisfies :class:`specmd_sim.cache.CachePolicy`, what the cache
+calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
+from specmd_sim.cache.policy import Evictable
 from specmd_sim.cache.states import FetchReason
-from specmd_sim.policies.registry import Plugin, PluginConfig
+from specmd_sim.policies.context import RunContext
+from specmd_sim.policies.plugin import C, Plugin, PluginConfig
 
 if TYPE_CHECKING:
     from specmd_sim.cache.expert_cache import ExpertCache
-    from specmd_sim.policies.context import RunContext
 
-Evictable = Callable[[int], bool]
+__all__ = ["Evictable", "EvictionPolicy", "first_evictable"]
 
 
-class EvictionPolicy(Plugin):
-    Config: ClassVar[type[PluginConfig]]
+class EvictionPolicy(Plugin[C]):
+    may_bypass: ClassVar[bool] = False
 
     def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
-        self.config = config
-        self.ctx = ctx
+        super().__init__(config, ctx)
         self.cache: ExpertCache | None = None
 
     def attach(self, cache: ExpertCache) -> None:
@@ -93,9 +98,9 @@ class EvictionPolicy(Plugin):
         raise NotImplementedError
 
 
-def first_evictable(keys: object, evictable: Evictable) -> int | None:
+def first_evictable(keys: Iterable[int], evictable: Evictable) -> int | None:
     """The first key of an ordered iterable that is evictable."""
-    for key in keys:  # type: ignore[attr-defined]
+    for key in keys:
         if evictable(key):
             return key
     return None

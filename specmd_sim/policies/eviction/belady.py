@@ -14,8 +14,10 @@ from typing import Literal
 import numpy as np
 
 from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.context import OfflineContext
 from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy
-from specmd_sim.policies.registry import EVICTION, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import EVICTION
 
 NEVER = np.iinfo(np.int64).max
 
@@ -41,17 +43,14 @@ class NextUse:
 
 
 @EVICTION.register
-class BeladyEviction(EvictionPolicy):
-    kind = "belady"
-    Config = BeladyConfig
+class BeladyEviction(EvictionPolicy[BeladyConfig]):
     description = "Offline optimum (MIN): farthest next use first; always admits."
     source = "Belady 1966; the bound every online policy is compared to"
+    offline = True
 
-    def __init__(self, config: BeladyConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
-        demand = self.ctx.demand  # type: ignore[attr-defined]
-        n = self.ctx.num_layers * self.ctx.num_experts  # type: ignore[attr-defined]
-        self.next_use = NextUse(demand.keys, n)
+    def __init__(self, config: PluginConfig, ctx: OfflineContext) -> None:
+        super().__init__(config, ctx)
+        self.next_use = NextUse(ctx.demand.keys, ctx.num_layers * ctx.num_experts)
         self.next_of: dict[int, int] = {}
         self.heap: list[tuple[int, int]] = []  # (-next use, key); stale entries skipped
 

@@ -10,11 +10,12 @@ whose preloaded hot set ``belady_gap`` gives the optimum too).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from specmd_sim.cache.states import FetchReason
 from specmd_sim.policies.eviction.belady import BeladyEviction
-from specmd_sim.policies.registry import EVICTION, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import EVICTION
 
 
 class BeladyBypassConfig(PluginConfig):
@@ -23,8 +24,7 @@ class BeladyBypassConfig(PluginConfig):
 
 @EVICTION.register
 class BeladyBypassEviction(BeladyEviction):
-    kind = "belady-bypass"
-    Config = BeladyBypassConfig
+    Config: ClassVar[type[PluginConfig]] = BeladyBypassConfig  # wide type: subclasses name theirs
     description = "Offline optimum with bypass: farthest next use, or don't cache at all."
     source = "Belady 1966 with optional admission (MIN with bypass)"
     may_bypass = True

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Literal
 
 from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy, first_evictable
-from specmd_sim.policies.registry import EVICTION, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import EVICTION
 
 
 class FIFOConfig(PluginConfig):
@@ -14,14 +16,12 @@ class FIFOConfig(PluginConfig):
 
 
 @EVICTION.register
-class FIFOEviction(EvictionPolicy):
-    kind = "fifo"
-    Config = FIFOConfig
+class FIFOEviction(EvictionPolicy[FIFOConfig]):
     description = "First in, first out: the earliest admitted expert first."
     source = "classic"
 
-    def __init__(self, config: FIFOConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
         self.order: dict[int, None] = {}
 
     def on_insert(self, key: int, reason: FetchReason) -> None:

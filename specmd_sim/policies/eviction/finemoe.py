@@ -15,8 +15,10 @@ from typing import Literal
 import numpy as np
 
 from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy
-from specmd_sim.policies.registry import EVICTION, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import EVICTION
 from specmd_sim.policies.scores import as_probabilities
 
 
@@ -25,17 +27,14 @@ class FineMoEConfig(PluginConfig):
 
 
 @EVICTION.register
-class FineMoEEviction(EvictionPolicy):
-    kind = "finemoe"
-    Config = FineMoEConfig
+class FineMoEEviction(EvictionPolicy[FineMoEConfig]):
     description = "Lowest predicted probability x use frequency first; unused prefetches kept."
     source = "FineMoE / fine-grained expert offloading (Yu et al., arXiv 2502.05370)"
 
-    def __init__(self, config: FineMoEConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
-        c = self.ctx
-        n = c.num_layers * c.num_experts  # type: ignore[attr-defined]
-        self.num_experts = c.num_experts  # type: ignore[attr-defined]
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
+        n = ctx.num_layers * ctx.num_experts
+        self.num_experts = ctx.num_experts
         self.prob = np.full(n, 1.0 / self.num_experts)
         self.freq = np.ones(n)
         self.protected: set[int] = set()

@@ -14,8 +14,10 @@ from typing import Literal
 import numpy as np
 
 from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy
-from specmd_sim.policies.registry import EVICTION, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import EVICTION
 
 
 class HybriMoEConfig(PluginConfig):
@@ -23,18 +25,15 @@ class HybriMoEConfig(PluginConfig):
 
 
 @EVICTION.register
-class HybriMoEEviction(EvictionPolicy):
-    kind = "hybrimoe"
-    Config = HybriMoEConfig
+class HybriMoEEviction(EvictionPolicy[HybriMoEConfig]):
     description = "Lowest moving average of router gates (S <- 0.5 g + 0.5 S) first."
     source = "HybriMoE (Zhong et al., arXiv 2504.05897)"
 
-    def __init__(self, config: HybriMoEConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
-        c = self.ctx
-        self.num_experts = c.num_experts  # type: ignore[attr-defined]
-        self.score = np.zeros((c.num_layers, c.num_experts))  # type: ignore[attr-defined]
-        self.default_gate = 1.0 / c.trace.top_k  # type: ignore[attr-defined]
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
+        self.num_experts = ctx.num_experts
+        self.score = np.zeros((ctx.num_layers, ctx.num_experts))
+        self.default_gate = 1.0 / ctx.top_k
         self.pass_index = 0
         self.recency: dict[int, None] = {}
 
@@ -42,10 +41,9 @@ class HybriMoEEviction(EvictionPolicy):
         self.pass_index = pass_index
 
     def on_layer(self, layer: int) -> None:
-        demand = self.ctx.demand  # type: ignore[attr-defined]
-        lo, hi = demand.span(self.pass_index, layer)
-        experts = demand.keys[lo:hi] - layer * self.num_experts
-        gates = np.nan_to_num(demand.gates[lo:hi], nan=self.default_gate)
+        chosen = self.ctx.history.demand_set(self.pass_index, layer)
+        experts = chosen.keys - layer * self.num_experts
+        gates = np.nan_to_num(chosen.gates, nan=self.default_gate)
         row = self.score[layer]
         row *= 0.5
         row[experts] += 0.5 * gates

@@ -22,8 +22,10 @@ from typing import Literal
 from pydantic import Field
 
 from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy, first_evictable
-from specmd_sim.policies.registry import EVICTION, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import EVICTION
 
 
 class LeastStaleConfig(PluginConfig):
@@ -34,17 +36,15 @@ class LeastStaleConfig(PluginConfig):
 
 
 @EVICTION.register
-class LeastStaleEviction(EvictionPolicy):
-    kind = "least-stale"
-    Config = LeastStaleConfig
+class LeastStaleEviction(EvictionPolicy[LeastStaleConfig]):
     description = "SpecMD's Least-Stale: stale (untouched this pass) experts first, FIFO."
     source = "SpecMD (Hoang et al., arXiv 2602.03921)"
 
-    def __init__(self, config: LeastStaleConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
-        self.by_layer = config.order == "layer"
-        self.num_experts = self.ctx.num_experts  # type: ignore[attr-defined]
-        self.num_layers = self.ctx.num_layers  # type: ignore[attr-defined]
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
+        self.by_layer = self.config.order == "layer"
+        self.num_experts = ctx.num_experts
+        self.num_layers = ctx.num_layers
         self.current: dict[int, None] = {}
         self.stale: dict[int, None] = {}
         self.layer = 0

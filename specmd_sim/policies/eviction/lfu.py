@@ -9,8 +9,10 @@ from __future__ import annotations
 from typing import Literal
 
 from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy
-from specmd_sim.policies.registry import EVICTION, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import EVICTION
 
 
 class LFUConfig(PluginConfig):
@@ -18,14 +20,12 @@ class LFUConfig(PluginConfig):
 
 
 @EVICTION.register
-class LFUEviction(EvictionPolicy):
-    kind = "lfu"
-    Config = LFUConfig
+class LFUEviction(EvictionPolicy[LFUConfig]):
     description = "Least frequently used expert first (in-cache counts; ties: oldest count)."
     source = "classic; MoE-Infinity and others build on expert frequency"
 
-    def __init__(self, config: LFUConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
         self.freq: dict[int, int] = {}
         self.buckets: dict[int, dict[int, None]] = {}
 

@@ -14,8 +14,10 @@ import numpy as np
 from pydantic import Field
 
 from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy
-from specmd_sim.policies.registry import EVICTION, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import EVICTION
 
 
 class LFUAgingConfig(PluginConfig):
@@ -24,16 +26,14 @@ class LFUAgingConfig(PluginConfig):
 
 
 @EVICTION.register
-class LFUAgingEviction(EvictionPolicy):
-    kind = "lfu-aging"
-    Config = LFUAgingConfig
+class LFUAgingEviction(EvictionPolicy[LFUAgingConfig]):
     description = "Least frequently used with counts halved every N passes (popularity that fades)."
     source = "LFU-Aging (Arlitt et al.); frequency-based expert caches"
 
-    def __init__(self, config: LFUAgingConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
-        self.period = config.period_passes
-        self.count = np.zeros(self.ctx.num_layers * self.ctx.num_experts)  # type: ignore[attr-defined]
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
+        self.period = self.config.period_passes
+        self.count = np.zeros(ctx.num_layers * ctx.num_experts)
         self.recency: dict[int, None] = {}
 
     def on_pass_start(self, pass_index: int) -> None:

@@ -7,10 +7,11 @@ reordering on use.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from specmd_sim.policies.eviction.fifo import FIFOEviction
-from specmd_sim.policies.registry import EVICTION, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import EVICTION
 
 
 class LRUConfig(PluginConfig):
@@ -19,8 +20,7 @@ class LRUConfig(PluginConfig):
 
 @EVICTION.register
 class LRUEviction(FIFOEviction):
-    kind = "lru"
-    Config = LRUConfig
+    Config: ClassVar[type[PluginConfig]] = LRUConfig  # wide type: subclasses name theirs
     description = "Least recently used expert first."
     source = "classic; the default of mixtral-offloading and many offloading systems"
 

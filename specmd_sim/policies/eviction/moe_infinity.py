@@ -15,8 +15,10 @@ from typing import Literal
 import numpy as np
 
 from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy
-from specmd_sim.policies.registry import EVICTION, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import EVICTION
 
 
 class MoEInfinityEvictionConfig(PluginConfig):
@@ -24,23 +26,20 @@ class MoEInfinityEvictionConfig(PluginConfig):
 
 
 @EVICTION.register
-class MoEInfinityEviction(EvictionPolicy):
-    kind = "moe-infinity"
-    Config = MoEInfinityEvictionConfig
+class MoEInfinityEviction(EvictionPolicy[MoEInfinityEvictionConfig]):
     description = "Lowest activation count in the request's EAM first, then farthest layer."
     source = "MoE-Infinity (Xue et al., arXiv 2401.14361)"
 
-    def __init__(self, config: MoEInfinityEvictionConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
-        c = self.ctx
-        self.num_layers, self.num_experts = c.num_layers, c.num_experts  # type: ignore[attr-defined]
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
+        self.num_layers, self.num_experts = ctx.num_layers, ctx.num_experts
         self.eam = np.zeros(self.num_layers * self.num_experts, np.int64)
         self.request = -1
         self.layer = 0
         self.recency: dict[int, None] = {}
 
     def on_pass_start(self, pass_index: int) -> None:
-        request = int(self.ctx.passes.request[pass_index])  # type: ignore[attr-defined]
+        request = self.ctx.history.pass_info(pass_index).request
         if request != self.request:
             self.request = request
             self.eam[:] = 0

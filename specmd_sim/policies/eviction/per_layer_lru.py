@@ -13,8 +13,10 @@ from typing import Literal
 from pydantic import Field
 
 from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy, first_evictable
-from specmd_sim.policies.registry import EVICTION, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import EVICTION
 
 
 class PerLayerLRUConfig(PluginConfig):
@@ -25,18 +27,15 @@ class PerLayerLRUConfig(PluginConfig):
 
 
 @EVICTION.register
-class PerLayerLRUEviction(EvictionPolicy):
-    kind = "per-layer-lru"
-    Config = PerLayerLRUConfig
+class PerLayerLRUEviction(EvictionPolicy[PerLayerLRUConfig]):
     description = "A fixed number of slots per layer, LRU inside each layer."
     source = "mixtral-offloading (Eliseev & Mazur, 2023)"
 
-    def __init__(self, config: PerLayerLRUConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
-        c = self.ctx
-        self.num_experts = c.num_experts  # type: ignore[attr-defined]
-        self.quota = config.slots_per_layer or max(1, c.slots // c.num_layers)  # type: ignore[attr-defined]
-        self.layers: list[dict[int, None]] = [{} for _ in range(c.num_layers)]  # type: ignore[attr-defined]
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
+        self.num_experts = ctx.num_experts
+        self.quota = self.config.slots_per_layer or max(1, ctx.slots // ctx.num_layers)
+        self.layers: list[dict[int, None]] = [{} for _ in range(ctx.num_layers)]
         self.order: dict[int, None] = {}
 
     def _layer(self, key: int) -> dict[int, None]:

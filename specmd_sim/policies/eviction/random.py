@@ -10,8 +10,10 @@ from __future__ import annotations
 from typing import Literal
 
 from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy
-from specmd_sim.policies.registry import EVICTION, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import EVICTION
 
 
 class RandomConfig(PluginConfig):
@@ -19,14 +21,12 @@ class RandomConfig(PluginConfig):
 
 
 @EVICTION.register
-class RandomEviction(EvictionPolicy):
-    kind = "random"
-    Config = RandomConfig
+class RandomEviction(EvictionPolicy[RandomConfig]):
     description = "A uniformly random evictable expert (seeded)."
     source = "classic baseline"
 
-    def __init__(self, config: RandomConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
         self.order: dict[int, None] = {}
         self.u = float(self.ctx.rng.random())
 

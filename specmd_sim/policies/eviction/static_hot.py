@@ -18,8 +18,10 @@ import numpy as np
 from pydantic import Field
 
 from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.context import OfflineContext
 from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy, first_evictable
-from specmd_sim.policies.registry import EVICTION, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import EVICTION
 
 
 class StaticHotConfig(PluginConfig):
@@ -30,25 +32,21 @@ class StaticHotConfig(PluginConfig):
 
 
 @EVICTION.register
-class StaticHotEviction(EvictionPolicy):
-    kind = "static-hot"
-    Config = StaticHotConfig
+class StaticHotEviction(EvictionPolicy[StaticHotConfig]):
     description = "The most popular experts pinned for good; the rest streamed (or LRU)."
     source = "Fiddler (Kamahori et al., 2024); kTransformers"
+    offline = True
     may_bypass = True
 
-    def __init__(self, config: StaticHotConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
-        c = self.ctx
-        counts = np.bincount(c.demand.keys, minlength=c.num_layers * c.num_experts)  # type: ignore[attr-defined]
-        n_hot = max(1, int(c.slots * config.hot_fraction))  # type: ignore[attr-defined]
+    def __init__(self, config: PluginConfig, ctx: OfflineContext) -> None:
+        super().__init__(config, ctx)
+        counts = np.bincount(ctx.demand.keys, minlength=ctx.num_layers * ctx.num_experts)
+        n_hot = max(1, int(ctx.slots * self.config.hot_fraction))
         order = np.lexsort((np.arange(counts.size), -counts))  # most popular, then lowest id
-        source = getattr(c, "source", None)
-        if source is not None:  # the GPU's own expert shard is resident anyway
-            order = order[source[order] >= 0]
+        order = order[ctx.source[order] >= 0]  # the GPU's own expert shard is resident anyway
         self.hot = [int(k) for k in order[:n_hot]]
         self.hot_set = set(self.hot)
-        self.free_slots = c.slots - n_hot  # type: ignore[attr-defined]
+        self.free_slots = ctx.slots - n_hot
         self.others: dict[int, None] = {}
 
     def initial_contents(self) -> list[int]:

@@ -17,11 +17,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, ClassVar
 
-from specmd_sim.policies.registry import Plugin, PluginConfig
+from specmd_sim.policies.plugin import C, Plugin
 
 if TYPE_CHECKING:
     from specmd_sim.cache.expert_cache import ExpertCache
-    from specmd_sim.policies.context import RunContext
 
 
 class MissAction(Enum):
@@ -54,13 +53,8 @@ def substitute(by: int) -> MissDecision:
     return MissDecision(MissAction.SUBSTITUTE, by)
 
 
-class MissHandler(Plugin):
-    Config: ClassVar[type[PluginConfig]]
+class MissHandler(Plugin[C]):
     always_fetches: ClassVar[bool] = False  # lets engines skip the call on their hot path
-
-    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
-        self.config = config
-        self.ctx = ctx
 
     def decide(
         self, pass_index: int, layer: int, key: int, cache: ExpertCache, taken: set[int]

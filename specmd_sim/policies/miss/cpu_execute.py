@@ -26,8 +26,11 @@ from typing import Literal
 
 from pydantic import Field
 
+from specmd_sim.cache import ExpertCache
+from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.miss.base import CPU, FETCH, MissDecision, MissHandler
-from specmd_sim.policies.registry import MISS, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import MISS
 
 
 class CPUExecuteConfig(PluginConfig):
@@ -38,32 +41,27 @@ class CPUExecuteConfig(PluginConfig):
 
 
 @MISS.register
-class CPUExecuteMiss(MissHandler):
-    kind = "cpu-execute"
-    Config = CPUExecuteConfig
+class CPUExecuteMiss(MissHandler[CPUExecuteConfig]):
     description = "Run a missing expert on the host CPU when that is faster than fetching it."
     source = "Fiddler (Kamahori et al., 2024); HybriMoE's CPU-GPU split (Zhong et al., 2025)"
 
-    def __init__(self, config: CPUExecuteConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
-        c = self.ctx
-        self.greedy = config.mode == "greedy"
-        self.host = c.profile.hosts[0]  # type: ignore[attr-defined]
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
+        self.greedy = self.config.mode == "greedy"
+        self.host = ctx.profile.hosts[0]
         self.where = (-1, -1)
         self.cpu_load = self.gpu_load = 0.0
 
     def cpu_time(self, pass_index: int, layer: int, key: int, nbytes: int) -> float:
-        demand = self.ctx.demand
-        lo, hi = demand.span(pass_index, layer)
-        keys = demand.keys[lo:hi].tolist()
-        tokens = int(demand.tokens[lo + keys.index(key)])
+        chosen = self.ctx.history.demand_set(pass_index, layer)
+        tokens = int(chosen.tokens[chosen.keys.tolist().index(key)])
         return self.ctx.cost.cpu_expert_time(self.host, tokens, nbytes)
 
     def decide(
-        self, pass_index: int, layer: int, key: int, cache: object, taken: set[int]
+        self, pass_index: int, layer: int, key: int, cache: ExpertCache, taken: set[int]
     ) -> MissDecision:
-        t_fetch = self.ctx.fetch_time(key)  # type: ignore[attr-defined]
-        t_cpu = self.cpu_time(pass_index, layer, key, cache.nbytes[key])  # type: ignore[attr-defined]
+        t_fetch = self.ctx.fetch_time(key)
+        t_cpu = self.cpu_time(pass_index, layer, key, cache.nbytes[key])
         if not self.greedy:
             return CPU if t_cpu < t_fetch else FETCH
         if self.where != (pass_index, layer):

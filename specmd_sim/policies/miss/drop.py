@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+from specmd_sim.cache import ExpertCache
 from specmd_sim.policies.miss.base import DROP, MissDecision, MissHandler
-from specmd_sim.policies.registry import MISS, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import MISS
 
 
 class DropConfig(PluginConfig):
@@ -17,13 +19,11 @@ class DropConfig(PluginConfig):
 
 
 @MISS.register
-class DropMiss(MissHandler):
-    kind = "drop"
-    Config = DropConfig
+class DropMiss(MissHandler[DropConfig]):
     description = "Skip the missing expert's activation (no demand fetch)."
     source = "lossy expert skipping, e.g. AdapMoE / approximate offloading studies"
 
     def decide(
-        self, pass_index: int, layer: int, key: int, cache: object, taken: set[int]
+        self, pass_index: int, layer: int, key: int, cache: ExpertCache, taken: set[int]
     ) -> MissDecision:
         return DROP

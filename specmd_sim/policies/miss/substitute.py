@@ -14,10 +14,13 @@ from typing import Literal
 
 import numpy as np
 
+from specmd_sim.cache import ExpertCache
 from specmd_sim.cache.states import State
+from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.miss.base import FETCH, MissDecision, MissHandler, substitute
 from specmd_sim.policies.observe import DemandObserver
-from specmd_sim.policies.registry import MISS, PluginConfig
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.registry import MISS
 
 
 class SubstituteConfig(PluginConfig):
@@ -25,33 +28,31 @@ class SubstituteConfig(PluginConfig):
 
 
 @MISS.register
-class SubstituteMiss(MissHandler):
-    kind = "substitute"
-    Config = SubstituteConfig
+class SubstituteMiss(MissHandler[SubstituteConfig]):
     description = "Run the most likely cached expert of the same layer instead."
     source = "expert substitution in lossy offloading (e.g. SwapMoE, Lina-style skipping)"
 
-    def __init__(self, config: SubstituteConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
-        c = self.ctx
-        self.pred = c.trace.pred_scores  # type: ignore[attr-defined]
-        self.counts = np.zeros((c.num_layers, c.num_experts))  # type: ignore[attr-defined]
-        self.observer = DemandObserver(c, self._observe)  # type: ignore[arg-type]
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
+        self.counts = np.zeros((ctx.num_layers, ctx.num_experts))
+        self.observer = DemandObserver(ctx, self._observe)
 
     def _observe(self, pass_index: int, layer: int, experts: np.ndarray) -> None:
         self.counts[layer, experts] += 1
 
     def _estimate(self, pass_index: int, layer: int) -> np.ndarray:
-        if self.pred is not None:
-            passes = self.ctx.passes
-            rows = passes.rows[passes.start[pass_index] : passes.start[pass_index + 1]]
-            block = np.asarray(self.pred[0, rows, layer], np.float64)
+        # the prediction for this layer made one layer earlier, for the pass's tokens
+        recorded = self.ctx.history.recorded_scores(pass_index, layer - 1, layer)
+        if recorded is not None:
+            block = np.asarray(recorded, np.float64)
             if not np.isnan(block).all():
                 return np.nanmax(np.where(np.isnan(block), -np.inf, block), axis=0)
         self.observer.advance(pass_index, layer)
         return self.counts[layer]
 
-    def decide(self, pass_index: int, layer: int, key: int, cache, taken: set[int]) -> MissDecision:
+    def decide(
+        self, pass_index: int, layer: int, key: int, cache: ExpertCache, taken: set[int]
+    ) -> MissDecision:
         num_experts = self.ctx.num_experts
         base = layer * num_experts
         resident = [

@@ -10,8 +10,10 @@ import numpy as np
 from pydantic import Field
 
 from specmd_sim.policies.activation import ActivationMatrices
+from specmd_sim.policies.context import RunContext
+from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.predictors.base import Predictor
-from specmd_sim.policies.registry import PREDICTORS, PluginConfig
+from specmd_sim.policies.registry import PREDICTORS
 
 
 class ActivationMatrixConfig(PluginConfig):
@@ -20,15 +22,13 @@ class ActivationMatrixConfig(PluginConfig):
 
 
 @PREDICTORS.register
-class ActivationMatrixPredictor(Predictor):
-    kind = "activation-matrix"
-    Config = ActivationMatrixConfig
+class ActivationMatrixPredictor(Predictor[ActivationMatrixConfig]):
     description = "The best-matching past request's activations for the target layer."
     source = "MoE-Infinity (Xue et al., arXiv 2401.14361)"
 
-    def __init__(self, config: ActivationMatrixConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
-        self.eams = ActivationMatrices(self.ctx, config.history)
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
+        self.eams = ActivationMatrices(ctx, self.config.history)
 
     def scores(self, pass_index: int, layer: int, target: int) -> np.ndarray | None:
         return self.eams.predict(pass_index, layer, target)

@@ -2,27 +2,24 @@
 
 ``scores(pass_index, layer, target)`` is asked at the router of ``layer`` for a later layer
 ``target`` of the same pass and returns a float array of length ``num_experts`` (NaN = no
-opinion), or None when the predictor has nothing for that target.
+opinion), or None when the predictor has nothing for that target. What a prefetch policy is
+given is any :class:`ScoreSource` (the run's predictor, wrapped so that the eviction policy
+sees its scores too).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+from typing import Protocol
 
 import numpy as np
 
-from specmd_sim.policies.registry import Plugin, PluginConfig
-
-if TYPE_CHECKING:
-    from specmd_sim.policies.context import RunContext
+from specmd_sim.policies.plugin import C, Plugin
 
 
-class Predictor(Plugin):
-    Config: ClassVar[type[PluginConfig]]
+class ScoreSource(Protocol):
+    def scores(self, pass_index: int, layer: int, target: int) -> np.ndarray | None: ...
 
-    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
-        self.config = config
-        self.ctx = ctx
 
+class Predictor(Plugin[C]):
     def scores(self, pass_index: int, layer: int, target: int) -> np.ndarray | None:
         raise NotImplementedError

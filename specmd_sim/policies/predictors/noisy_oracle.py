@@ -24,8 +24,10 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from specmd_sim.policies.context import OfflineContext
+from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.predictors.base import Predictor
-from specmd_sim.policies.registry import PREDICTORS, PluginConfig
+from specmd_sim.policies.registry import PREDICTORS
 
 
 class NoisyOracleConfig(PluginConfig):
@@ -42,21 +44,24 @@ class NoisyOracleConfig(PluginConfig):
 
 
 @PREDICTORS.register
-class NoisyOraclePredictor(Predictor):
-    kind = "noisy-oracle"
-    Config = NoisyOracleConfig
+class NoisyOraclePredictor(Predictor[NoisyOracleConfig]):
     description = "The true next experts, each kept with probability `accuracy`."
     source = "synthetic; stands for gate-lookahead predictors (80-97 % in the literature)"
+    offline = True
+
+    def __init__(self, config: PluginConfig, ctx: OfflineContext) -> None:
+        super().__init__(config, ctx)
+        self.demand = ctx.demand
 
     def scores(self, pass_index: int, layer: int, target: int) -> np.ndarray:
         ctx, config = self.ctx, self.config
         num_experts, rng = ctx.num_experts, ctx.rng
-        truth = ctx.demand.keys_of(pass_index, target) - target * num_experts
+        truth = self.demand.keys_of(pass_index, target) - target * num_experts
         logits = rng.random(num_experts)
         m = truth.size
         if m:
             predicted = truth.copy()
-            dropped = np.flatnonzero(rng.random(m) >= config.accuracy)  # type: ignore[attr-defined]
+            dropped = np.flatnonzero(rng.random(m) >= config.accuracy)
             if dropped.size:
                 outside_mask = np.ones(num_experts, bool)
                 outside_mask[truth] = False
@@ -68,9 +73,9 @@ class NoisyOraclePredictor(Predictor):
                     dropped = dropped[:n]
                     missed = missed[:n]
             rank = np.arange(m)
-            logits[predicted] = config.confidence + (m - rank) / m  # type: ignore[attr-defined]
+            logits[predicted] = config.confidence + (m - rank) / m
             if dropped.size:
                 u = 1.0 - rng.random(dropped.size)  # (0, 1]
-                logits[missed] = config.confidence - config.near_miss * u  # type: ignore[attr-defined]
+                logits[missed] = config.confidence - config.near_miss * u
         p = np.exp(logits - logits.max())
         return p / p.sum()

@@ -10,9 +10,11 @@ from typing import Literal
 
 import numpy as np
 
+from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.observe import DemandObserver
+from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.predictors.base import Predictor
-from specmd_sim.policies.registry import PREDICTORS, PluginConfig
+from specmd_sim.policies.registry import PREDICTORS
 
 
 class PopularityConfig(PluginConfig):
@@ -20,16 +22,14 @@ class PopularityConfig(PluginConfig):
 
 
 @PREDICTORS.register
-class PopularityPredictor(Predictor):
-    kind = "popularity"
-    Config = PopularityConfig
+class PopularityPredictor(Predictor[PopularityConfig]):
     description = "Per-layer selection frequency so far in the run."
     source = "frequency-based prefetching (e.g. EdgeMoE's statistics, Fiddler's profile)"
 
-    def __init__(self, config: PopularityConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
-        self.counts = np.zeros((self.ctx.num_layers, self.ctx.num_experts))
-        self.observer = DemandObserver(self.ctx, self._observe)
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
+        self.counts = np.zeros((ctx.num_layers, ctx.num_experts))
+        self.observer = DemandObserver(ctx, self._observe)
 
     def _observe(self, pass_index: int, layer: int, experts: np.ndarray) -> None:
         self.counts[layer, experts] += 1

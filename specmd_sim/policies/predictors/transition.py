@@ -15,9 +15,11 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.observe import DemandObserver
+from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.predictors.base import Predictor
-from specmd_sim.policies.registry import PREDICTORS, PluginConfig
+from specmd_sim.policies.registry import PREDICTORS
 
 
 class TransitionConfig(PluginConfig):
@@ -26,16 +28,14 @@ class TransitionConfig(PluginConfig):
 
 
 @PREDICTORS.register
-class TransitionPredictor(Predictor):
-    kind = "transition"
-    Config = TransitionConfig
+class TransitionPredictor(Predictor[TransitionConfig]):
     description = "Co-activation counts from layer l's experts to layer l+j's, learned online."
     source = "route-aware prediction (SpecMD); layer-transition statistics (ProMoE, MoE-Lightning)"
 
-    def __init__(self, config: TransitionConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
-        c = self.ctx
-        self.d = config.max_distance
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
+        c = ctx
+        self.d = self.config.max_distance
         self.table = np.zeros((self.d, c.num_layers, c.num_experts, c.num_experts), np.float32)
         self.popular = np.zeros((c.num_layers, c.num_experts))
         self.pass_sets: dict[int, np.ndarray] = {}

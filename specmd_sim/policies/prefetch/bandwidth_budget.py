@@ -18,8 +18,11 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from specmd_sim.policies.prefetch.base import PrefetchPolicy
-from specmd_sim.policies.registry import PREFETCH, PluginConfig
+from specmd_sim.cache import ExpertCache
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.predictors.base import ScoreSource
+from specmd_sim.policies.prefetch.base import PrefetchPolicy, needs
+from specmd_sim.policies.registry import PREFETCH
 from specmd_sim.policies.scores import as_probabilities
 
 
@@ -33,30 +36,27 @@ class BandwidthBudgetConfig(PluginConfig):
 
 
 @PREFETCH.register
-class BandwidthBudgetPrefetch(PrefetchPolicy):
-    kind = "bandwidth-budget"
-    Config = BandwidthBudgetConfig
+class BandwidthBudgetPrefetch(PrefetchPolicy[BandwidthBudgetConfig]):
     description = "As many experts as fit in the current layer's expected compute time."
     source = "compute-overlap budgeting (HybriMoE, ProMoE, MoE-Lightning)"
 
     def budget(self, pass_index: int, layer: int) -> float:
         """Seconds of transfer the layer's remaining compute can hide."""
         ctx = self.ctx
-        cost, passes, demand = ctx.cost, ctx.passes, ctx.demand
-        lo, hi = demand.span(pass_index, layer)
-        dtype = ctx.placement.dtype
+        cost, history = ctx.cost, ctx.history
+        chosen = history.demand_set(pass_index, layer)
+        dtype = ctx.dtype
         seconds = sum(
             cost.expert_time(int(n), dtype[int(key)])
-            for key, n in zip(demand.keys[lo:hi], demand.tokens[lo:hi], strict=True)
+            for key, n in zip(chosen.keys, chosen.tokens, strict=True)
         )
-        return seconds + cost.attention_time(
-            passes.tokens(pass_index), int(passes.context_end[pass_index])
-        )
+        this = history.pass_info(pass_index)
+        return seconds + cost.attention_time(this.tokens, this.context_end)
 
     def _transfer_time(self, key: int) -> float:
         ctx = self.ctx
         i = int(ctx.source[key])
-        return 0.0 if i < 0 else int(ctx.placement.nbytes[key]) / ctx.paths[i].bandwidth
+        return 0.0 if i < 0 else int(ctx.nbytes[key]) / ctx.paths[i].bandwidth
 
     @cached_property
     def _quickest(self) -> float:
@@ -65,11 +65,14 @@ class BandwidthBudgetPrefetch(PrefetchPolicy):
         keys = range(ctx.num_layers * ctx.num_experts)
         return min((t for t in map(self._transfer_time, keys) if t > 0), default=0.0)
 
-    def plan(self, pass_index: int, layer: int, predictor, cache) -> list[int]:
+    def plan(
+        self, pass_index: int, layer: int, predictor: ScoreSource | None, cache: ExpertCache
+    ) -> list[int]:
         seconds = self.budget(pass_index, layer)
-        minimum = self.config.min_experts  # type: ignore[attr-defined]
+        minimum = self.config.min_experts
         if minimum == 0 and seconds < self._quickest:
             return []  # not even one expert fits: ask the predictor nothing
+        predictor = needs(predictor, self.kind)
         keys: list[np.ndarray] = []
         weights: list[np.ndarray] = []
         for distance, target in enumerate(self.targets(layer)):
@@ -77,7 +80,7 @@ class BandwidthBudgetPrefetch(PrefetchPolicy):
             if scores is None:
                 continue
             keys.append(target * self.num_experts + np.arange(self.num_experts))
-            weights.append(as_probabilities(scores) * self.config.decay**distance)  # type: ignore[attr-defined]
+            weights.append(as_probabilities(scores) * self.config.decay**distance)
         if not keys:
             return []
         k, w = np.concatenate(keys), np.concatenate(weights)

@@ -8,7 +8,9 @@ those for which nothing can be evicted. Layers past the last one are never targe
 prefetching across passes).
 
 Policies that select per target layer implement ``select(probabilities, scores)``; the base
-class walks the targets and asks the predictor.
+class walks the targets and asks the predictor. ``lookahead`` is the config's ``lookahead``
+(0 if it has none: the engine then never calls ``plan``); a policy with
+``uses_predictor = False`` is given ``predictor=None``.
 """
 
 from __future__ import annotations
@@ -17,23 +19,21 @@ from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
-from specmd_sim.policies.registry import Plugin, PluginConfig
+from specmd_sim.policies.context import RunContext
+from specmd_sim.policies.plugin import C, Plugin, PluginConfig
+from specmd_sim.policies.predictors.base import ScoreSource
 from specmd_sim.policies.scores import as_probabilities
 
 if TYPE_CHECKING:
     from specmd_sim.cache.expert_cache import ExpertCache
-    from specmd_sim.policies.context import RunContext
-    from specmd_sim.policies.predictors.base import Predictor
 
 
-class PrefetchPolicy(Plugin):
-    Config: ClassVar[type[PluginConfig]]
+class PrefetchPolicy(Plugin[C]):
     lookahead: int = 0  # 0: the engine never calls plan()
     uses_predictor: ClassVar[bool] = True  # False: plan() gets predictor=None
 
     def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
-        self.config = config
-        self.ctx = ctx
+        super().__init__(config, ctx)
         self.lookahead = int(getattr(config, "lookahead", 0) or 0)
         self.num_layers = ctx.num_layers
         self.num_experts = ctx.num_experts
@@ -42,9 +42,10 @@ class PrefetchPolicy(Plugin):
         return range(layer + 1, min(layer + self.lookahead, self.num_layers - 1) + 1)
 
     def plan(
-        self, pass_index: int, layer: int, predictor: Predictor, cache: ExpertCache
+        self, pass_index: int, layer: int, predictor: ScoreSource | None, cache: ExpertCache
     ) -> list[int]:
         """Flat expert ids to fetch, most wanted first."""
+        predictor = needs(predictor, self.kind)
         out: list[int] = []
         for target in self.targets(layer):
             scores = predictor.scores(pass_index, layer, target)
@@ -58,6 +59,13 @@ class PrefetchPolicy(Plugin):
     def select(self, probabilities: np.ndarray, scores: np.ndarray) -> np.ndarray:
         """Expert ids of one target layer to fetch, most wanted first."""
         raise NotImplementedError
+
+
+def needs(predictor: ScoreSource | None, kind: str) -> ScoreSource:
+    """``predictor``, which a policy with ``uses_predictor`` is always given."""
+    if predictor is None:
+        raise TypeError(f"prefetch {kind!r} uses a predictor: expected one, got None")
+    return predictor
 
 
 def ranked(probabilities: np.ndarray) -> np.ndarray:

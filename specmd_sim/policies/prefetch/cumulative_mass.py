@@ -11,8 +11,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.prefetch.base import PrefetchPolicy, ranked
-from specmd_sim.policies.registry import PREFETCH, PluginConfig
+from specmd_sim.policies.registry import PREFETCH
 
 
 class CumulativeMassConfig(PluginConfig):
@@ -25,14 +26,12 @@ class CumulativeMassConfig(PluginConfig):
 
 
 @PREFETCH.register
-class CumulativeMassPrefetch(PrefetchPolicy):
-    kind = "cumulative-mass"
-    Config = CumulativeMassConfig
+class CumulativeMassPrefetch(PrefetchPolicy[CumulativeMassConfig]):
     description = "Most likely experts until their probability mass reaches `mass`."
     source = "top-p (nucleus) selection applied to expert prediction"
 
     def select(self, probabilities: np.ndarray, scores: np.ndarray) -> np.ndarray:
         order = ranked(probabilities)
         cumulative = np.cumsum(probabilities[order])
-        n = int(np.searchsorted(cumulative, self.config.mass - 1e-12)) + 1  # type: ignore[attr-defined]
-        return order[: min(n, self.config.max_per_layer or n)]  # type: ignore[attr-defined]
+        n = int(np.searchsorted(cumulative, self.config.mass - 1e-12)) + 1
+        return order[: min(n, self.config.max_per_layer or n)]

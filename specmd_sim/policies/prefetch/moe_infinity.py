@@ -16,9 +16,13 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from specmd_sim.cache import ExpertCache
 from specmd_sim.policies.activation import ActivationMatrices
+from specmd_sim.policies.context import RunContext
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.predictors.base import ScoreSource
 from specmd_sim.policies.prefetch.base import PrefetchPolicy
-from specmd_sim.policies.registry import PREFETCH, PluginConfig
+from specmd_sim.policies.registry import PREFETCH
 
 
 class MoEInfinityPrefetchConfig(PluginConfig):
@@ -34,29 +38,29 @@ class MoEInfinityPrefetchConfig(PluginConfig):
 
 
 @PREFETCH.register
-class MoEInfinityPrefetch(PrefetchPolicy):
-    kind = "moe-infinity"
-    Config = MoEInfinityPrefetchConfig
+class MoEInfinityPrefetch(PrefetchPolicy[MoEInfinityPrefetchConfig]):
     description = "Activation-matrix matching over past requests; all remaining layers, decayed."
     source = "MoE-Infinity (Xue et al., arXiv 2401.14361)"
     uses_predictor = False
 
-    def __init__(self, config: MoEInfinityPrefetchConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
         self.lookahead = self.num_layers
-        self.eams = ActivationMatrices(self.ctx, config.history)
-        self.cap = config.max_experts or 2 * self.ctx.model.top_k
+        self.eams = ActivationMatrices(ctx, self.config.history)
+        self.cap = self.config.max_experts or 2 * ctx.model.top_k
 
-    def plan(self, pass_index: int, layer: int, predictor: object, cache: object) -> list[int]:
+    def plan(
+        self, pass_index: int, layer: int, predictor: ScoreSource | None, cache: ExpertCache
+    ) -> list[int]:
         match = self.eams.best_match(pass_index, layer)
         if match is None or layer + 1 >= self.num_layers:
             return []
         rows = match[layer + 1 :]
         totals = rows.sum(axis=1, keepdims=True)
         probs = np.divide(rows, totals, out=np.zeros_like(rows), where=totals > 0)
-        weighted = probs * self.config.decay ** np.arange(rows.shape[0])[:, None]  # type: ignore[attr-defined]
+        weighted = probs * self.config.decay ** np.arange(rows.shape[0])[:, None]
         flat = weighted.reshape(-1)
         keys = (layer + 1) * self.num_experts + np.arange(flat.size)
         order = np.lexsort((keys, -flat))
-        order = order[flat[order] >= max(self.config.threshold, 1e-12)][: self.cap]  # type: ignore[attr-defined]
+        order = order[flat[order] >= max(self.config.threshold, 1e-12)][: self.cap]
         return [int(k) for k in keys[order]]

@@ -7,8 +7,12 @@ from typing import Literal
 
 from pydantic import Field
 
+from specmd_sim.cache import ExpertCache
+from specmd_sim.policies.context import OfflineContext
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.predictors.base import ScoreSource
 from specmd_sim.policies.prefetch.base import PrefetchPolicy
-from specmd_sim.policies.registry import PREFETCH, PluginConfig
+from specmd_sim.policies.registry import PREFETCH
 
 
 class OracleConfig(PluginConfig):
@@ -19,17 +23,19 @@ class OracleConfig(PluginConfig):
 
 
 @PREFETCH.register
-class OraclePrefetch(PrefetchPolicy):
-    kind = "oracle"
-    Config = OracleConfig
+class OraclePrefetch(PrefetchPolicy[OracleConfig]):
     description = "The exact experts of the next layers (perfect knowledge)."
     source = "upper bound for speculative prefetching"
+    offline = True
     uses_predictor = False
 
-    def __init__(self, config: OracleConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
-        self.lookahead = config.lookahead or self.num_layers
+    def __init__(self, config: PluginConfig, ctx: OfflineContext) -> None:
+        super().__init__(config, ctx)
+        self.lookahead = self.config.lookahead or self.num_layers
+        self.demand = ctx.demand
 
-    def plan(self, pass_index: int, layer: int, predictor: object, cache: object) -> list[int]:
-        demand = self.ctx.demand
+    def plan(
+        self, pass_index: int, layer: int, predictor: ScoreSource | None, cache: ExpertCache
+    ) -> list[int]:
+        demand = self.demand
         return [int(k) for t in self.targets(layer) for k in demand.keys_of(pass_index, t)]

@@ -12,8 +12,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.prefetch.base import PrefetchPolicy, ranked
-from specmd_sim.policies.registry import PREFETCH, PluginConfig
+from specmd_sim.policies.registry import PREFETCH
 
 
 class ScoreThresholdConfig(PluginConfig):
@@ -31,13 +32,11 @@ class ScoreThresholdConfig(PluginConfig):
 
 
 @PREFETCH.register
-class ScoreThresholdPrefetch(PrefetchPolicy):
-    kind = "score-threshold"
-    Config = ScoreThresholdConfig
+class ScoreThresholdPrefetch(PrefetchPolicy[ScoreThresholdConfig]):
     description = "Every expert whose predicted probability >= threshold."
     source = "SpecMD's score-based prefetching"
 
     def select(self, probabilities: np.ndarray, scores: np.ndarray) -> np.ndarray:
         order = ranked(probabilities)
-        chosen = order[probabilities[order] >= self.config.threshold]  # type: ignore[attr-defined]
-        return chosen[: self.config.max_per_layer]  # type: ignore[attr-defined]
+        chosen = order[probabilities[order] >= self.config.threshold]
+        return chosen[: self.config.max_per_layer]

@@ -10,8 +10,10 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from specmd_sim.policies.context import RunContext
+from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.prefetch.base import PrefetchPolicy
-from specmd_sim.policies.registry import PREFETCH, PluginConfig
+from specmd_sim.policies.registry import PREFETCH
 
 
 class TopKConfig(PluginConfig):
@@ -21,15 +23,13 @@ class TopKConfig(PluginConfig):
 
 
 @PREFETCH.register
-class TopKPrefetch(PrefetchPolicy):
-    kind = "top-k"
-    Config = TopKConfig
+class TopKPrefetch(PrefetchPolicy[TopKConfig]):
     description = "The k highest-scored experts of each of the next `lookahead` layers."
     source = "fixed top-k speculative prefetch (SpecMD's baseline; MoE-Lightning, ProMoE)"
 
-    def __init__(self, config: TopKConfig, ctx: object) -> None:
-        super().__init__(config, ctx)  # type: ignore[arg-type]
-        self.k = config.k or self.ctx.model.top_k  # type: ignore[attr-defined]
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
+        self.k = self.config.k or ctx.model.top_k
 
     def select(self, probabilities: np.ndarray, scores: np.ndarray) -> np.ndarray:
         valid = np.flatnonzero(~np.isnan(scores))

@@ -1,0 +1,158 @@
+"""The engines make the same decisions: one layer step, fulfilled two ways.
+
+1. On an ideal machine (``timing.ideal``: transfers and compute take no time) ``simulate`` gives
+   exactly ``replay``'s per-access outcome sequence, eviction sequence and cache counters, for
+   every eviction × prefetch × miss handler × pin mode of the registry, on Hypothesis-generated
+   traces with chunked prefill and batches.
+2. With real timing and a cache that holds every expert (so no eviction can make the engines'
+   contents diverge), time only ever makes an access worse: a hit in ``simulate`` is a hit in
+   ``replay``, a late hit in ``simulate`` is a hit in ``replay``, and a miss in ``replay`` is a
+   miss in ``simulate`` — never the reverse.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import ClassVar
+from unittest import mock
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specmd_sim import apply_overrides, build_config, replay, simulate
+from specmd_sim.cache import AccessClass, ExpertCache
+from specmd_sim.policies import EVICTION, MISS, PREDICTORS, PREFETCH
+from specmd_sim.traces import make_trace, save_trace
+
+# olmoe-1b-7b: many experts per layer, so prefetches compete with each other for slots
+MODEL, LAYERS, EXPERTS, TOP_K = "olmoe-1b-7b", 16, 64, 8
+_HIT, _LATE = int(AccessClass.HIT), int(AccessClass.LATE_HIT)
+
+
+class _Recording(ExpertCache):
+    """Logs every access with its class and every eviction, in order."""
+
+    logs: ClassVar[list[dict[str, list[tuple[int, int]]]]] = []
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.log: dict[str, list[tuple[int, int]]] = {"access": [], "evict": []}
+        _Recording.logs.append(self.log)
+
+    def access(self, key: int, layer: int) -> int:
+        klass = super().access(key, layer)
+        self.log["access"].append((key, klass))
+        return klass
+
+    def _evict(self, key: int) -> None:
+        self.log["evict"].append((key, self.pass_index))
+        super()._evict(key)
+
+
+@st.composite
+def workloads(draw):
+    """A routing trace and a workload: requests with prefill and decode tokens, chunked
+    prefill, batches, and a cache a little larger than one layer's largest demand set."""
+    # the bounds make even Hypothesis's first, smallest example one whose cache fills up
+    requests = draw(st.integers(2, 3))
+    prefill = draw(st.lists(st.integers(2, 3), min_size=requests, max_size=requests))
+    decode = draw(st.lists(st.integers(1, 3), min_size=requests, max_size=requests))
+    chunk, batch = draw(st.integers(1, 2)), draw(st.integers(1, 2))
+    seed = draw(st.integers(0, 2**16))
+    rng = np.random.default_rng(seed)
+    sizes = zip(prefill, decode, strict=True)
+    phase = np.concatenate([np.r_[np.zeros(p), np.ones(d)] for p, d in sizes])
+    request = np.repeat(np.arange(requests), np.add(prefill, decode))
+    tokens = phase.size
+    # skewed, so that experts repeat and caches matter
+    weights = 1.0 / np.arange(1, EXPERTS + 1) ** 1.2
+    ids = np.array(
+        [
+            rng.choice(EXPERTS, size=TOP_K, replace=False, p=weights / weights.sum())
+            for _ in range(tokens * LAYERS)
+        ]
+    ).reshape(tokens, LAYERS, TOP_K)
+    gates = np.sort(rng.random((tokens, LAYERS, TOP_K)), axis=2)[:, :, ::-1]
+    pred = rng.random((1, tokens, LAYERS, EXPERTS)).astype(np.float16)
+    trace = make_trace(
+        ids.astype(np.int16), model=MODEL, num_experts=EXPERTS,
+        request=request.astype(np.int32), phase=phase.astype(np.uint8),
+        gates=gates.astype(np.float32), pred_scores=pred,
+    )  # fmt: skip
+    largest = TOP_K * max(chunk, 1) * batch
+    overrides = [
+        f"workload.prefill_chunk_tokens={chunk}",
+        f"workload.batch_size={batch}",
+        f"cache.capacity={draw(st.integers(largest + 4, largest + 24))}",
+        f"seed={draw(st.integers(0, 99))}",
+        f"predictor.kind={draw(st.sampled_from(PREDICTORS.kinds()))}",
+    ]
+    return trace, overrides
+
+
+def _run(engine, trace, overrides: list[str]):
+    _Recording.logs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = save_trace(trace, Path(tmp) / "t.npz")
+        config = build_config(apply_overrides({}, [f"trace={path}", *overrides]))
+        with mock.patch("specmd_sim.scenario.plugins.ExpertCache", _Recording):
+            result = engine(config)
+    (log,) = _Recording.logs
+    return result, log
+
+
+_CACHE_COUNTERS = (
+    "accesses", "hits", "late_hits", "misses", "misses_compulsory", "misses_capacity",
+    "misses_collision", "prefetch_issued", "prefetch_completed", "prefetch_used",
+    "prefetch_wasted", "prefetch_cancelled", "prefetch_dropped", "evictions", "bypassed",
+    "activations_dropped", "activations_substituted", "activations_cpu", "bytes_demand",
+    "bytes_prefetch",
+)  # fmt: skip
+
+
+@pytest.mark.parametrize("pin", ["true", "false"])
+@pytest.mark.parametrize("miss", MISS.kinds())
+@pytest.mark.parametrize("prefetch", PREFETCH.kinds())
+@pytest.mark.parametrize("eviction", EVICTION.kinds())
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@given(workload=workloads())
+def test_ideal_timing_makes_replays_decisions(eviction, prefetch, miss, pin, workload):
+    trace, overrides = workload
+    overrides = [
+        *overrides, f"eviction.kind={eviction}", f"prefetch.kind={prefetch}",
+        f"miss.kind={miss}", f"cache.pin_demand_set={pin}",
+    ]  # fmt: skip
+    replayed, replay_log = _run(replay, trace, overrides)
+    timed, timed_log = _run(simulate, trace, [*overrides, "timing.ideal=true"])
+    assert timed_log["access"] == replay_log["access"]
+    assert timed_log["evict"] == replay_log["evict"]
+    counters = {k: replayed.metrics[k] for k in _CACHE_COUNTERS}
+    assert {k: timed.metrics[k] for k in _CACHE_COUNTERS} == counters
+    assert timed.per_layer["hits"] == replayed.per_layer["hits"]
+    assert timed.metrics["makespan_s"] == 0.0 and timed.metrics["late_hits"] == 0
+
+
+@pytest.mark.parametrize("prefetch", ["top-k", "score-threshold", "oracle", "pre-gated"])
+@pytest.mark.parametrize("eviction", ["lru", "least-stale", "lfu"])
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(workload=workloads(), pin=st.sampled_from(["true", "false"]))
+def test_time_only_makes_accesses_worse(eviction, prefetch, pin, workload):
+    trace, overrides = workload
+    overrides = [
+        *overrides, f"eviction.kind={eviction}", f"prefetch.kind={prefetch}",
+        f"cache.pin_demand_set={pin}", f"cache.capacity={LAYERS * EXPERTS}",
+    ]  # fmt: skip
+    _, replay_log = _run(replay, trace, overrides)
+    timed, timed_log = _run(simulate, trace, overrides)
+    assert not timed_log["evict"] and not replay_log["evict"]
+    pairs = list(zip(replay_log["access"], timed_log["access"], strict=True))
+    assert all(r[0] == t[0] for r, t in pairs)  # the same access sequence
+    for (_, r), (_, t) in pairs:
+        if t in (_HIT, _LATE):
+            assert r == _HIT
+        if r != _HIT:
+            assert t == r  # the same miss class
+    assert timed.metrics["makespan_s"] > 0
