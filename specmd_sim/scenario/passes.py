@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specmd_sim.config import WorkloadConfig
+from specmd_sim.policies.context import AccessSequence
 from specmd_sim.traces.trace import DECODE, PREFILL, Trace
 
 
@@ -56,20 +57,9 @@ class Passes:
 
 
 @dataclass(frozen=True, eq=False)
-class DemandSets:
-    keys: np.ndarray  # int32 [A]: flat expert ids, the access sequence
-    tokens: np.ndarray  # int32 [A]: tokens of the pass routed to that expert
-    gates: np.ndarray  # float32 [A]: its highest gate in the pass; NaN without gates
-    offsets: np.ndarray  # int64 [P * L + 1]
-    num_layers: int
-
-    def span(self, p: int, layer: int) -> tuple[int, int]:
-        i = p * self.num_layers + layer
-        return int(self.offsets[i]), int(self.offsets[i + 1])
-
-    def keys_of(self, p: int, layer: int) -> np.ndarray:
-        lo, hi = self.span(p, layer)
-        return self.keys[lo:hi]
+class DemandSets(AccessSequence):
+    """The run's access sequence (:class:`~specmd_sim.policies.context.AccessSequence`, which
+    offline plug-ins are given as it is), with the checks made before a run."""
 
     def max_layer_demand(self) -> tuple[int, int, int]:
         """(size, pass, layer) of the largest demand set."""

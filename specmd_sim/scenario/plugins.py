@@ -19,7 +19,6 @@ from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware import TransferPath, host_path, transfer_path
 from specmd_sim.models import CostModel
 from specmd_sim.policies.context import (
-    AccessSequence,
     PassTable,
     RecordedScores,
     RunContext,
@@ -152,13 +151,6 @@ def _views(scenario: Scenario, g: int, rng: np.random.Generator) -> RunViews:
     """GPU ``g``'s online view of the run, and that view with its access sequence."""
     trace, passes, demand = scenario.trace, scenario.passes, scenario.demand
     placement = scenario.placement
-    sequence = AccessSequence(
-        keys=demand.keys,
-        tokens=demand.tokens,
-        gates=demand.gates,
-        offsets=demand.offsets,
-        num_layers=demand.num_layers,
-    )
     table = PassTable(
         request=passes.request,
         phase=passes.phase,
@@ -182,9 +174,9 @@ def _views(scenario: Scenario, g: int, rng: np.random.Generator) -> RunViews:
         dtype=placement.dtype,
         paths=paths,
         source=source,
-        history=RunHistory(sequence, table, recorded),
+        history=RunHistory(demand, table, recorded),
     )
-    return RunViews.of(ctx, sequence)
+    return RunViews.of(ctx, demand)
 
 
 class _Tapped:
