@@ -34,6 +34,16 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _capacity_spec(value: object) -> str | int:
+    """A cache capacity: ``'auto'`` (what the GPU memory budget leaves) or a size spec."""
+    if isinstance(value, str) and value.strip() == "auto":
+        return "auto"
+    try:
+        return _size_spec(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc} or 'auto'") from None
+
+
 def _size_spec(value: object) -> str | int:
     """Validate a size given as a percentage of routed-expert bytes, a count or bytes."""
     if isinstance(value, bool) or not isinstance(value, str | int):
@@ -74,7 +84,9 @@ class CacheConfig(_Frozen):
         default="5%",
         description=(
             "GPU expert-cache capacity, per GPU: a percentage of all routed-expert bytes ('5%', "
-            "SpecMD's convention), a number of expert slots (51), or bytes ('0.6GiB', '650e6B')."
+            "SpecMD's convention), a number of expert slots (51), bytes ('0.6GiB', '650e6B'), "
+            "or 'auto' = all the GPU memory budget leaves (HBM minus non-expert weights, KV "
+            "cache and the runtime's workspace)."
         ),
     )
     pin_demand_set: bool = Field(
@@ -85,10 +97,13 @@ class CacheConfig(_Frozen):
         ),
     )
 
-    _check_capacity = field_validator("capacity", mode="before")(_size_spec)
+    _check_capacity = field_validator("capacity", mode="before")(_capacity_spec)
 
-    def capacity_bytes(self, expert_bytes: int, routed_bytes: int) -> int:
-        """Resolve the capacity against a model's expert sizes."""
+    def capacity_bytes(self, expert_bytes: int, routed_bytes: int, budget: int) -> int:
+        """Resolve the capacity against a model's expert sizes; ``auto`` = ``budget`` bytes
+        rounded down to whole expert slots."""
+        if self.capacity == "auto":
+            return max(budget, 0) // expert_bytes * expert_bytes
         return resolve_size(self.capacity, expert_bytes, routed_bytes)
 
 
@@ -251,10 +266,29 @@ class SimConfig(_Frozen):
         default=None, description="Catalog model id; null = the model named by the trace."
     )
     expert_dtype: Dtype | None = Field(
-        default=None, description="Override the model's expert precision (bf16, fp8, int4)."
+        default=None,
+        description=(
+            "Override the model's expert precision: bf16, fp16, fp8, int8/int4/int3/int2 "
+            "(GPTQ-style, group 128), hqq-2bit/3bit/4bit, GGUF q2_k ... q8_0 and q4_k_m, or "
+            "w<bits>g<group> (docs/hardware.md, 'Precisions')."
+        ),
+    )
+    dense_dtype: Dtype | None = Field(
+        default=None,
+        description=(
+            "Override the precision of the non-expert weights (attention, routers, shared "
+            "experts, embedding, LM head); same names as expert_dtype."
+        ),
     )
     hardware: str = Field(
         default="h100-pcie", description="Bundled hardware profile id or path to a YAML file."
+    )
+    runtime: str = Field(
+        default="fused-kernels",
+        description=(
+            "Bundled runtime profile id (the software stack: dispatch costs, dequantization, "
+            "copies, CPU kernels, workspace) or path to a YAML file; docs/runtimes.md."
+        ),
     )
     trace: str = Field(
         default="olmoe-synthetic",

@@ -65,14 +65,17 @@ With batch 1 and closed-loop arrivals nothing waits, so `ttft_other_s = tpot_oth
 `ttft_s = ttft_compute_s + ttft_stall_s`.
 
 Compute per operation: `max(flops / (peak_flops · compute_efficiency), bytes / (hbm_bandwidth ·
-memory_efficiency)) + kernel_launch_overhead` (`specmd_sim/models/cost.py` lists the FLOPs and
-bytes of attention, expert and LM-head operations). A transfer takes the path latency plus its
-bytes at its max-min fair share of every resource on its path, recomputed whenever a transfer
-starts or ends (`specmd_sim/engine/sim/flows.py`). An NVMe drive's capacity is a function of
+memory_efficiency)) + kernels · (kernel_launch_overhead + dispatch_overhead) + fixed`, the
+kernels, dispatch and fixed costs from the runtime profile (`docs/runtimes.md`;
+`specmd_sim/models/cost.py` lists the FLOPs and bytes of attention, expert and LM-head
+operations). A transfer takes the path latency (times the runtime's copies per expert) plus its
+bytes at its max-min fair share of every resource on its path, at most the runtime's copy
+efficiency times the path bandwidth, recomputed whenever a transfer starts or ends
+(`specmd_sim/engine/sim/flows.py`). An NVMe drive's capacity is a function of
 the reads outstanding on it: `bandwidth(q)` in `docs/hardware.md`, with `q` the sum over its
 transfers of `ceil(chunk bytes / read_request_bytes)`. An expert stored at `precision.cold_dtype`
-moves `expert_bytes_at(dtype)` bytes and its kernel reads that many (`models/spec.py`: bf16 2,
-fp8 1, int4 0.515625 bytes per parameter).""",
+moves `expert_bytes_at(dtype)` bytes and its kernel reads that many (`models/precision.py`: bf16
+2, fp8 1, int4 0.515625, hqq-2bit 0.377, q4_k 0.5625 bytes per parameter, ...).""",
     ),
 }
 

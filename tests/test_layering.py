@@ -65,11 +65,11 @@ SOURCE = ROOT / PACKAGE
 
 LAYERS = (
     "errors", "units", "_data",
-    "hardware", "models", "traces",
+    "hardware", "runtime", "models", "traces",
     "cache", "policies", "config", "scenario",
     "metric_spec", "timeline", "metrics", "metric_docs",
     "engine",
-    "runs", "report", "sweep", "regress", "reproduce",
+    "runs", "report", "sweep", "regress", "reproduce", "validate",
     "__init__",
     "cli", "pytest_plugin", "__main__",
 )  # fmt: skip

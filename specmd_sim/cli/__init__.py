@@ -8,7 +8,15 @@ from __future__ import annotations
 
 import sys
 
-from specmd_sim.cli import catalog, report, reproduce, run, sweep, trace  # noqa: F401  (they register their commands)
+from specmd_sim.cli import (  # noqa: F401  (they register their commands)
+    catalog,
+    report,
+    reproduce,
+    run,
+    sweep,
+    trace,
+    validate,
+)
 from specmd_sim.cli.app import app
 from specmd_sim.errors import SpecmdError
 

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from specmd_sim.cli.app import hardware_app, models_app, policies_app
-from specmd_sim.cli.common import JsonOpt, console
+from specmd_sim.cli.common import JsonOpt, console, print_quantities
 from specmd_sim.units import format_bytes
 
 # --- hardware ------------------------------------------------------------------------------
@@ -49,19 +49,13 @@ def hardware_show(
     json_: JsonOpt = False,
 ) -> None:
     """Show every number of a profile with its source and grade."""
-    from specmd_sim.hardware import load_profile, lowest_grade
+    from specmd_sim.hardware import load_profile
 
     p = load_profile(profile)
     if json_:
         typer.echo(json.dumps(p.model_dump(mode="json"), indent=2))
         return
-    table = Table("field", "value", "grade", "source", title=f"{p.id}: {p.name}")
-    quantities = list(p.quantities())
-    for name, q in quantities:
-        table.add_row(name, f"{q.value:.4g}", q.grade, q.source)
-    out = console()
-    out.print(table)
-    out.print(f"lowest grade: {lowest_grade([q for _, q in quantities])}")
+    print_quantities(f"{p.id}: {p.name}", list(p.quantities()))
 
 
 @hardware_app.command("validate")

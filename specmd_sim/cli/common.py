@@ -19,9 +19,17 @@ ConfigOpt = Annotated[
 ]
 ModelOpt = Annotated[str | None, typer.Option(help="Catalog model id (default: the trace's).")]
 HardwareOpt = Annotated[str | None, typer.Option(help="Hardware profile id or YAML path.")]
+RuntimeOpt = Annotated[
+    str | None,
+    typer.Option(help="Runtime profile (software stack) id or YAML path; `specmd runtimes list`."),
+]
 TraceOpt = Annotated[str | None, typer.Option(help="Trace .npz path or bundled trace name.")]
 CacheOpt = Annotated[
-    str | None, typer.Option(help="Cache capacity: '5%', expert slots (51) or bytes ('0.6GiB').")
+    str | None,
+    typer.Option(
+        help="Cache capacity: '5%', expert slots (51), bytes ('0.6GiB') or 'auto' (what the GPU "
+        "memory budget leaves)."
+    ),
 ]
 EvictionOpt = Annotated[str | None, typer.Option(help="Eviction policy kind.")]
 PrefetchOpt = Annotated[str | None, typer.Option(help="Prefetch policy kind.")]
@@ -48,6 +56,7 @@ def load_config(
     prefetch: str | None,
     seed: int | None,
     overrides: list[str] | None,
+    runtime: str | None = None,
 ) -> SimConfig:
     data: dict[str, Any] = {}
     if config is not None:
@@ -57,7 +66,7 @@ def load_config(
         if loaded is not None and not isinstance(loaded, dict):
             raise SpecmdError(f"config {config}: expected a mapping, got {type(loaded).__name__}")
         data = loaded or {}
-    flags = {"model": model, "hardware": hardware, "trace": trace, "seed": seed}
+    flags = {"model": model, "hardware": hardware, "runtime": runtime, "trace": trace, "seed": seed}
     data.update({k: v for k, v in flags.items() if v is not None})
     if cache is not None:
         data.setdefault("cache", {})["capacity"] = cache
@@ -69,6 +78,25 @@ def load_config(
     if overrides:  # on top of the full config, defaults included, so any field can be set
         data = apply_overrides(config_to_dict(build_config(data, source)), overrides)
     return build_config(data, source)
+
+
+def print_quantities(
+    title: str, quantities: list[Any], extra: tuple[tuple[str, Any], ...] | list[Any] = ()
+) -> None:
+    """A profile's numbers (``(name, Quantity)``; ``extra``: settings with value, source and
+    grade) as one table, then their lowest grade."""
+    from rich.table import Table
+
+    from specmd_sim.hardware import lowest_grade
+
+    table = Table("field", "value", "grade", "source", title=title)
+    for name, q in quantities:
+        table.add_row(name, f"{q.value:.4g}", q.grade, q.source)
+    for name, setting in extra:
+        table.add_row(name, str(setting.value), setting.grade, setting.source)
+    out = console()
+    out.print(table)
+    out.print(f"lowest grade: {lowest_grade([q for _, q in quantities])}")
 
 
 def console(json_mode: bool = False) -> Console:

@@ -22,6 +22,7 @@ from specmd_sim.cli.common import (
     ModelOpt,
     OutOpt,
     PrefetchOpt,
+    RuntimeOpt,
     SeedOpt,
     SetOpt,
     TraceOpt,
@@ -115,6 +116,11 @@ def _summary(out: Console, result: Any) -> None:
     if result.hardware_grade:
         table.add_row("lowest hardware grade used", result.hardware_grade)
     out.print(table)
+    if "budget_gpu" in inputs:
+        from specmd_sim.scenario.budget import MemoryBudget
+
+        line = MemoryBudget.from_dict(inputs).describe()
+        out.print(f"runtime {cfg['runtime']}; GPU memory: {line}", highlight=False)
     gpus = result.per_gpu
     if len(gpus.get("gpu", [])) > 1:
         columns = TABLES["per_gpu"].columns
@@ -138,6 +144,7 @@ def _engine_command(engine: str, doc: str) -> Any:
         config: ConfigOpt = None,
         model: ModelOpt = None,
         hardware: HardwareOpt = None,
+        runtime: RuntimeOpt = None,
         trace: TraceOpt = None,
         cache: CacheOpt = None,
         eviction: EvictionOpt = None,
@@ -147,7 +154,9 @@ def _engine_command(engine: str, doc: str) -> Any:
         set_: SetOpt = None,
         json_: JsonOpt = False,
     ) -> None:
-        cfg = load_config(config, model, hardware, trace, cache, eviction, prefetch, seed, set_)
+        cfg = load_config(
+            config, model, hardware, trace, cache, eviction, prefetch, seed, set_, runtime
+        )
         _execute(engine, cfg, out, json_)
 
     command.__doc__ = doc

@@ -20,6 +20,9 @@ def inputs_echo(scenario: Scenario) -> dict[str, Any]:
         "expert_bytes": model.expert_bytes,
         "routed_bytes": scenario.placement.routed_bytes,  # at each expert's precision
         "hardware": scenario.profile.id,
+        "runtime": scenario.runtime.id,
+        "dense_dtype": model.dense_dtype,
+        **scenario.budgets[0].as_dict(),  # of the first GPU
         "trace_model": trace.model,
         "trace_tokens": trace.num_tokens,
         "num_layers": trace.num_layers,

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from specmd_sim._data import data_dir
 from specmd_sim.errors import SpecmdError, from_validation_error
 from specmd_sim.hardware.schema import HardwareProfile
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def profile_dir() -> Path:
@@ -36,23 +39,30 @@ def load_yaml(path: Path, what: str) -> object:
         raise SpecmdError(f"{what} {path}: malformed YAML{where}: {problem}") from None
 
 
-def load_profile(ref: str | Path) -> HardwareProfile:
-    """Load a profile by bundled id or by path to a YAML file; validate it."""
+def load_bundled(
+    ref: str | Path, folder: Path, bundled: list[str], schema: type[M], what: str
+) -> M:
+    """A YAML file by bundled id (a file stem in ``folder``) or path, validated as ``schema``;
+    one-line errors naming ``what`` and the file."""
     path = Path(ref)
     if path.suffix not in (".yaml", ".yml"):
-        path = profile_dir() / f"{ref}.yaml"
+        path = folder / f"{ref}.yaml"
         if not path.is_file():
             raise SpecmdError(
-                f"hardware profile: expected a bundled id ({', '.join(list_profiles())}) "
-                f"or a path to a .yaml file, got {str(ref)!r}"
+                f"{what}: expected a bundled id ({', '.join(bundled)}) or a path to a .yaml "
+                f"file, got {str(ref)!r}"
             )
-    data = load_yaml(path, "hardware profile")
+    data = load_yaml(path, what)
     if not isinstance(data, dict):
         raise SpecmdError(
-            f"hardware profile {path}: expected a YAML mapping at the top level, "
-            f"got {type(data).__name__}"
+            f"{what} {path}: expected a YAML mapping at the top level, got {type(data).__name__}"
         )
     try:
-        return HardwareProfile.model_validate(data)
+        return schema.model_validate(data)
     except ValidationError as exc:
-        raise from_validation_error(f"hardware profile {path}", exc) from None
+        raise from_validation_error(f"{what} {path}", exc) from None
+
+
+def load_profile(ref: str | Path) -> HardwareProfile:
+    """Load a profile by bundled id or by path to a YAML file; validate it."""
+    return load_bundled(ref, profile_dir(), list_profiles(), HardwareProfile, "hardware profile")

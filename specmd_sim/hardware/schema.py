@@ -84,7 +84,17 @@ class HostNode(_Frozen):
     dram_bytes: Positive = Field(description="DRAM capacity in bytes.")
     dram_bandwidth_bytes_per_s: Positive = Field(description="Peak DRAM bandwidth, bytes/s.")
     cpu_flops: Positive = Field(description="Peak CPU FLOP/s at the precision experts run in.")
-    cpu_compute_efficiency: Fraction = Field(description="Achieved fraction of CPU peak FLOP/s.")
+    sockets: Count | None = Field(
+        default=None,
+        description=(
+            "CPU sockets (NUMA nodes); DRAM bandwidth and capacity are the totals over all of "
+            "them, split evenly. None = one. A runtime that is not NUMA-aware reads one socket's "
+            "share (see the runtime profile's cpu_numa_aware)."
+        ),
+    )
+    dram_channels: Count | None = Field(
+        default=None, description="DRAM channels over all sockets (documents the bandwidth)."
+    )
 
 
 class SwitchNode(_Frozen):

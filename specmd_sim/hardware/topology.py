@@ -8,7 +8,7 @@ a flow from ``a`` to ``b`` uses the link's ``(a, b)`` direction, which has its o
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 
@@ -101,11 +101,25 @@ class TransferPath:
     capacity: dict[str, float]
     latency_s: float
     quantities: tuple[Quantity, ...]  # the profile's numbers this path's timing reads
+    rate_cap: float | None = None  # bytes/s one copy reaches at most (a runtime's copy method)
 
     @property
     def bandwidth(self) -> float:
-        """Bytes/s of one transfer alone on the path (its narrowest resource at full depth)."""
-        return min(self.capacity.values())
+        """Bytes/s of one transfer alone on the path (its narrowest resource at full depth,
+        or the copy's own cap)."""
+        narrowest = min(self.capacity.values())
+        return narrowest if self.rate_cap is None else min(narrowest, self.rate_cap)
+
+    def as_copied(self, tensors: Quantity, efficiency: Quantity) -> TransferPath:
+        """This path as a runtime copies over it: each expert as ``tensors`` separate copies
+        (each pays the path latency) reaching ``efficiency`` of the path's bandwidth."""
+        cap = None if efficiency.value >= 1 else efficiency.value * min(self.capacity.values())
+        return replace(
+            self,
+            latency_s=self.latency_s * tensors.value,
+            rate_cap=cap,
+            quantities=(*self.quantities, tensors, efficiency),
+        )
 
 
 def transfer_path(profile: HardwareProfile, source: str, gpu_id: str) -> TransferPath:

@@ -1,7 +1,15 @@
-"""The compute cost model: a roofline per operation plus a kernel-launch overhead.
+"""The compute cost model: a roofline per operation plus the runtime's dispatch costs.
 
 ``time(op) = max(flops / (peak_flops * compute_efficiency),
-                 bytes / (hbm_bandwidth * memory_efficiency)) + kernel_launch_overhead``
+                 bytes / (hbm_bandwidth * memory_efficiency))
+             + kernels(op) * (kernel_launch_overhead + dispatch_overhead) + fixed(op)``
+
+The hardware profile gives the roofline and the GPU's launch latency; the runtime profile
+(:mod:`specmd_sim.runtime`) the kernels per operation, the framework's host-side cost per
+kernel on top of the launch, a fixed cost per expert call and per pass, and how
+quantized experts are multiplied: ``fused`` reads the packed bytes, ``dequantize`` first runs
+one kernel per matrix that reads the packed bytes and writes 2 bytes per weight, which the
+matmul then reads.
 
 Operations per pass (``n`` tokens; token ``i`` at 1-based position ``pos_i`` of its request):
 
@@ -16,8 +24,11 @@ Operations per pass (``n`` tokens; token ``i`` at 1-based position ``pos_i`` of 
 - ``lm_head``: the output projection for one token per request of the pass (the last prompt
   token of a prefill chunk, each request's token of a decode pass).
 
-Peak FLOP/s by dtype: fp8 weights use the GPU's FP8 peak where it has one; int4 weights are
-dequantized and run at the BF16 peak (W4A16).
+Peak FLOP/s by precision (:mod:`specmd_sim.models.precision`): fp8 weights use the GPU's FP8
+peak where it has one; weight-only quantized experts run at the BF16 peak (W4A16-style).
+
+CPU experts: ``max(flops / (cpu_flops * cpu_flops_efficiency) + cpu_expert_overhead, bytes /
+(dram_bandwidth * cpu_dram_efficiency [/ sockets unless NUMA-aware]))``.
 
 Every hardware number a time is computed from is read through :meth:`CostModel.read`, which
 records it in ``used``: a run's lowest grade is derived from what its cost model read.
@@ -28,7 +39,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from specmd_sim.hardware.schema import GPUNode, HostNode, Quantity
-from specmd_sim.models.spec import BYTES_PER_PARAM, ModelSpec
+from specmd_sim.models.precision import precision
+from specmd_sim.models.spec import ModelSpec
+from specmd_sim.runtime.schema import RuntimeProfile
 
 ACT_BYTES = 2  # bf16 activations
 
@@ -39,6 +52,7 @@ class CostModel:
 
     model: ModelSpec
     gpu: GPUNode
+    runtime: RuntimeProfile
     # every hardware number read so far, by id (Quantity models are not hashable)
     used: dict[int, Quantity] = field(default_factory=dict, compare=False, repr=False)
 
@@ -48,22 +62,25 @@ class CostModel:
         return quantity.value
 
     def _peak(self, dtype: str) -> float:
-        if dtype == "fp8" and self.gpu.dense_fp8_flops is not None:
+        if precision(dtype).compute == "fp8" and self.gpu.dense_fp8_flops is not None:
             return self.read(self.gpu.dense_fp8_flops)
         return self.read(self.gpu.dense_bf16_flops)
 
-    def op_time(self, flops: float, bytes_: float, dtype: str = "bf16") -> float:
+    def op_time(self, flops: float, bytes_: float, dtype: str = "bf16", kernels: int = 1) -> float:
+        """Roofline time of ``kernels`` kernels doing ``flops`` and moving ``bytes_`` in all,
+        plus their dispatch."""
         gpu, read = self.gpu, self.read
         compute = flops / (self._peak(dtype) * read(gpu.compute_efficiency))
         memory = bytes_ / (read(gpu.hbm_bandwidth_bytes_per_s) * read(gpu.memory_efficiency))
-        return max(compute, memory) + read(gpu.kernel_launch_overhead_s)
+        per_kernel = read(gpu.kernel_launch_overhead_s) + read(self.runtime.dispatch_overhead_s)
+        return max(compute, memory) + kernels * per_kernel
 
     def _attention(
         self, params: int, tokens: int, attended: int, kv_tokens: int
     ) -> tuple[float, float]:
         m = self.model
         flops = 2.0 * params * tokens + 4.0 * m.num_attention_heads * m.head_dim * attended
-        weights = params * BYTES_PER_PARAM[m.dense_dtype]
+        weights = params * precision(m.dense_dtype).bytes_per_param
         kv = kv_tokens * m.kv_bytes_per_token + 2 * tokens * m.hidden_size * ACT_BYTES
         return flops, weights + kv
 
@@ -78,49 +95,84 @@ class CostModel:
         flops, bytes_ = self._attention(
             self.model.moe_layer_dense_params, tokens, attended, kv_tokens
         )
-        return self.op_time(flops, bytes_, self.model.dense_dtype)
+        kernels = int(self.read(self.runtime.kernels.attention))
+        return self.op_time(flops, bytes_, self.model.dense_dtype, kernels)
 
     def dense_layers_time(self, tokens: int, attended: int, kv_tokens: int) -> float:
         """All dense-FFN layers of a pass (DeepSeek's first layers); 0 for models without."""
-        flops, bytes_ = self._attention(self.model.dense_layer_params, tokens, attended, kv_tokens)
-        return self.model.dense_layers * self.op_time(flops, bytes_, self.model.dense_dtype)
+        m = self.model
+        if not m.dense_layers:
+            return 0.0
+        flops, bytes_ = self._attention(m.dense_layer_params, tokens, attended, kv_tokens)
+        kernels = int(self.read(self.runtime.kernels.dense_layer))
+        return m.dense_layers * self.op_time(flops, bytes_, m.dense_dtype, kernels)
 
     def expert_time(self, tokens: int, dtype: str | None = None) -> float:
         """One routed expert applied to ``tokens`` tokens, its weights stored at ``dtype``
         (default: the model's expert dtype)."""
-        m = self.model
+        m, rt, read = self.model, self.runtime, self.read
         dtype = dtype or m.expert_dtype
         flops = float(m.expert_flops_per_token) * tokens
-        bytes_ = m.expert_bytes_at(dtype) + 2 * tokens * m.hidden_size * ACT_BYTES
-        return self.op_time(flops, bytes_, dtype)
+        packed = m.expert_bytes_at(dtype)
+        acts = 2 * tokens * m.hidden_size * ACT_BYTES
+        fixed = read(rt.expert_call_overhead_s)
+        kernels = int(read(rt.kernels.expert))
+        if not precision(dtype).quantized or rt.dequant.value == "fused":
+            return self.op_time(flops, packed + acts, dtype, kernels) + fixed
+        # dequantize to 16 bits first (memory-bound), then a 16-bit matmul
+        expanded = 2 * m.expert_params
+        dequant = self.op_time(
+            0.0, packed + expanded, dtype, int(read(rt.dequant_kernels_per_expert))
+        )
+        return dequant + self.op_time(flops, expanded + acts, dtype, kernels) + fixed
 
     def cpu_expert_flops_time(self, host: HostNode, tokens: int) -> float:
         """The compute part of one routed expert on the host CPU, for ``tokens`` tokens."""
+        rt, read = self.runtime, self.read
         flops = float(self.model.expert_flops_per_token) * tokens
-        return flops / (self.read(host.cpu_flops) * self.read(host.cpu_compute_efficiency))
+        compute = flops / (read(host.cpu_flops) * read(rt.cpu_flops_efficiency))
+        return compute + read(rt.cpu_expert_overhead_s)
+
+    def cpu_dram_rate(self, host: HostNode) -> float:
+        """Bytes/s one CPU expert kernel reads its weights at: the runtime's fraction of the
+        DRAM bandwidth, of one socket's share unless the runtime is NUMA-aware."""
+        rt, read = self.runtime, self.read
+        rate = read(host.dram_bandwidth_bytes_per_s) * read(rt.cpu_dram_efficiency)
+        if host.sockets is not None and not rt.cpu_numa_aware.value:
+            rate /= read(host.sockets)
+        return rate
 
     def cpu_expert_time(self, host: HostNode, tokens: int, nbytes: int | None = None) -> float:
-        """One routed expert of ``nbytes`` (default: at the model's dtype) on the CPU alone:
-        ``max(flops / (cpu_flops * efficiency), nbytes / dram_bandwidth)`` (weights are read
-        from DRAM once; no launch cost)."""
+        """One routed expert of ``nbytes`` (default: at the model's dtype) on the CPU alone: its
+        compute against its weight reads at :meth:`cpu_dram_rate` (weights are read once)."""
         nbytes = self.model.expert_bytes if nbytes is None else nbytes
-        read = nbytes / self.read(host.dram_bandwidth_bytes_per_s)
-        return max(self.cpu_expert_flops_time(host, tokens), read)
+        return max(self.cpu_expert_flops_time(host, tokens), nbytes / self.cpu_dram_rate(host))
 
     def lm_head_time(self, tokens: int = 1) -> float:
         """The output projection for ``tokens`` tokens (one per request of the pass)."""
-        m = self.model
+        m, rt, read = self.model, self.runtime, self.read
         params = m.hidden_size * m.vocab_size
         flops = 2.0 * params * tokens
-        return self.op_time(flops, params * BYTES_PER_PARAM[m.dense_dtype], m.dense_dtype)
+        nbytes = params * precision(m.dense_dtype).bytes_per_param
+        kernels = int(read(rt.kernels.token))
+        return self.op_time(flops, nbytes, m.dense_dtype, kernels) + read(rt.token_overhead_s)
 
 
 class IdealCost(CostModel):
     """Every operation takes no time (``timing.ideal``: the check that the timing engine then
     makes exactly the timing-free engine's decisions). Reads no hardware number."""
 
-    def op_time(self, flops: float, bytes_: float, dtype: str = "bf16") -> float:
+    def op_time(self, flops: float, bytes_: float, dtype: str = "bf16", kernels: int = 1) -> float:
         return 0.0
+
+    def expert_time(self, tokens: int, dtype: str | None = None) -> float:
+        return 0.0
+
+    def lm_head_time(self, tokens: int = 1) -> float:
+        return 0.0
+
+    def cpu_dram_rate(self, host: HostNode) -> float:
+        return float("inf")
 
     def cpu_expert_flops_time(self, host: HostNode, tokens: int) -> float:
         return 0.0

@@ -2,8 +2,9 @@
 
 A routed expert is a SwiGLU FFN: three ``hidden x moe_intermediate`` matrices (gate, up,
 down), so ``expert_params = 3 * hidden_size * moe_intermediate_size`` and one token through it
-costs ``2 * expert_params`` FLOPs. Bytes per parameter by dtype: bf16 2, fp8 1, int4 0.5 plus
-one fp16 scale per group of 128 weights (GPTQ/AWQ style), i.e. 0.515625.
+costs ``2 * expert_params`` FLOPs. Bytes per parameter follow the precision
+(:mod:`specmd_sim.models.precision`): bf16 2, fp8 1, int4 0.515625 (one fp16 scale per 128),
+HQQ 2-bit 0.379, GGUF Q4_K 0.5625, ...
 
 Check: OLMoE-1B-7B's expert is 3 * 2048 * 1024 * 2 B = 12 MiB; its 16 x 64 = 1,024 routed
 experts are 12 GiB, so a 5 % cache holds 51 experts (0.6 GiB). Mixtral's expert is 336 MiB.
@@ -13,16 +14,16 @@ from __future__ import annotations
 
 from functools import cached_property
 from importlib import resources
-from typing import Literal
+from typing import Annotated
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from specmd_sim.errors import SpecmdError
+from specmd_sim.models.precision import check_precision, precision
 
-Dtype = Literal["bf16", "fp8", "int4"]
-
-BYTES_PER_PARAM: dict[str, float] = {"bf16": 2.0, "fp8": 1.0, "int4": 0.5 + 2.0 / 128}
+# a precision name (bf16, fp8, int4, hqq-2bit, q4_k_m, w3g64, ...), checked where it is given
+Dtype = Annotated[str, BeforeValidator(check_precision)]
 
 
 class ModelSpec(BaseModel):
@@ -68,7 +69,7 @@ class ModelSpec(BaseModel):
 
     def expert_bytes_at(self, dtype: str) -> int:
         """Bytes of one routed expert stored at ``dtype``."""
-        return round(self.expert_params * BYTES_PER_PARAM[dtype])
+        return round(self.expert_params * precision(dtype).bytes_per_param)
 
     @property
     def expert_flops_per_token(self) -> int:
@@ -109,8 +110,31 @@ class ModelSpec(BaseModel):
     def dense_layer_params(self) -> int:
         return self.attention_params + 3 * self.hidden_size * self.dense_intermediate_size
 
-    def with_expert_dtype(self, dtype: Dtype | None) -> ModelSpec:
-        return self if dtype is None else self.model_copy(update={"expert_dtype": dtype})
+    @property
+    def embedding_params(self) -> int:
+        """Token embedding plus LM head (untied)."""
+        return 2 * self.vocab_size * self.hidden_size
+
+    @property
+    def non_expert_bytes(self) -> int:
+        """Bytes of every weight that is not a routed expert, at ``dense_dtype``: attention,
+        routers and shared experts of the MoE layers, the dense layers, embedding and LM head
+        (the weights a GPU holds besides its expert cache)."""
+        params = (
+            self.moe_layers * self.moe_layer_dense_params
+            + self.dense_layers * self.dense_layer_params
+            + self.embedding_params
+        )
+        return round(params * precision(self.dense_dtype).bytes_per_param)
+
+    @property
+    def num_layers(self) -> int:
+        return self.moe_layers + self.dense_layers
+
+    def with_dtypes(self, expert: str | None, dense: str | None = None) -> ModelSpec:
+        """This model with its expert and/or non-expert precision replaced (None keeps it)."""
+        update = {k: v for k, v in (("expert_dtype", expert), ("dense_dtype", dense)) if v}
+        return self.model_copy(update=update) if update else self
 
     def summary(self) -> dict[str, object]:
         """Derived figures for display and JSON output."""

@@ -1,5 +1,6 @@
 """Resolve a :class:`~specmd_sim.config.SimConfig` into loaded inputs, with all checks that can
-be made before a run (model/trace agreement, capacity against the largest demand set)."""
+be made before a run (model/trace agreement, capacity against the GPU memory budget and the
+largest demand set)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware import HardwareProfile, load_profile
 from specmd_sim.hardware.schema import GPUNode
 from specmd_sim.models import ModelSpec, load_model
+from specmd_sim.runtime import RuntimeProfile, load_runtime
+from specmd_sim.scenario.budget import MemoryBudget
 from specmd_sim.scenario.passes import DemandSets, Passes, build_demand, build_passes
 from specmd_sim.scenario.placement import Placement, build_placement, shard_mask
 from specmd_sim.traces.io import load_trace
@@ -23,6 +26,7 @@ from specmd_sim.units import format_bytes
 class Scenario:
     config: SimConfig
     profile: HardwareProfile
+    runtime: RuntimeProfile
     model: ModelSpec
     trace: Trace
     passes: Passes
@@ -32,6 +36,7 @@ class Scenario:
     gpus: tuple[GPUNode, ...]  # the GPUs of config.parallel, in order
     # per GPU, its pass table and demand sets; ((passes, demand),) with one GPU
     shards: tuple[tuple[Passes, DemandSets], ...]
+    budgets: tuple[MemoryBudget, ...]  # per GPU, what its HBM holds besides the cache
 
     @property
     def num_passes(self) -> int:
@@ -46,18 +51,19 @@ class Scenario:
 
 def build_scenario(config: SimConfig) -> Scenario:
     profile = load_profile(config.hardware)
+    runtime = load_runtime(config.runtime)
     trace = load_trace(config.trace)
-    model = load_model(config.model or trace.model).with_expert_dtype(config.expert_dtype)
+    model = load_model(config.model or trace.model).with_dtypes(
+        config.expert_dtype, config.dense_dtype
+    )
     _check_shapes(model, trace)
     passes = build_passes(trace, config.workload)
     if passes.num_passes == 0:
         raise SpecmdError(f"trace {config.trace}: expected at least one pass, got none")
     demand = build_demand(trace, passes)
     placement = build_placement(config, profile, model, trace)
-    # a slot count is of the largest expert (mixed precision), as capacity_slots reports it
-    capacity = config.cache.capacity_bytes(placement.largest, placement.routed_bytes)
     gpu_nodes = _resolve_gpus(config, profile)
-    _check_gpus(config, gpu_nodes, placement, capacity)
+    _check_gpus(config, gpu_nodes)
     gpus = len(gpu_nodes)
     shards: tuple[tuple[Passes, DemandSets], ...]
     if gpus == 1:
@@ -65,10 +71,46 @@ def build_scenario(config: SimConfig) -> Scenario:
     else:
         parts = [build_passes(trace, config.workload, (g, gpus)) for g in range(gpus)]
         shards = tuple((p, build_demand(trace, p)) for p in parts)
-    for _, shard_demand in shards:
-        _check_capacity(config, profile, gpu_nodes, placement, shard_demand, capacity)
+    budgets = tuple(
+        _budget(config, model, runtime, gpu, g, placement, shard)
+        for g, (gpu, (shard, _)) in enumerate(zip(gpu_nodes, shards, strict=True))
+    )
+    # a slot count is of the largest expert (mixed precision), as capacity_slots reports it
+    capacity = config.cache.capacity_bytes(
+        placement.largest, placement.routed_bytes, min(b.available for b in budgets)
+    )
+    for budget, (_, shard_demand) in zip(budgets, shards, strict=True):
+        _check_capacity(config, profile, budget, placement, shard_demand, capacity)
     return Scenario(
-        config, profile, model, trace, passes, demand, capacity, placement, gpu_nodes, shards
+        config, profile, runtime, model, trace, passes, demand, capacity, placement, gpu_nodes,
+        shards, budgets,
+    )  # fmt: skip
+
+
+def _budget(
+    config: SimConfig,
+    model: ModelSpec,
+    runtime: RuntimeProfile,
+    gpu: GPUNode,
+    g: int,
+    placement: Placement,
+    passes: Passes,
+) -> MemoryBudget:
+    """GPU ``g``'s HBM and what it holds besides the expert cache (:mod:`.budget`)."""
+    shard = 0
+    if config.parallel.mode == "expert-sharded":
+        shard = int(placement.nbytes[shard_mask(placement, g, config.parallel.count)].sum())
+    context = int(passes.context_end.max()) if passes.num_passes else 0
+    batch = min(config.workload.batch_size, len(set(passes.row_request.tolist())))
+    return MemoryBudget(
+        gpu=gpu.id,
+        hbm=int(gpu.hbm_bytes.value),
+        weights=model.non_expert_bytes,
+        kv_cache=context * batch * model.kv_bytes_per_token * model.num_layers,
+        kv_context=context,
+        kv_batch=batch,
+        workspace=int(runtime.workspace_bytes.value),
+        shard=shard,
     )
 
 
@@ -92,7 +134,7 @@ def _check_shapes(model: ModelSpec, trace: Trace) -> None:
 def _check_capacity(
     config: SimConfig,
     profile: HardwareProfile,
-    gpus: tuple[GPUNode, ...],
+    budget: MemoryBudget,
     placement: Placement,
     demand: DemandSets,
     cap: int,
@@ -102,14 +144,15 @@ def _check_capacity(
     desc = f"{config.cache.capacity!r} = {slots} expert slots ({format_bytes(cap)})"
     if slots < 1:
         raise SpecmdError(
-            f"cache.capacity: expected room for at least one expert ({format_bytes(eb)}), "
-            f"got {desc}"
+            f"cache.capacity: expected room for at least one expert ({format_bytes(eb)}) in "
+            f"the GPU memory budget ({budget.describe()} on {profile.id}, runtime "
+            f"{config.runtime}), got {desc}"
         )
-    hbm = min(g.hbm_bytes.value for g in gpus)
-    if cap > hbm:
+    if cap > budget.available:
         raise SpecmdError(
-            f"cache.capacity: expected at most the GPU's HBM ({format_bytes(hbm)} on "
-            f"{profile.id}), got {desc}"
+            f"cache.capacity: expected at most what the GPU memory budget leaves "
+            f"({budget.describe()} on {profile.id}, runtime {config.runtime}), got {desc}; "
+            f"use --cache auto, a smaller cache, a lower-precision model or a larger GPU"
         )
     if demand.keys.size:
         size, p, layer = demand.max_layer_demand()
@@ -140,9 +183,7 @@ def _resolve_gpus(config: SimConfig, profile: HardwareProfile) -> tuple[GPUNode,
     return tuple(by_id[w] for w in wanted)
 
 
-def _check_gpus(
-    config: SimConfig, gpus: tuple[GPUNode, ...], placement: Placement, cap: int
-) -> None:
+def _check_gpus(config: SimConfig, gpus: tuple[GPUNode, ...]) -> None:
     count = len(gpus)
     if count > 1 and config.belady_gap:
         raise SpecmdError(
@@ -156,14 +197,6 @@ def _check_gpus(
         raise SpecmdError(
             f"parallel.gpus: expected at least 2 GPUs with mode expert-sharded, got {count}"
         )
-    for g, gpu in enumerate(gpus):
-        shard = int(placement.nbytes[shard_mask(placement, g, count)].sum())
-        if shard + cap > gpu.hbm_bytes.value:
-            raise SpecmdError(
-                f"parallel: expected {gpu.id}'s expert shard ({format_bytes(shard)}) plus its "
-                f"cache ({format_bytes(cap)}) to fit its HBM ({format_bytes(gpu.hbm_bytes.value)}"
-                f"), got {format_bytes(shard + cap)}; use more GPUs or a smaller cache"
-            )
 
 
 def new_rng(config: SimConfig) -> np.random.Generator:

@@ -81,9 +81,11 @@ def build_runs(scenario: Scenario, warm: list[int] | None = None) -> list[RunObj
 
 
 def expert_sources(scenario: Scenario, g: int) -> tuple[tuple[TransferPath, ...], np.ndarray]:
-    """The paths experts reach GPU ``g`` by, and each key's path index: 0 host DRAM, then the
-    NVMe drive, then (expert-sharded) each peer GPU's HBM; -1 = GPU ``g``'s own shard."""
+    """The paths experts reach GPU ``g`` by, as the runtime copies over them, and each key's
+    path index: 0 host DRAM, then the NVMe drive, then (expert-sharded) each peer GPU's HBM;
+    -1 = GPU ``g``'s own shard."""
     profile, placement, gpus = scenario.profile, scenario.placement, scenario.gpus
+    rt = scenario.runtime
     gpu_id = gpus[g].id
     paths = [host_path(profile, gpu_id)]
     source = np.zeros(placement.nbytes.size, np.int32)
@@ -98,7 +100,8 @@ def expert_sources(scenario: Scenario, g: int) -> tuple[tuple[TransferPath, ...]
                 continue
             paths.append(transfer_path(profile, gpus[peer].id, gpu_id))
             source[mask] = len(paths) - 1
-    return tuple(paths), source
+    copied = tuple(p.as_copied(rt.h2d_tensors_per_expert, rt.h2d_efficiency) for p in paths)
+    return copied, source
 
 
 def _arrivals(scenario: Scenario, rng: np.random.Generator) -> np.ndarray | None:
@@ -169,7 +172,7 @@ def _views(scenario: Scenario, g: int, rng: np.random.Generator) -> RunViews:
         rng=rng,
         model=scenario.model,
         profile=scenario.profile,
-        cost=CostModel(scenario.model, scenario.gpus[g]),
+        cost=CostModel(scenario.model, scenario.gpus[g], scenario.runtime),
         nbytes=placement.nbytes,
         dtype=placement.dtype,
         paths=paths,

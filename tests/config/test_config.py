@@ -23,7 +23,7 @@ OLMOE_EXPERT, OLMOE_ROUTED = 12 * MiB, 12 * GiB
 )
 def test_capacity_forms(capacity: str | int, expected_bytes: int) -> None:
     cache = CacheConfig(capacity=capacity)
-    assert cache.capacity_bytes(OLMOE_EXPERT, OLMOE_ROUTED) == expected_bytes
+    assert cache.capacity_bytes(OLMOE_EXPERT, OLMOE_ROUTED, budget=0) == expected_bytes
 
 
 @pytest.mark.parametrize("bad", ["0%", "101%", 0, -3, "lots", "0GiB", True])

@@ -12,7 +12,10 @@ import yaml
 from specmd_sim import SimConfig, replay, simulate
 from specmd_sim.hardware import load_profile
 from specmd_sim.models import CostModel, load_model
+from specmd_sim.runtime import load_runtime
 from specmd_sim.timeline import KIND
+
+ROOFLINE = load_runtime("roofline")
 
 LAYERS, EXPERTS = 32, 8  # mixtral-8x7b
 MIXTRAL_BYTES = load_model("mixtral-8x7b").expert_bytes
@@ -36,7 +39,7 @@ def one_token(write_trace, k: int) -> Path:
 def config(trace: Path, hardware: str, mode: str = "fiddler", k: int = 1) -> SimConfig:
     return SimConfig(
         trace=str(trace), hardware=hardware, cache={"capacity": k}, eviction={"kind": "lru"},
-        prefetch={"kind": "none"}, miss={"kind": "cpu-execute", "mode": mode},
+        prefetch={"kind": "none"}, miss={"kind": "cpu-execute", "mode": mode}, runtime="roofline",
     )  # fmt: skip
 
 
@@ -46,9 +49,9 @@ def test_ttft_when_every_missing_expert_runs_on_the_cpu(write_trace, tmp_path: P
     hw = str(profile(tmp_path))
     m = simulate(config(one_token(write_trace, 1), hw)).metrics
     host = load_profile(hw).hosts[0]
-    flops = 2 * 3 * 4096 * 14336 / (host.cpu_flops.value * host.cpu_compute_efficiency.value)
+    flops = 2 * 3 * 4096 * 14336 / host.cpu_flops.value  # the roofline runtime: CPU at peak
     t_cpu = max(flops, MIXTRAL_BYTES / host.dram_bandwidth_bytes_per_s.value)
-    cost = CostModel(load_model("mixtral-8x7b"), load_profile(hw).gpus[0])
+    cost = CostModel(load_model("mixtral-8x7b"), load_profile(hw).gpus[0], ROOFLINE)
     expected = LAYERS * (cost.attention_time(1, 1) + t_cpu) + cost.lm_head_time()
     assert m["ttft_s"] == pytest.approx(expected, rel=1e-9)
     assert (m["activations_cpu"], m["bytes_demand"], m["misses"]) == (LAYERS, 0, LAYERS)

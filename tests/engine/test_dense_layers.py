@@ -8,6 +8,7 @@ import pytest
 from specmd_sim import SimConfig, simulate
 from specmd_sim.hardware import load_profile
 from specmd_sim.models import CostModel, load_model
+from specmd_sim.runtime import DEFAULT_RUNTIME, load_runtime
 from specmd_sim.timeline import KIND
 
 
@@ -19,7 +20,8 @@ def test_dense_layers_run_once_per_pass(write_trace) -> None:
     spans = result.spans
     dense = spans[(spans["kind"] == KIND["attention"]) & (spans["layer"] == -1)]
     assert dense["pass_"].tolist() == [0, 1, 2]
-    cost = CostModel(load_model("deepseek-v2-lite"), load_profile("h100-pcie").gpus[0])
+    gpu, runtime = load_profile("h100-pcie").gpus[0], load_runtime(DEFAULT_RUNTIME)
+    cost = CostModel(load_model("deepseek-v2-lite"), gpu, runtime)
     # one decode token per pass at positions 1, 2, 3 (attended = kv tokens = position)
     expected = [cost.dense_layers_time(1, pos, pos) for pos in (1, 2, 3)]
     assert (dense["end"] - dense["start"]).tolist() == pytest.approx(expected, rel=1e-12)
@@ -27,5 +29,6 @@ def test_dense_layers_run_once_per_pass(write_trace) -> None:
 
 
 def test_models_without_dense_layers_have_none() -> None:
-    cost = CostModel(load_model("olmoe-1b-7b"), load_profile("h100-pcie").gpus[0])
+    gpu, runtime = load_profile("h100-pcie").gpus[0], load_runtime(DEFAULT_RUNTIME)
+    cost = CostModel(load_model("olmoe-1b-7b"), gpu, runtime)
     assert cost.dense_layers_time(4, 10, 10) == 0.0

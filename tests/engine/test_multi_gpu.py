@@ -115,7 +115,7 @@ def test_peer_path_goes_through_the_nvswitch() -> None:
         ({"parallel": {"gpus": 2}, "belady_gap": True}, "belady_gap: expected false"),
         (
             {"parallel": {"gpus": 2, "mode": "expert-sharded"}, "cache": {"capacity": "79GB"}},
-            "to fit its HBM",
+            "own expert shard",
         ),
     ],
 )

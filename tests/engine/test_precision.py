@@ -14,6 +14,7 @@ from specmd_sim.config import build_config
 from specmd_sim.hardware import load_profile
 from specmd_sim.models import CostModel, load_model
 from specmd_sim.policies import EVICTION
+from specmd_sim.runtime import load_runtime
 from specmd_sim.scenario.placement import build_placement, routing_counts
 from specmd_sim.traces.io import load_trace
 
@@ -70,6 +71,7 @@ def test_cold_experts_move_and_run_at_their_dtype(write_trace) -> None:
             eviction={"kind": "lru"},
             prefetch={"kind": "none"},
             precision={"cold_dtype": cold, "hot_fraction": 0.0},
+            runtime="roofline",
         )
         return simulate(config).metrics
 
@@ -78,7 +80,7 @@ def test_cold_experts_move_and_run_at_their_dtype(write_trace) -> None:
     assert bf16["stall_s"] == pytest.approx(LAYERS * (latency + MODEL.expert_bytes_at("bf16") / bw))
     assert int4["stall_s"] == pytest.approx(LAYERS * (latency + MODEL.expert_bytes_at("int4") / bw))
     assert int4["bytes_demand"] == LAYERS * MODEL.expert_bytes_at("int4")
-    cost = CostModel(MODEL, load_profile("h100-pcie").gpus[0])
+    cost = CostModel(MODEL, load_profile("h100-pcie").gpus[0], load_runtime("roofline"))
     saved = LAYERS * (cost.expert_time(1, "bf16") - cost.expert_time(1, "int4"))
     assert saved > 0
     assert bf16["compute_s"] - int4["compute_s"] == pytest.approx(saved)
@@ -86,7 +88,7 @@ def test_cold_experts_move_and_run_at_their_dtype(write_trace) -> None:
 
 def test_fp8_experts_use_the_fp8_peak() -> None:
     gpu = load_profile("h100-pcie").gpus[0]
-    cost = CostModel(MODEL, gpu)
+    cost = CostModel(MODEL, gpu, load_runtime("roofline"))
     tokens = 4096  # compute-bound
     flops = MODEL.expert_flops_per_token * tokens
     launch = gpu.kernel_launch_overhead_s.value

@@ -52,6 +52,7 @@ def run_one_token(write_trace, tmp_path: Path, k: int, engines: int) -> tuple[di
         cache={"capacity": k},
         eviction={"kind": "lru"},
         prefetch={"kind": "none"},
+        runtime="roofline",
     )
     result = simulate(cfg)
     profile = load_profile(cfg.hardware).model_dump(mode="json")

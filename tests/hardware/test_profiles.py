@@ -137,10 +137,14 @@ def test_bundled_profile_quantities_have_sources(profile_id: str) -> None:
         assert q.grade in "ABCD", path
 
 
-def test_fp8_absent_only_on_a100() -> None:
+# GPUs before Ada/Hopper have no FP8 tensor cores
+NO_FP8 = {"a100-80g-sxm", "t4", "rtx3060", "rtx3080-mobile", "rtx-a5000", "rtx-a6000"}
+
+
+def test_fp8_absent_only_before_ada() -> None:
     for profile_id in BUNDLED:
         gpu = load_profile(profile_id).gpus[0]
-        if profile_id == "a100-80g-sxm":
+        if profile_id in NO_FP8:
             assert gpu.dense_fp8_flops is None
         else:
             assert gpu.dense_fp8_flops is not None
@@ -505,8 +509,7 @@ nodes:
   - {kind: host, id: host, name: h,
      dram_bytes: {value: 1.0e+12, source: s, grade: D},
      dram_bandwidth_bytes_per_s: {value: 300.0e+9, source: s, grade: C},
-     cpu_flops: {value: 1.0e+13, source: s, grade: D},
-     cpu_compute_efficiency: {value: 0.3, source: s, grade: D}}
+     cpu_flops: {value: 1.0e+13, source: s, grade: D}}
   - {kind: switch, id: sw0}
   - {kind: nvme, id: nvme0, name: n,
      capacity_bytes: {value: 4.0e+12, source: s, grade: B},

@@ -35,7 +35,7 @@ def test_mixtral_expert_is_336_mib() -> None:
 )
 def test_dtype_changes_bytes_not_flops(dtype: str, bytes_per_param: float) -> None:
     base = load_model("olmoe-1b-7b")
-    m = base.with_expert_dtype(dtype)  # type: ignore[arg-type]
+    m = base.with_dtypes(dtype)
     assert m.expert_bytes == round(3 * 2048 * 1024 * bytes_per_param)
     assert m.expert_flops_per_token == base.expert_flops_per_token == 2 * 3 * 2048 * 1024
 

@@ -92,7 +92,8 @@ class HostCpu:
                 yield flops
             else:
                 assert self.network is not None, "HostCpu.network is set before the run"
-                read = env.process(self.network.transfer(nbytes, resources, latency, depth))
+                rate = cost.cpu_dram_rate(self.host)
+                read = env.process(self.network.transfer(nbytes, resources, latency, depth, rate))
                 yield flops & read
             self.spans.add(
                 self.lane if self.lane is not None else -1, "cpu_expert", start, env.now,

@@ -126,7 +126,9 @@ class Fetcher:
             depth = 1
             if self.drive is not None and path.source == self.drive.id:
                 depth = math.ceil(nbytes / self.drive.read_request_bytes.value)
-            yield from self.network.transfer(nbytes, path.resources, path.latency_s, depth)
+            yield from self.network.transfer(
+                nbytes, path.resources, path.latency_s, depth, path.rate_cap
+            )
         self.in_flight -= nbytes
         tally.transfers.stop(env.now)
         tally.engine_busy[slot] += env.now - start

@@ -25,6 +25,7 @@ from typing import Any
 
 import simpy
 
+_PRIVATE = "~flow"  # prefix of a flow's own rate-cap resource
 _EPS = 1e-12  # relative: a flow within this fraction of its size is done
 
 
@@ -37,6 +38,7 @@ class _Flow:
     remaining: float = 0.0
     rate: float = 0.0
     order: int = 0
+    shared: int = 0  # resources[:shared] are shared; a rate cap's private one follows
 
 
 @dataclass(eq=False)
@@ -52,23 +54,37 @@ class FlowNetwork:
     _count: int = 0
 
     def transfer(
-        self, nbytes: float, resources: tuple[str, ...], latency: float, depth: int = 1
+        self,
+        nbytes: float,
+        resources: tuple[str, ...],
+        latency: float,
+        depth: int = 1,
+        cap: float | None = None,
     ) -> Generator[Any, Any, None]:
         """A process body: wait ``latency``, then move ``nbytes`` sharing ``resources``,
-        keeping ``depth`` requests outstanding on the depth-dependent ones."""
+        keeping ``depth`` requests outstanding on the depth-dependent ones, at most at ``cap``
+        bytes/s (a copy method slower than the links: a private resource of the flow)."""
         if latency > 0:
             yield self.env.timeout(latency)
         if nbytes <= 0:
             return
         self._advance()
         self._count += 1
+        shared = resources
+        if cap is not None:
+            private = f"{_PRIVATE}{self._count}"
+            self.capacity[private] = cap
+            resources = (*resources, private)
         flow = _Flow(
-            nbytes, resources, self.env.event(), depth, remaining=nbytes, order=self._count
-        )
+            nbytes, resources, self.env.event(), depth, remaining=nbytes, order=self._count,
+            shared=len(shared),
+        )  # fmt: skip
         self.flows.append(flow)
         self._reschedule()
         yield flow.done
-        for r in resources:
+        if cap is not None:
+            del self.capacity[resources[-1]]
+        for r in shared:
             self.bytes_through[r] = self.bytes_through.get(r, 0.0) + nbytes
 
     def _advance(self) -> None:
@@ -77,7 +93,7 @@ class FlowNetwork:
             busy: set[str] = set()
             for f in self.flows:
                 f.remaining -= f.rate * dt
-                busy.update(f.resources)
+                busy.update(f.resources[: f.shared])
             for r in busy:
                 self.busy_s[r] = self.busy_s.get(r, 0.0) + dt
         self._last = self.env.now

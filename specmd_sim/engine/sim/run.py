@@ -113,7 +113,7 @@ class _Gpu:
         self.tally = GpuTally(node.id, sc.passes, sc.trace.num_layers, engines)
         suffix = "" if len(sc.shards) == 1 else f"{node.id}/"
         self.ideal = ideal = sc.config.timing.ideal
-        self.cost = (IdealCost if ideal else CostModel)(sc.model, node)
+        self.cost = (IdealCost if ideal else CostModel)(sc.model, node, sc.runtime)
         self.fetcher = Fetcher(
             env, network, objs.cache, objs.ctx.paths, objs.ctx.source, sc.placement.nvme,
             engines, sc.config.timing.chunk_bytes, ideal, spans, self.tally,

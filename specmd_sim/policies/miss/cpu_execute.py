@@ -9,6 +9,7 @@ drive, or a peer GPU's HBM in expert-sharded runs).
 
 - ``mode: fiddler`` (Fiddler, Kamahori et al. 2024): the CPU runs the expert whenever
   ``t_cpu < t_fetch``, each decision on its own.
+- ``mode: always`` (kTransformers): every missing expert runs on the CPU.
 - ``mode: greedy`` (HybriMoE, Zhong et al. 2025): the layer's misses are dealt out in gate
   order to whichever side would finish it earlier given what that side already took in this
   layer: the CPU if ``cpu_load + t_cpu < gpu_load + t_fetch``, else the GPU; the chosen side's
@@ -35,8 +36,12 @@ from specmd_sim.policies.registry import MISS
 
 class CPUExecuteConfig(PluginConfig):
     kind: Literal["cpu-execute"] = "cpu-execute"
-    mode: Literal["fiddler", "greedy"] = Field(
-        default="fiddler", description="Per-expert comparison (fiddler) or a greedy layer split."
+    mode: Literal["fiddler", "greedy", "always"] = Field(
+        default="fiddler",
+        description=(
+            "Per-expert comparison (fiddler), a greedy layer split (greedy), or every missing "
+            "expert on the CPU (always: kTransformers runs all routed experts there)."
+        ),
     )
 
 
@@ -60,6 +65,8 @@ class CPUExecuteMiss(MissHandler[CPUExecuteConfig]):
     def decide(
         self, pass_index: int, layer: int, key: int, cache: ExpertCache, taken: set[int]
     ) -> MissDecision:
+        if self.config.mode == "always":
+            return CPU
         t_fetch = self.ctx.fetch_time(key)
         t_cpu = self.cpu_time(pass_index, layer, key, cache.nbytes[key])
         if not self.greedy:

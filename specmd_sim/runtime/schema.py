@@ -1,0 +1,137 @@
+"""Runtime profile schema: the software stack that runs a model, apart from the hardware.
+
+Two systems on the same GPU differ by a factor of several in tokens/s (eager PyTorch with
+per-parameter copies against fused kernels with packed experts): the difference is the
+software. A runtime profile holds what it costs, each number a
+:class:`~specmd_sim.hardware.schema.Quantity` with ``value``, ``source`` and ``grade`` like a
+hardware profile's:
+
+- **dispatch**: a host-side cost per kernel the framework launches (Python, the dispatcher; the
+  GPU profile adds its launch latency), and how many kernels each operation is (an MoE layer's
+  non-expert block, one expert call, the per-token head), plus fixed per-expert-call and
+  per-token costs;
+- **dequantization**: whether quantized experts are multiplied by a fused kernel that reads the
+  packed weights, or dequantized to 16 bits first (a kernel that reads the packed bytes and
+  writes 2 bytes per weight, which the matmul reads again);
+- **host-to-device copies**: how many tensors one expert is copied as (each pays the link's
+  per-transfer latency) and the fraction of the link bandwidth a copy achieves (1 for pinned
+  memory; pageable copies go through a driver staging buffer);
+- **CPU expert kernels**: the fraction of DRAM bandwidth and of CPU FLOP/s they achieve, and
+  whether they are NUMA-aware (each socket reads its own DRAM) or read one socket's;
+- **memory**: the GPU workspace the runtime keeps besides weights and KV cache.
+
+``docs/runtimes.md`` describes the bundled runtimes; the cost model reads the numbers through
+its ledger, so a run's grade includes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from specmd_sim.hardware.schema import Count, Fraction, Grade, NonNegative, Quantity
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Choice(_Frozen):
+    """A categorical setting with provenance."""
+
+    value: str
+    source: str = Field(min_length=1, description="Where the setting comes from.")
+    grade: Grade = Field(description="Confidence: A measured, B documented, C derived, D assumed.")
+
+
+class Dequant(Choice):
+    value: Literal["fused", "dequantize"] = Field(
+        description=(
+            "'fused': quantized matmul kernels read the packed weights; 'dequantize': each "
+            "weight matrix is first expanded to 16 bits by its own kernel."
+        )
+    )
+
+
+class Flag(_Frozen):
+    value: bool
+    source: str = Field(min_length=1)
+    grade: Grade
+
+
+class Kernels(_Frozen):
+    """Kernels launched per operation (each pays ``dispatch_overhead_s``)."""
+
+    attention: Count = Field(
+        description=(
+            "One MoE layer's non-expert block: norms, q/k/v/o projections, rotary, attention, "
+            "router and top-k, shared experts, residual adds."
+        )
+    )
+    expert: Count = Field(description="One routed-expert call: gate, up, activation, down.")
+    dense_layer: Count = Field(description="One dense-FFN layer (attention block and its FFN).")
+    token: Count = Field(
+        description="Per pass outside the layers: embedding, final norm, LM head, sampling."
+    )
+
+
+class RuntimeProfile(_Frozen):
+    """A software stack: dispatch costs, dequantization, copies, CPU kernels, workspace."""
+
+    schema_version: Literal[1] = Field(description="Runtime schema version; currently 1.")
+    id: str = Field(min_length=1, description="Runtime id; a bundled runtime's file stem.")
+    name: str = Field(description="Human-readable name.")
+    description: str = Field(default="", description="Which systems it stands for and how.")
+    dispatch_overhead_s: NonNegative = Field(
+        description=(
+            "Host-side framework time per kernel (Python, dispatcher), s, on top of the GPU "
+            "profile's kernel_launch_overhead_s."
+        )
+    )
+    kernels: Kernels = Field(description="Kernels per operation.")
+    expert_call_overhead_s: NonNegative = Field(
+        description="Fixed host-side cost per routed-expert call beyond its kernels (cache "
+        "lookup, bookkeeping), s."
+    )
+    token_overhead_s: NonNegative = Field(
+        description="Fixed cost per pass that ends with the LM head (generate loop, logits "
+        "processing, sampling, synchronisation), s."
+    )
+    dequant: Dequant = Field(description="How quantized experts are multiplied.")
+    dequant_kernels_per_expert: Count = Field(
+        description="Dequantization kernels per expert call in 'dequantize' mode (one per matrix)."
+    )
+    h2d_tensors_per_expert: Count = Field(
+        description="Separate host-to-device copies one expert takes (each pays link latency)."
+    )
+    h2d_efficiency: Fraction = Field(
+        description="Fraction of a link's achievable bandwidth one copy reaches (1 = pinned)."
+    )
+    cpu_dram_efficiency: Fraction = Field(
+        description="Fraction of DRAM bandwidth CPU expert kernels reach."
+    )
+    cpu_flops_efficiency: Fraction = Field(
+        description="Fraction of CPU peak FLOP/s CPU expert kernels reach."
+    )
+    cpu_numa_aware: Flag = Field(
+        description="CPU experts read their own socket's DRAM on every socket (else one socket's)."
+    )
+    cpu_expert_overhead_s: NonNegative = Field(
+        description="Fixed cost per expert run on the CPU (thread-pool dispatch, sync), s."
+    )
+    workspace_bytes: NonNegative = Field(
+        description="GPU memory the runtime keeps besides weights and KV cache (CUDA context, "
+        "allocator slack, activations, staging buffers), bytes."
+    )
+
+    def quantities(self) -> Iterator[tuple[str, Quantity]]:
+        """Every number of the runtime with its dotted name."""
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, Quantity):
+                yield name, value
+            elif isinstance(value, Kernels):
+                for sub in Kernels.model_fields:
+                    yield f"kernels.{sub}", getattr(value, sub)

@@ -1,0 +1,1 @@
+"""Validation of the simulator against published measurements of real systems."""
