@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -81,7 +82,7 @@ def load_config(
 
 
 def print_quantities(
-    title: str, quantities: list[Any], extra: tuple[tuple[str, Any], ...] | list[Any] = ()
+    title: str, quantities: list[Any], extra: Sequence[tuple[str, Any]] = ()
 ) -> None:
     """A profile's numbers (``(name, Quantity)``; ``extra``: settings with value, source and
     grade) as one table, then their lowest grade."""

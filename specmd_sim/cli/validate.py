@@ -74,7 +74,10 @@ def validate_published(
     from specmd_sim.validate.published import fit_constants, markdown, run_validation
 
     err = console(json_mode=True)
-    progress = (lambda line: err.print(line, highlight=False))  # noqa: E731
+
+    def progress(line: str) -> None:
+        err.print(line, highlight=False)
+
     if fit:
         values = fit_constants(progress=progress)
         typer.echo(json.dumps(values, indent=2))
@@ -86,7 +89,7 @@ def validate_published(
     tmp.write_text(markdown(result, command), encoding="utf-8")
     tmp.replace(out)
     if json_:
-        rows = [{**vars(r), "ratio": r.ratio, "error": r.error} for r in result.rows]
+        rows = [r.as_dict() for r in result.rows]
         typer.echo(json.dumps({"rows": rows, "orderings": result.orderings,
                                "median_error": result.median_error, "holds": result.holds},
                               default=str))  # fmt: skip
@@ -96,9 +99,9 @@ def validate_published(
         table = Table("group", "setup", "role", "published", "simulated", "ratio")
         for r in result.rows:
             ratio = "failed" if r.failure else f"{r.ratio:.2f}"
-            if r.role == "validation" and r.error > t.row_error:
+            if r.row.role == "validation" and r.error > t.row_error:
                 ratio = f"[bold red]{ratio}"
-            table.add_row(r.group, r.setup, r.role, f"{r.published:.3f}",
+            table.add_row(r.group, r.row.setup, r.row.role, f"{r.row.published:.3f}",
                           "-" if r.failure else f"{r.simulated:.3f}", ratio)  # fmt: skip
         c.print(table)
         c.print(

@@ -104,16 +104,20 @@ class TransferPath:
     rate_cap: float | None = None  # bytes/s one copy reaches at most (a runtime's copy method)
 
     @property
+    def narrowest(self) -> float:
+        """Bytes/s of the path's narrowest resource (at full depth)."""
+        return min(self.capacity.values())
+
+    @property
     def bandwidth(self) -> float:
-        """Bytes/s of one transfer alone on the path (its narrowest resource at full depth,
-        or the copy's own cap)."""
-        narrowest = min(self.capacity.values())
-        return narrowest if self.rate_cap is None else min(narrowest, self.rate_cap)
+        """Bytes/s of one transfer alone on the path: its narrowest resource, or the copy's own
+        cap."""
+        return self.narrowest if self.rate_cap is None else min(self.narrowest, self.rate_cap)
 
     def as_copied(self, tensors: Quantity, efficiency: Quantity) -> TransferPath:
         """This path as a runtime copies over it: each expert as ``tensors`` separate copies
         (each pays the path latency) reaching ``efficiency`` of the path's bandwidth."""
-        cap = None if efficiency.value >= 1 else efficiency.value * min(self.capacity.values())
+        cap = None if efficiency.value >= 1 else efficiency.value * self.narrowest
         return replace(
             self,
             latency_s=self.latency_s * tensors.value,

@@ -55,6 +55,9 @@ class CostModel:
     runtime: RuntimeProfile
     # every hardware number read so far, by id (Quantity models are not hashable)
     used: dict[int, Quantity] = field(default_factory=dict, compare=False, repr=False)
+    # expert_time by (tokens, dtype): the hot path of the timing engine (its reads are recorded
+    # the first time)
+    _experts: dict[tuple[int, str], float] = field(default_factory=dict, compare=False, repr=False)
 
     def read(self, quantity: Quantity) -> float:
         """``quantity.value``, recorded as used."""
@@ -110,8 +113,14 @@ class CostModel:
     def expert_time(self, tokens: int, dtype: str | None = None) -> float:
         """One routed expert applied to ``tokens`` tokens, its weights stored at ``dtype``
         (default: the model's expert dtype)."""
+        dtype = dtype or self.model.expert_dtype
+        seconds = self._experts.get((tokens, dtype))
+        if seconds is None:
+            seconds = self._experts[tokens, dtype] = self._expert_time(tokens, dtype)
+        return seconds
+
+    def _expert_time(self, tokens: int, dtype: str) -> float:
         m, rt, read = self.model, self.runtime, self.read
-        dtype = dtype or m.expert_dtype
         flops = float(m.expert_flops_per_token) * tokens
         packed = m.expert_bytes_at(dtype)
         acts = 2 * tokens * m.hidden_size * ACT_BYTES
@@ -160,9 +169,13 @@ class CostModel:
 
 class IdealCost(CostModel):
     """Every operation takes no time (``timing.ideal``: the check that the timing engine then
-    makes exactly the timing-free engine's decisions). Reads no hardware number."""
+    makes exactly the timing-free engine's decisions). Reads no hardware or runtime number:
+    every public time is 0 before anything is read."""
 
-    def op_time(self, flops: float, bytes_: float, dtype: str = "bf16", kernels: int = 1) -> float:
+    def batch_attention_time(self, tokens: int, attended: int, kv_tokens: int) -> float:
+        return 0.0
+
+    def dense_layers_time(self, tokens: int, attended: int, kv_tokens: int) -> float:
         return 0.0
 
     def expert_time(self, tokens: int, dtype: str | None = None) -> float:
@@ -170,9 +183,6 @@ class IdealCost(CostModel):
 
     def lm_head_time(self, tokens: int = 1) -> float:
         return 0.0
-
-    def cpu_dram_rate(self, host: HostNode) -> float:
-        return float("inf")
 
     def cpu_expert_flops_time(self, host: HostNode, tokens: int) -> float:
         return 0.0

@@ -38,15 +38,15 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Choice(_Frozen):
-    """A categorical setting with provenance."""
+class Setting(_Frozen):
+    """A setting that is not a number, with provenance (subclasses constrain ``value``)."""
 
-    value: str
+    value: str | bool
     source: str = Field(min_length=1, description="Where the setting comes from.")
     grade: Grade = Field(description="Confidence: A measured, B documented, C derived, D assumed.")
 
 
-class Dequant(Choice):
+class Dequant(Setting):
     value: Literal["fused", "dequantize"] = Field(
         description=(
             "'fused': quantized matmul kernels read the packed weights; 'dequantize': each "
@@ -55,10 +55,8 @@ class Dequant(Choice):
     )
 
 
-class Flag(_Frozen):
+class Flag(Setting):
     value: bool
-    source: str = Field(min_length=1)
-    grade: Grade
 
 
 class Kernels(_Frozen):

@@ -14,14 +14,15 @@ from __future__ import annotations
 import math
 import statistics
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from specmd_sim.config import build_config
 from specmd_sim.engine.sim.run import simulate
@@ -53,6 +54,9 @@ class Row(_Frozen):
     role: Literal["calibration", "validation"] = "validation"
     model: str | None = None
     trace: str | None = None
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="Config sections of this row's setup (over the group's)."
+    )
     runtime_set: dict[str, Any] = Field(
         default_factory=dict, description="Runtime settings of this row's setup (value only)."
     )
@@ -71,8 +75,6 @@ class Row(_Frozen):
 
 
 class Group(_Frozen):
-    model_config = ConfigDict(extra="ignore", frozen=True)  # YAML merge keys bring citation etc.
-
     id: str
     citation: str
     hardware: str
@@ -83,9 +85,6 @@ class Group(_Frozen):
     trace: str | None = None
     expert_dtype: str | None = None
     dense_dtype: str | None = None
-    slots_per_layer: int | None = Field(
-        default=None, ge=1, description="mixtral-offloading's k: per-layer LRU slots."
-    )
     config: dict[str, Any] = Field(default_factory=dict, description="Config shared by rows.")
     ordered: bool = Field(default=True, description="Preserve the published ordering.")
 
@@ -100,13 +99,19 @@ class Fit(_Frozen):
 
 
 class DataSet(_Frozen):
-    model_config = ConfigDict(extra="ignore", frozen=True)  # x-... anchors
-
     targets: Targets
     fits: list[Fit] = Field(default_factory=list, description="The constants fitted, and where.")
     traces: dict[str, TraceSpec]
     defaults: dict[str, Any] = Field(default_factory=dict)
     groups: list[Group]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_anchors(cls, data: Any) -> Any:
+        """Top-level ``x-...`` keys only hold YAML anchors that the groups merge in."""
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if not str(k).startswith("x-")}
+        return data
 
 
 def load_dataset(path: Path | None = None) -> DataSet:
@@ -117,42 +122,32 @@ def load_dataset(path: Path | None = None) -> DataSet:
     return DataSet.model_validate(yaml.safe_load(text))
 
 
-# mixtral-offloading's three setups (Table 2 columns), given its k
-def _mixtral_offloading_setup(setup: str, k: int, layers: int) -> dict[str, Any]:
-    if setup == "no-cache":
-        return {"cache": {"capacity": 2}, "eviction": {"kind": "lru"}, "prefetch": {"kind": "none"}}
-    base = {
-        "cache": {"capacity": k * layers},
-        "eviction": {"kind": "per-layer-lru", "slots_per_layer": k},
-    }
-    if setup == "no-prefetch":
-        return {**base, "prefetch": {"kind": "none"}}
-    if setup == "full":
-        return {**base, "prefetch": {"kind": "top-k", "k": 2}, "predictor": {"kind": "trace"}}
-    raise SpecmdError(
-        f"published.yaml: setup: expected full, no-prefetch or no-cache, got {setup!r}"
-    )
-
-
 @dataclass
 class RowResult:
-    group: str
-    setup: str
-    role: str
-    metric: str
-    published: float
-    simulated: float
-    citation: str
-    note: str
-    known_gap: str
-    max_error: float | None
-    hit_rate: float
-    stall_share: float
+    """A row of the data set (``row`` of ``spec``) and what the simulation gave for it."""
+
+    spec: Group
+    row: Row
+    simulated: float = float("nan")
+    hit_rate: float = float("nan")
+    stall_share: float = float("nan")
     failure: str = ""  # why the row could not be simulated (then simulated is nan)
 
     @property
+    def group(self) -> str:
+        return self.spec.id
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "group": self.group, "setup": self.row.setup, "role": self.row.role,
+            "metric": self.spec.metric, "published": self.row.published,
+            "simulated": self.simulated, "ratio": self.ratio, "error": self.error,
+            "hit_rate": self.hit_rate, "stall_share": self.stall_share, "failure": self.failure,
+        }  # fmt: skip
+
+    @property
     def ratio(self) -> float:
-        return self.simulated / self.published
+        return self.simulated / self.row.published
 
     @property
     def error(self) -> float:
@@ -168,7 +163,7 @@ class Validation:
 
     @property
     def validation_rows(self) -> list[RowResult]:
-        return [r for r in self.rows if r.role == "validation"]
+        return [r for r in self.rows if r.row.role == "validation"]
 
     @property
     def median_error(self) -> float:
@@ -188,73 +183,83 @@ class Validation:
         )
 
 
-def _traces(data: DataSet, folder: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name, spec in data.traces.items():
-        if spec.bundled is not None:
-            out[name] = spec.bundled
-        elif spec.synthetic is not None:
-            out[name] = str(save_trace(generate(spec.synthetic, seed=0), folder / f"{name}.npz"))
-        else:
-            raise SpecmdError(f"published.yaml: traces.{name}: expected bundled or synthetic")
-    return out
+@dataclass(frozen=True)
+class _Bench:
+    """Where rows run: the data set, its traces (generated into ``folder``) and ``folder`` for
+    the runtime copies rows need."""
 
+    data: DataSet
+    traces: dict[str, str]
+    folder: Path
 
-def _runtime(group: Group, row: Row, folder: Path, fitted: dict[str, Any]) -> str:
-    """The group's runtime, or a copy with fitted values and the row's settings (written to
-    ``folder``)."""
-    settings = {**fitted, **row.runtime_set}
-    if not settings:
-        return group.runtime
-    data = load_runtime(group.runtime).model_dump(mode="json")
-    for key, value in settings.items():
-        if key not in data or not isinstance(data[key], dict):
+    def config(self, group: Group, row: Row, fitted: dict[str, Any]) -> Any:
+        """The row's SimConfig: defaults, then the group's, then the row's settings."""
+        trace_name = row.trace or group.trace
+        if trace_name not in self.traces:
             raise SpecmdError(
-                f"published.yaml: {group.id}/{row.setup}: runtime_set: expected a field of the "
-                f"runtime profile, got {key!r}"
+                f"published.yaml: {group.id}/{row.setup}: trace: expected one of "
+                f"{sorted(self.traces)}, got {trace_name!r}"
             )
-        data[key] = {**data[key], "value": value, "source": "the validation row's setup"}
-    path = folder / f"{group.id}-{row.setup}-runtime.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return str(path)
+        cfg: dict[str, Any] = {
+            **self.data.defaults,
+            "model": row.model or group.model,
+            "hardware": group.hardware,
+            "runtime": self._runtime(group, row, fitted),
+            "trace": self.traces[trace_name],
+            "expert_dtype": group.expert_dtype,
+            "dense_dtype": group.dense_dtype,
+            "timing": {"record_spans": False},
+            **group.config,
+            **row.config,
+        }
+        return build_config(cfg, source=f"published.yaml {group.id}/{row.setup}")
+
+    def _runtime(self, group: Group, row: Row, fitted: dict[str, Any]) -> str:
+        """The group's runtime, or a copy with fitted values and the row's settings."""
+        settings = {**fitted, **row.runtime_set}
+        if not settings:
+            return group.runtime
+        data = load_runtime(group.runtime).model_dump(mode="json")
+        for key, value in settings.items():
+            if key not in data or not isinstance(data[key], dict):
+                raise SpecmdError(
+                    f"published.yaml: {group.id}/{row.setup}: runtime_set: expected a field of "
+                    f"the runtime profile, got {key!r}"
+                )
+            data[key] = {**data[key], "value": value, "source": "the validation row's setup"}
+        path = self.folder / f"{group.id}-{row.setup}-runtime.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False))
+        return str(path)
+
+    def run(self, group: Group, row: Row, fitted: dict[str, Any] | None = None) -> RowResult:
+        """One row simulated; a scenario the simulator cannot express is a failed row (its
+        reason kept), not a lost run."""
+        out = RowResult(group, row)
+        try:
+            m = simulate(self.config(group, row, fitted or {})).metrics
+        except SpecmdError as exc:
+            out.failure = str(exc)
+            return out
+        tpot = float(m["tpot_s"])
+        out.simulated = 1.0 / tpot if group.metric == "tokens_per_s" else tpot
+        out.hit_rate, out.stall_share = float(m["hit_rate"]), float(m["tpot_stall_s"]) / tpot
+        return out
 
 
-def row_config(
-    data: DataSet,
-    group: Group,
-    row: Row,
-    traces: dict[str, str],
-    folder: Path,
-    fitted: dict[str, Any] | None = None,
-) -> Any:
-    model = row.model or group.model
-    trace_name = row.trace or group.trace
-    if trace_name not in traces:
-        raise SpecmdError(
-            f"published.yaml: {group.id}/{row.setup}: trace: expected one of {sorted(traces)}, "
-            f"got {trace_name!r}"
-        )
-    cfg: dict[str, Any] = {
-        **data.defaults,
-        "model": model,
-        "hardware": group.hardware,
-        "runtime": _runtime(group, row, folder, fitted or {}),
-        "trace": traces[trace_name],
-        "expert_dtype": group.expert_dtype,
-        "dense_dtype": group.dense_dtype,
-        "timing": {"record_spans": False},
-        **group.config,
-    }
-    if group.slots_per_layer is not None:
-        from specmd_sim.models import load_model
-
-        layers = load_model(model or "").moe_layers
-        cfg.update(_mixtral_offloading_setup(row.setup, group.slots_per_layer, layers))
-    return build_config(cfg, source=f"published.yaml {group.id}/{row.setup}")
-
-
-def _speed(metric: str, tpot: float) -> float:
-    return 1.0 / tpot if metric == "tokens_per_s" else tpot
+@contextmanager
+def _bench(data: DataSet) -> Iterator[_Bench]:
+    with tempfile.TemporaryDirectory(prefix="specmd-validate-") as tmp:
+        folder = Path(tmp)
+        traces: dict[str, str] = {}
+        for name, spec in data.traces.items():
+            if spec.bundled is not None:
+                traces[name] = spec.bundled
+            elif spec.synthetic is not None:
+                trace = generate(spec.synthetic, seed=0)
+                traces[name] = str(save_trace(trace, folder / f"{name}.npz"))
+            else:
+                raise SpecmdError(f"published.yaml: traces.{name}: expected bundled or synthetic")
+        yield _Bench(data, traces, folder)
 
 
 def run_validation(
@@ -269,18 +274,16 @@ def run_validation(
         known = ", ".join(g.id for g in data.groups)
         raise SpecmdError(f"--group: expected ids among {known}, got {', '.join(groups)}")
     out = Validation(data.targets)
-    with tempfile.TemporaryDirectory(prefix="specmd-validate-") as tmp:
-        folder = Path(tmp)
-        traces = _traces(data, folder)
+    with _bench(data) as bench:
         for group in chosen:
             results = []
             for row in group.rows:
-                results.append(_run_row(data, group, row, traces, folder))
+                results.append(bench.run(group, row))
                 if progress is not None:
                     r = results[-1]
                     progress(f"{group.id}/{row.setup}: " + (
                         f"failed: {r.failure}" if r.failure else
-                        f"simulated {r.simulated:.3f}, published {r.published:.3f} "
+                        f"simulated {r.simulated:.3f}, published {r.row.published:.3f} "
                         f"({r.ratio:.2f}x)"
                     ))  # fmt: skip
             out.rows += results
@@ -289,34 +292,10 @@ def run_validation(
     return out
 
 
-def _run_row(
-    data: DataSet,
-    group: Group,
-    row: Row,
-    traces: dict[str, str],
-    folder: Path,
-    fitted: dict[str, Any] | None = None,
-) -> RowResult:
-    """One row simulated; a scenario the simulator cannot express is a failed row (its reason
-    kept), not a lost run."""
-    nan = float("nan")
-    out = RowResult(group.id, row.setup, row.role, group.metric, row.published, nan,
-                    group.citation, row.note, row.known_gap, row.max_error, nan, nan)  # fmt: skip
-    try:
-        m = simulate(row_config(data, group, row, traces, folder, fitted)).metrics
-    except SpecmdError as exc:
-        out.failure = str(exc)
-        return out
-    tpot = float(m["tpot_s"])
-    out.simulated = _speed(group.metric, tpot)
-    out.hit_rate, out.stall_share = float(m["hit_rate"]), float(m["tpot_stall_s"]) / tpot
-    return out
-
-
 def _same_order(rows: list[RowResult]) -> bool:
     if any(r.failure for r in rows):
         return False
-    published = sorted(range(len(rows)), key=lambda i: -rows[i].published)
+    published = sorted(range(len(rows)), key=lambda i: -rows[i].row.published)
     simulated = sorted(range(len(rows)), key=lambda i: -rows[i].simulated)
     return published == simulated
 
@@ -330,20 +309,22 @@ def fit_constants(
     this command into its source by hand)."""
     data = data or load_dataset()
     out: dict[str, float] = {}
-    with tempfile.TemporaryDirectory(prefix="specmd-fit-") as tmp:
-        folder = Path(tmp)
-        traces = _traces(data, folder)
+    with _bench(data) as bench:
         for spec in data.fits:
             rows = [(g, r) for g in data.groups if g.runtime == spec.runtime for r in g.rows
-                     if r.role == "calibration"]  # fmt: skip
+                     if r.row.role == "calibration"]  # fmt: skip
             if not rows:
                 raise SpecmdError(f"fits: {spec.runtime}: expected calibration rows, got none")
 
             def loss(log_value: float, spec: Fit = spec, rows: list = rows) -> float:
                 fitted = {spec.field: math.exp(log_value)}
-                results = [_run_row(data, g, r, traces, folder, fitted) for g, r in rows]
-                if any(x.failure for x in results):
-                    raise SpecmdError(f"fits: {spec.runtime}: {results[0].failure}")
+                results = [bench.run(g, r, fitted) for g, r in rows]
+                failed = [x for x in results if x.failure]
+                if failed:
+                    raise SpecmdError(
+                        f"fits: {spec.runtime}: {failed[0].group}/{failed[0].row.setup}: "
+                        f"{failed[0].failure}"
+                    )
                 return sum(math.log(x.ratio) ** 2 for x in results)
 
             value = math.exp(_golden(loss, math.log(spec.low), math.log(spec.high)))
@@ -395,29 +376,31 @@ def markdown(result: Validation, command: str) -> str:
     ]
     for r in result.rows:
         if r.failure:
-            lines.append(f"| {r.group} | {r.setup} | {r.role} | {r.metric} | {r.published:.3f} "
-                         f"| — | not simulated ✗ | — | — |")  # fmt: skip
+            lines.append(f"| {r.group} | {r.row.setup} | {r.row.role} | {r.spec.metric} | "
+                         f"{r.row.published:.3f} | — | not simulated ✗ | — | — |")  # fmt: skip
             continue
-        flag = "" if r.role == "calibration" or r.error <= t.row_error else " ✗"
+        flag = "" if r.row.role == "calibration" or r.error <= t.row_error else " ✗"
         lines.append(
-            f"| {r.group} | {r.setup} | {r.role} | {r.metric} | {r.published:.3f} | "
-            f"{r.simulated:.3f} | {r.ratio:.2f}{flag} | {r.hit_rate:.2f} | {r.stall_share:.2f} |"
+            f"| {r.group} | {r.row.setup} | {r.row.role} | {r.spec.metric} | "
+            f"{r.row.published:.3f} | {r.simulated:.3f} | {r.ratio:.2f}{flag} | "
+            f"{r.hit_rate:.2f} | {r.stall_share:.2f} |"
         )
     lines += ["", "| group | published ordering preserved |", "|---|---|"]
     lines += [f"| {g} | {'yes' if ok else '**no**'} |" for g, ok in result.orderings.items()]
     lines += ["", "## Sources", ""]
-    for citation in dict.fromkeys(r.citation for r in result.rows):
-        groups = ", ".join(dict.fromkeys(r.group for r in result.rows if r.citation == citation))
+    for citation in dict.fromkeys(r.spec.citation for r in result.rows):
+        cited = (r.group for r in result.rows if r.spec.citation == citation)
+        groups = ", ".join(dict.fromkeys(cited))
         lines.append(f"- {groups}: {citation}")
     failed = [r for r in result.rows if r.failure]
     if failed:
         lines += ["", "## Rows the simulator cannot express", ""]
-        lines += [f"- {r.group}/{r.setup}: {r.failure}" for r in failed]
-    gaps = [r for r in result.rows if r.known_gap]
+        lines += [f"- {r.group}/{r.row.setup}: {r.failure}" for r in failed]
+    gaps = [r for r in result.rows if r.row.known_gap]
     if gaps:
         lines += ["", "## Known gaps (rows that miss the target, and why)", ""]
-        lines += [f"- {r.group}/{r.setup}: {r.known_gap}" for r in gaps]
-    notes = [(r.group, r.setup, r.note) for r in result.rows if r.note]
+        lines += [f"- {r.group}/{r.row.setup}: {r.row.known_gap}" for r in gaps]
+    notes = [(r.group, r.row.setup, r.row.note) for r in result.rows if r.row.note]
     if notes:
         lines += ["", "## Row notes", ""]
         lines += [f"- {g}/{s}: {n}" for g, s, n in notes]
