@@ -157,6 +157,10 @@ _CACHE = (
     Metric("bytes_prefetch", "B", "lower", "bytes prefetched",
            "bytes of all issued, not cancelled prefetches",
            "Σ bytes of prefetches not cancelled"),
+    Metric("bytes_written_back", "B", "lower", "bytes written back",
+           "bytes of evicted experts copied back to the host (a runtime with "
+           "`memory_parity`; else 0)",
+           "Σ bytes of evictions, with memory parity"),
 )  # fmt: skip
 
 _BELADY = _when(

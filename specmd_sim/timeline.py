@@ -30,7 +30,10 @@ import numpy as np
 
 from specmd_sim.cache.states import AccessClass
 
-KINDS = ("attention", "expert", "lm_head", "stall", "demand_fetch", "prefetch", "cpu_expert")
+KINDS = (
+    "attention", "expert", "lm_head", "stall", "demand_fetch", "prefetch", "cpu_expert",
+    "write_back",
+)  # fmt: skip
 """Span kinds; a span stores the index. Append only: saved spans keep their kind names."""
 COMPUTE_KINDS = ("attention", "expert", "lm_head")
 TRANSFER_KINDS = ("demand_fetch", "prefetch")
@@ -371,7 +374,13 @@ def _span_event(cols: dict[str, list[int]], i: int, num_experts: int | None) -> 
         args["class"] = class_name(klass)
     elif kind in TRANSFER_KINDS:
         args["class"] = "unused"  # a prefetch whose target layer did not run its expert
-    category = "transfer" if kind in TRANSFER_KINDS else "stall" if kind == "stall" else "compute"
+    category = (
+        "transfer"
+        if kind in TRANSFER_KINDS or kind == "write_back"
+        else "stall"
+        if kind == "stall"
+        else "compute"
+    )
     return {"ph": "X", "name": kind, "cat": category, "args": args}
 
 

@@ -36,6 +36,7 @@ class CacheStats:
         self.by_layer: list[list[int]] = [[0] * len(AccessClass) for _ in range(num_layers)]
         self.bytes_demand = 0
         self.bytes_prefetch = 0
+        self.bytes_written_back = 0  # evicted experts copied back to the host (memory parity)
         self.prefetch_issued = 0
         self.prefetch_completed = 0
         self.prefetch_used = 0
@@ -92,6 +93,7 @@ class CacheStats:
             "hits_home": self.hits_home,
             "bytes_demand": self.bytes_demand,
             "bytes_prefetch": self.bytes_prefetch,
+            "bytes_written_back": self.bytes_written_back,
         }
 
 
@@ -142,6 +144,9 @@ class ExpertCache:
         self.stats = CacheStats(num_layers)
         self.listeners: list[Callable[[], None]] = []  # told when space may have been freed
         self.occupancy_hook: Callable[[int], None] | None = None  # told used_bytes on change
+        # memory parity (the host keeps no copy of a cached expert): told each evicted key, whose
+        # bytes must be copied back; None = the host keeps every expert
+        self.write_back: Callable[[int], None] | None = None
         # told (pass, layer) at each router decision, and (pass, -1) at each pass start, before
         # the policy: the run's history (policies/context.py) follows the run's position
         self.position_listeners: list[Callable[[int, int], None]] = []
@@ -345,6 +350,9 @@ class ExpertCache:
             self.occupancy_hook(self.used_bytes)
         self.evicted_pass[key] = self.pass_index
         self.stats.evictions += 1
+        if self.write_back is not None:
+            self.stats.bytes_written_back += self.nbytes[key]
+            self.write_back(key)
         if self.prefetched_unused[key]:
             self.prefetched_unused[key] = 0
             self.stats.prefetch_wasted += 1

@@ -83,6 +83,7 @@ _SUMMARY_ROWS: tuple[tuple[tuple[str, ...], str | None], ...] = (
      "misses compulsory / capacity / collision"),
     (("prefetch_issued", "prefetch_used", "prefetch_wasted"), "prefetch issued / used / wasted"),
     (("bytes_demand", "bytes_prefetch"), "bytes demand / prefetch"),
+    (("bytes_written_back",), None),
     (("ttft_s",), None),
     (("tpot_s",), None),
     (("stall_s",), None),
@@ -92,6 +93,7 @@ _SUMMARY_ROWS: tuple[tuple[tuple[str, ...], str | None], ...] = (
     (("tpot_compute_s", "tpot_stall_s", "tpot_other_s"), "TPOT = compute / stall / other"),
     (("throughput_tok_s",), None),
 )  # fmt: skip
+_IF_NONZERO = {"bytes_written_back"}  # rows of mechanisms most runs do not have (memory parity)
 _GPU_COLUMNS = ("gpu", "requests", "hit_rate", "bytes_fetched", "stall_s", "ttft_s", "tpot_s")
 
 
@@ -111,6 +113,8 @@ def _summary(out: Console, result: Any) -> None:
     table.add_column("value", justify="right")
     for names, label in _SUMMARY_ROWS:
         if all(m.get(name) is not None for name in names):
+            if names[0] in _IF_NONZERO and not m[names[0]]:
+                continue
             values = " / ".join(METRICS[name].format(m[name]) for name in names)
             table.add_row(label or METRICS[names[0]].label, values)
     if result.hardware_grade:

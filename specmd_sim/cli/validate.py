@@ -20,18 +20,19 @@ def runtimes_list() -> None:
     """List the bundled runtime profiles."""
     from specmd_sim.runtime import DEFAULT_RUNTIME, list_runtimes, load_runtime
 
-    table = Table("id", "name", "dispatch / kernel", "kernels attn / expert", "copies / expert",
-                  "h2d efficiency", "dequant")  # fmt: skip
+    table = Table("id", "dispatch / kernel", "kernels attn / expert", "copies / expert",
+                  "h2d efficiency", "copy stream", "dequant", "memory parity")  # fmt: skip
     for rid in list_runtimes():
         r = load_runtime(rid)
         table.add_row(
             rid + (" (default)" if rid == DEFAULT_RUNTIME else ""),
-            r.name,
             f"{r.dispatch_overhead_s.value * 1e6:.1f} µs",
             f"{r.kernels.attention.value} / {r.kernels.expert.value}",
             str(r.h2d_tensors_per_expert.value),
             f"{r.h2d_efficiency.value:.2f}",
+            r.copy_stream.value,
             r.dequant.value,
+            "yes" if r.memory_parity.value else "no",
         )
     console().print(table)
 
@@ -48,22 +49,24 @@ def runtimes_show(
     if json_:
         typer.echo(json.dumps(r.model_dump(mode="json"), indent=2))
         return
-    settings = [(name, getattr(r, name)) for name in ("dequant", "cpu_numa_aware")]
-    print_quantities(f"{r.id}: {r.name}", list(r.quantities()), settings)
+    print_quantities(f"{r.id}: {r.name}", list(r.quantities()), list(r.settings()))
 
 
 @validate_app.command("published")
 def validate_published(
-    out: Annotated[
-        Path, typer.Option(help="Markdown report to write.")
-    ] = Path("docs/validation.md"),
+    out: Annotated[Path, typer.Option(help="Markdown report to write.")] = Path(
+        "docs/validation.md"
+    ),
     group: Annotated[
         list[str] | None, typer.Option("--group", help="Only these groups (repeatable).")
     ] = None,
     fit: Annotated[
         bool,
-        typer.Option("--fit", help="Fit the data set's declared constants on its calibration "
-                     "rows and print them (nothing is written)."),
+        typer.Option(
+            "--fit",
+            help="Fit the data set's declared constants on its calibration "
+            "rows and print them (nothing is written).",
+        ),
     ] = False,
     check: Annotated[
         bool, typer.Option("--check", help="Exit with code 1 when a target is missed.")

@@ -9,6 +9,7 @@ from specmd_sim.hardware.topology import (
     find_path,
     host_path,
     transfer_path,
+    write_back_path,
 )
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "load_profile",
     "lowest_grade",
     "transfer_path",
+    "write_back_path",
 ]

@@ -152,6 +152,20 @@ def transfer_path(profile: HardwareProfile, source: str, gpu_id: str) -> Transfe
     )
 
 
+def write_back_path(profile: HardwareProfile, gpu_id: str) -> TransferPath:
+    """The path from ``gpu_id`` back to the first host's DRAM (device-to-host copies), the
+    write into that DRAM included."""
+    host = profile.hosts[0]
+    path = transfer_path(profile, gpu_id, host.id)
+    capacity = {**path.capacity, f"dram:{host.id}": host.dram_bandwidth_bytes_per_s.value}
+    return replace(
+        path,
+        resources=tuple(capacity),
+        capacity=capacity,
+        quantities=(*path.quantities, host.dram_bandwidth_bytes_per_s),
+    )
+
+
 def host_path(profile: HardwareProfile, gpu_id: str | None = None) -> TransferPath:
     """The path from the first host's DRAM to ``gpu_id`` (default: the first GPU)."""
     gpu = profile.gpus[0].id if gpu_id is None else gpu_id

@@ -19,6 +19,7 @@ KIND_COLOURS = {
     "stall": "#E45756",
     "demand_fetch": "#F58518",
     "prefetch": "#72B7B2",
+    "write_back": "#D4A6C8",
 }
 KIND_LABELS = {
     "attention": "attention",
@@ -28,6 +29,7 @@ KIND_LABELS = {
     "stall": "stall",
     "demand_fetch": "demand fetch",
     "prefetch": "prefetch",
+    "write_back": "write-back",
 }
 SPARE_COLOURS = ("#EECA3B", "#FF9DA6", "#BAB0AC", "#439894", "#D67195", "#8F6D31")
 

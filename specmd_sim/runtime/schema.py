@@ -14,11 +14,14 @@ hardware profile's:
   packed weights, or dequantized to 16 bits first (a kernel that reads the packed bytes and
   writes 2 bytes per weight, which the matmul reads again);
 - **host-to-device copies**: how many tensors one expert is copied as (each pays the link's
-  per-transfer latency) and the fraction of the link bandwidth a copy achieves (1 for pinned
-  memory; pageable copies go through a driver staging buffer);
+  per-transfer latency), the fraction of the link bandwidth a copy achieves (1 for pinned
+  memory; pageable copies go through a driver staging buffer), and whether copies run on their
+  own streams or on the compute stream (then no copy overlaps compute);
 - **CPU expert kernels**: the fraction of DRAM bandwidth and of CPU FLOP/s they achieve, and
   whether they are NUMA-aware (each socket reads its own DRAM) or read one socket's;
-- **memory**: the GPU workspace the runtime keeps besides weights and KV cache.
+- **memory**: the GPU workspace the runtime keeps besides weights and KV cache, and whether the
+  host keeps only the experts the GPU does not (*memory parity*: each evicted expert is copied
+  back).
 
 ``docs/runtimes.md`` describes the bundled runtimes; the cost model reads the numbers through
 its ledger, so a run's grade includes them.
@@ -57,6 +60,16 @@ class Dequant(Setting):
 
 class Flag(Setting):
     value: bool
+
+
+class CopyStream(Setting):
+    value: Literal["separate", "compute"] = Field(
+        description=(
+            "'separate': host-to-device copies run on copy streams beside compute; 'compute': "
+            "they are issued on the compute stream, so no kernel runs while a copy is queued "
+            "or moving (nothing overlaps)."
+        )
+    )
 
 
 class Kernels(_Frozen):
@@ -104,6 +117,9 @@ class RuntimeProfile(_Frozen):
     h2d_tensors_per_expert: Count = Field(
         description="Separate host-to-device copies one expert takes (each pays link latency)."
     )
+    copy_stream: CopyStream = Field(
+        description="Whether copies overlap compute ('separate') or queue with it ('compute')."
+    )
     h2d_efficiency: Fraction = Field(
         description="Fraction of a link's achievable bandwidth one copy reaches (1 = pinned)."
     )
@@ -123,6 +139,20 @@ class RuntimeProfile(_Frozen):
         description="GPU memory the runtime keeps besides weights and KV cache (CUDA context, "
         "allocator slack, activations, staging buffers), bytes."
     )
+    memory_parity: Flag = Field(
+        description=(
+            "The host keeps only the experts not cached on the GPU: the cache's capacity is "
+            "taken off the host memory the experts need, and every evicted expert is copied "
+            "back to the host (device-to-host, on the GPU's D2H copy engines)."
+        )
+    )
+
+    def settings(self) -> Iterator[tuple[str, Setting]]:
+        """Every setting that is not a number (dequantization, copy stream, ...) by name."""
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, Setting):
+                yield name, value
 
     def quantities(self) -> Iterator[tuple[str, Quantity]]:
         """Every number of the runtime with its dotted name."""

@@ -16,7 +16,13 @@ from specmd_sim.models import ModelSpec, load_model
 from specmd_sim.runtime import RuntimeProfile, load_runtime
 from specmd_sim.scenario.budget import MemoryBudget
 from specmd_sim.scenario.passes import DemandSets, Passes, build_demand, build_passes
-from specmd_sim.scenario.placement import Placement, build_placement, shard_mask
+from specmd_sim.scenario.placement import (
+    ExpertSizes,
+    Placement,
+    expert_sizes,
+    place,
+    shard_mask,
+)
 from specmd_sim.traces.io import load_trace
 from specmd_sim.traces.trace import Trace
 from specmd_sim.units import format_bytes
@@ -61,9 +67,15 @@ def build_scenario(config: SimConfig) -> Scenario:
     if passes.num_passes == 0:
         raise SpecmdError(f"trace {config.trace}: expected at least one pass, got none")
     demand = build_demand(trace, passes)
-    placement = build_placement(config, profile, model, trace)
+    sizes = expert_sizes(config, model, trace)
     gpu_nodes = _resolve_gpus(config, profile)
     _check_gpus(config, gpu_nodes)
+    parity = runtime.memory_parity.value
+    if parity and len(gpu_nodes) > 1:
+        raise SpecmdError(
+            f"parallel.gpus: expected 1 GPU with runtime {runtime.id}, which keeps memory "
+            f"parity (the host holds only what one GPU's cache does not), got {len(gpu_nodes)}"
+        )
     gpus = len(gpu_nodes)
     shards: tuple[tuple[Passes, DemandSets], ...]
     if gpus == 1:
@@ -72,13 +84,14 @@ def build_scenario(config: SimConfig) -> Scenario:
         parts = [build_passes(trace, config.workload, (g, gpus)) for g in range(gpus)]
         shards = tuple((p, build_demand(trace, p)) for p in parts)
     budgets = tuple(
-        _budget(config, model, runtime, gpu, g, placement, shard)
+        _budget(config, model, runtime, gpu, g, sizes, shard)
         for g, (gpu, (shard, _)) in enumerate(zip(gpu_nodes, shards, strict=True))
     )
     # a slot count is of the largest expert (mixed precision), as capacity_slots reports it
     capacity = config.cache.capacity_bytes(
-        placement.largest, placement.routed_bytes, min(b.available for b in budgets)
+        sizes.largest, sizes.routed_bytes, min(b.available for b in budgets)
     )
+    placement = place(config, profile, sizes, capacity if parity else None)
     for budget, (_, shard_demand) in zip(budgets, shards, strict=True):
         _check_capacity(config, profile, budget, placement, shard_demand, capacity)
     return Scenario(
@@ -93,13 +106,13 @@ def _budget(
     runtime: RuntimeProfile,
     gpu: GPUNode,
     g: int,
-    placement: Placement,
+    sizes: ExpertSizes,
     passes: Passes,
 ) -> MemoryBudget:
     """GPU ``g``'s HBM and what it holds besides the expert cache (:mod:`.budget`)."""
     shard = 0
     if config.parallel.mode == "expert-sharded":
-        shard = int(placement.nbytes[shard_mask(placement, g, config.parallel.count)].sum())
+        shard = int(sizes.nbytes[shard_mask(sizes, g, config.parallel.count)].sum())
     context = int(passes.context_end.max()) if passes.num_passes else 0
     batch = min(config.workload.batch_size, len(set(passes.row_request.tolist())))
     return MemoryBudget(

@@ -7,7 +7,10 @@ Precision: per layer, the ``precision.hot_fraction`` most often routed experts o
 Tiers: host DRAM holds ``memory.dram_capacity`` bytes of experts (default: what the host's DRAM
 holds), filled in ``memory.placement`` order (``hot-first``: most often routed in the trace
 first; ``layer-order``: layer by layer); the rest lives on an NVMe drive of the profile. Both
-rankings read the whole trace in advance, like an offline profiling run.
+rankings read the whole trace in advance, like an offline profiling run. A runtime that keeps
+*memory parity* (``memory_parity``) stores on the host only the experts the GPU cache does not
+hold: they need the cache's bytes less DRAM, and none may live on NVMe (an evicted expert is
+copied back to DRAM).
 """
 
 from __future__ import annotations
@@ -27,14 +30,10 @@ from specmd_sim.units import format_bytes
 TIER_DRAM, TIER_NVME = 0, 1
 
 
-@dataclass(frozen=True, eq=False)
-class Placement:
-    dtype: tuple[str, ...]  # per key: storage precision
-    nbytes: np.ndarray  # int64 [keys]: bytes per key
-    tier: np.ndarray  # uint8 [keys]: TIER_DRAM or TIER_NVME
-    nvme: NVMeNode | None  # the drive holding TIER_NVME experts
-    num_experts: int  # per layer
-    dtype_hot: str  # the model's expert dtype; the others are cold
+class _Sized:
+    """Totals over the keys' bytes (``nbytes``, int64 per key)."""
+
+    nbytes: np.ndarray
 
     @property
     def routed_bytes(self) -> int:
@@ -43,6 +42,16 @@ class Placement:
     @property
     def largest(self) -> int:
         return int(self.nbytes.max())
+
+
+@dataclass(frozen=True, eq=False)
+class Placement(_Sized):
+    dtype: tuple[str, ...]  # per key: storage precision
+    nbytes: np.ndarray  # int64 [keys]: bytes per key
+    tier: np.ndarray  # uint8 [keys]: TIER_DRAM or TIER_NVME
+    nvme: NVMeNode | None  # the drive holding TIER_NVME experts
+    num_experts: int  # per layer
+    dtype_hot: str  # the model's expert dtype; the others are cold
 
     def summary(self) -> dict[str, object]:
         """Counts and bytes per tier, and the precisions (for the result's ``inputs``)."""
@@ -65,27 +74,68 @@ def routing_counts(trace: Trace) -> np.ndarray:
     return np.bincount(flat, minlength=layers * experts)
 
 
-def build_placement(
-    config: SimConfig, profile: HardwareProfile, model: ModelSpec, trace: Trace
-) -> Placement:
+@dataclass(frozen=True, eq=False)
+class ExpertSizes(_Sized):
+    """Storage precision and bytes of every key, before tiers are assigned."""
+
+    dtype: tuple[str, ...]
+    nbytes: np.ndarray  # int64 [keys]
+    counts: np.ndarray  # int64 [keys]: how often the trace routes each key
+    num_experts: int
+    dtype_hot: str
+    expert_bytes: int  # of one expert at the model's expert dtype
+
+
+def expert_sizes(config: SimConfig, model: ModelSpec, trace: Trace) -> ExpertSizes:
     layers, experts = trace.num_layers, trace.num_experts
     counts = routing_counts(trace)
     dtype = _dtypes(config, model, counts.reshape(layers, experts))
     sizes = {d: model.expert_bytes_at(d) for d in set(dtype)}
     nbytes = np.array([sizes[d] for d in dtype], np.int64)
-    tier = np.zeros(layers * experts, np.uint8)
+    return ExpertSizes(
+        tuple(dtype), nbytes, counts, experts, model.expert_dtype, model.expert_bytes
+    )
+
+
+def build_placement(
+    config: SimConfig, profile: HardwareProfile, model: ModelSpec, trace: Trace
+) -> Placement:
+    """The placement of a run whose host keeps every expert (no memory parity)."""
+    return place(config, profile, expert_sizes(config, model, trace))
+
+
+def place(
+    config: SimConfig, profile: HardwareProfile, sizes: ExpertSizes, parity: int | None = None
+) -> Placement:
+    """Assign each key its tier. ``parity``: the bytes of the GPU cache when the runtime keeps
+    memory parity (the host holds only the experts the cache does not, so they need that much
+    less DRAM); then nothing may spill to NVMe."""
+    counts, nbytes = sizes.counts, sizes.nbytes
+    tier = np.zeros(nbytes.size, np.uint8)
     memory = config.memory
     host = profile.hosts[0]
     dram = host.dram_bytes.value
     if memory.dram_capacity is None:
         budget = dram
     else:
-        budget = resolve_size(memory.dram_capacity, model.expert_bytes, int(nbytes.sum()))
+        budget = resolve_size(memory.dram_capacity, sizes.expert_bytes, sizes.routed_bytes)
         if budget > dram:
             raise SpecmdError(
                 f"memory.dram_capacity: expected at most the host's DRAM ({format_bytes(dram)} "
                 f"on {profile.id}), got {memory.dram_capacity!r} = {format_bytes(budget)}"
             )
+    if parity is not None:
+        outside = sizes.routed_bytes - parity
+        if outside > budget:
+            raise SpecmdError(
+                f"memory: expected the experts outside the GPU cache ({format_bytes(outside)}: "
+                f"{format_bytes(sizes.routed_bytes)} routed - {format_bytes(parity)} cached) to "
+                f"fit the {format_bytes(budget)} of host DRAM on {profile.id} (runtime "
+                f"{config.runtime} keeps memory parity, so none can live on NVMe), got "
+                f"{format_bytes(outside - budget)} more; raise cache.capacity or use a "
+                "lower-precision model"
+            )
+        budget += parity
     if memory.placement == "hot-first":
         order = np.lexsort((np.arange(counts.size), -counts))
     else:
@@ -97,7 +147,7 @@ def build_placement(
         nvme = _nvme(profile, memory.nvme, int(nbytes[order[~fits]].sum()), budget)
     elif memory.nvme is not None:
         nvme = _nvme(profile, memory.nvme, 0, budget)
-    return Placement(tuple(dtype), nbytes, tier, nvme, experts, model.expert_dtype)
+    return Placement(sizes.dtype, nbytes, tier, nvme, sizes.num_experts, sizes.dtype_hot)
 
 
 def _dtypes(config: SimConfig, model: ModelSpec, counts: np.ndarray) -> list[str]:
@@ -150,7 +200,7 @@ def shard_owner(num_experts: int, gpus: int) -> np.ndarray:
     return (np.arange(num_experts) * gpus // num_experts).astype(np.int32)
 
 
-def shard_mask(placement: Placement, gpu: int, gpus: int) -> np.ndarray:
+def shard_mask(placement: Placement | ExpertSizes, gpu: int, gpus: int) -> np.ndarray:
     """Keys whose owner is ``gpu`` (all layers)."""
     owner = shard_owner(placement.num_experts, gpus)
     return np.tile(owner == gpu, placement.nbytes.size // placement.num_experts)

@@ -139,6 +139,8 @@ def _build_gpu(
         ctx.num_layers, ctx.num_experts, ctx.nbytes.tolist(), scenario.capacity_bytes, eviction
     )
     cache.position_listeners.append(ctx.history.advance)
+    if scenario.runtime.memory_parity.value:
+        cache.write_back = _copied_back  # the timing engine times the copies
     eviction.attach(cache)
     cache.add_home(np.flatnonzero(ctx.source < 0).tolist())
     cache.preload(eviction.initial_contents() + list(warm or []))
@@ -148,6 +150,10 @@ def _build_gpu(
         predictor = _Tapped(PREDICTORS.make(config.predictor, views), eviction)
     miss = MISS.make(config.miss, views)
     return RunObjects(scenario, ctx, cache, eviction, prefetch, predictor, miss, arrivals)
+
+
+def _copied_back(key: int) -> None:
+    """Memory parity without time: the cache counts the bytes an evicted expert takes back."""
 
 
 def _views(scenario: Scenario, g: int, rng: np.random.Generator) -> RunViews:

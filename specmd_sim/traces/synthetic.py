@@ -135,6 +135,15 @@ class SyntheticParams(BaseModel):
         ge=0,
         description="D of pred_scores: layers predicted ahead (count, 0..moe_layers-1; 0 = none).",
     )
+    top_k: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "Experts routed per token and layer (count, 1..num_experts; default: the model's "
+            "top_k; fewer, as when a runtime activates fewer experts than the model was "
+            "trained with)."
+        ),
+    )
     gate_concentration: float = Field(
         default=1.0,
         gt=0.0,
@@ -160,6 +169,8 @@ class SyntheticParams(BaseModel):
             raise ValueError(
                 f"working_set_size must be <= num_experts ({spec.num_experts}) of {self.model}"
             )
+        if self.top_k is not None and self.top_k > spec.num_experts:
+            raise ValueError(f"top_k must be <= num_experts ({spec.num_experts}) of {self.model}")
         if self.lookahead > spec.moe_layers - 1:
             raise ValueError(
                 f"lookahead must be <= moe_layers - 1 ({spec.moe_layers - 1}) of {self.model}"
@@ -225,7 +236,8 @@ def zipf_exponent(skew: float, num_experts: int) -> float:
 def generate(params: SyntheticParams, seed: int) -> Trace:
     """A synthetic trace for ``params``; the same ``params`` and ``seed`` give identical arrays."""
     spec = load_model(params.model)
-    num_layers, num_experts, k = spec.moe_layers, spec.num_experts, spec.top_k
+    num_layers, num_experts = spec.moe_layers, spec.num_experts
+    k = spec.top_k if params.top_k is None else params.top_k
     rng = np.random.default_rng(seed)
 
     log_w = _base_log_weights(params, num_layers, num_experts, rng)  # [L, E]
@@ -246,7 +258,7 @@ def generate(params: SyntheticParams, seed: int) -> Trace:
     meta: dict[str, Any] = {
         "generator": GENERATOR,
         "seed": int(seed),
-        "params": params.model_dump(mode="json"),
+        "params": params.model_dump(mode="json", exclude_none=True),  # unset top_k: the model's
     }
     return make_trace(
         experts,

@@ -282,6 +282,7 @@ def counters(**nonzero: int) -> dict[str, int]:
         "hits_home",
         "bytes_demand",
         "bytes_prefetch",
+        "bytes_written_back",
     ]
     return {name: nonzero.get(name, 0) for name in names}
 

@@ -93,13 +93,21 @@ def test_shapes_dtypes_and_validity() -> None:
     # meta
     assert tr.meta["generator"] == GENERATOR == "specmd-sim synthetic v1"
     assert tr.meta["seed"] == 0
-    assert tr.meta["params"] == p.model_dump(mode="json")
+    assert tr.meta["params"] == p.model_dump(mode="json", exclude_none=True)
     assert SyntheticParams(**tr.meta["params"]) == p
 
 
 def test_lookahead_zero_has_no_predictions() -> None:
     tr = generate(params(lookahead=0), 0)
     assert tr.pred_scores is None and tr.lookahead == 0
+
+
+def test_top_k_overrides_the_model() -> None:
+    """Fewer experts per token than the model routes (a runtime's "6 experts" of 8)."""
+    tr = generate(params(top_k=3), 0)
+    assert tr.top_k == 3 and tr.experts.shape[2] == 3
+    assert (np.sort(tr.experts, axis=2)[:, :, 1:] > np.sort(tr.experts, axis=2)[:, :, :-1]).all()
+    assert generate(params(), 0).top_k == load_model("olmoe-1b-7b").top_k
 
 
 def test_params_are_strict() -> None:
@@ -117,6 +125,8 @@ def test_params_are_strict() -> None:
         {"lookahead": 16},
         {"prompt_tokens": 0, "decode_tokens": 0},
         {"num_requests": 0},
+        {"top_k": 0},
+        {"top_k": 65},
     ):
         with pytest.raises(ValidationError):
             params(**bad)

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 from specmd_sim.validate.published import (
+    DataSet,
     RowResult,
     Validation,
+    _bench,
+    fit_constants,
     load_dataset,
     markdown,
     run_validation,
@@ -73,3 +76,30 @@ def test_the_committed_report_is_current(validation: Validation) -> None:
     assert DOC.read_text(encoding="utf-8") == markdown(validation, COMMAND), (
         "docs/validation.md is stale: run `specmd validate published` and commit it"
     )
+
+
+def test_fit_recovers_a_known_constant() -> None:
+    """``--fit`` on a row whose published figure was simulated with a known dispatch cost
+    finds that cost again (the search, the loss and the runtime override together)."""
+    trace = {"synthetic": {"model": "olmoe-1b-7b", "num_requests": 1, "prompt_tokens": 4,
+                           "decode_tokens": 6, "popularity_skew": 2.0, "working_set_size": 8,
+                           "working_set_boost": 1.5, "repeat_prob": 0.1,
+                           "predictor_accuracy": 0.85, "lookahead": 1,
+                           "gate_concentration": 1.0}}  # fmt: skip
+    group = {"id": "g", "citation": "test", "hardware": "h100-pcie", "runtime": "hf-eager",
+             "metric": "s_per_token", "model": "olmoe-1b-7b", "trace": "t",
+             "config": {"cache": {"capacity": 64}}}  # fmt: skip
+    raw = {"targets": {"row_error": 0.15, "median_error": 0.1}, "traces": {"t": trace},
+           "fits": [{"runtime": "hf-eager", "field": "dispatch_overhead_s",
+                     "low": 1.0e-6, "high": 2.0e-4}],
+           "defaults": {"seed": 0}}  # fmt: skip
+    probe = DataSet.model_validate({**raw, "groups": [{**group, "rows": [
+        {"setup": "s", "published": 1.0}]}]})  # fmt: skip
+    with _bench(probe) as bench:
+        true = 37.0e-6
+        figure = bench.run(probe.groups[0], probe.groups[0].rows[0],
+                           {"dispatch_overhead_s": true}).simulated  # fmt: skip
+    data = DataSet.model_validate({**raw, "groups": [{**group, "rows": [
+        {"setup": "s", "published": figure, "role": "calibration"}]}]})  # fmt: skip
+    fitted = fit_constants(data)["hf-eager.dispatch_overhead_s"]
+    assert fitted == pytest.approx(true, rel=0.01)

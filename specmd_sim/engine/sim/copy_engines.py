@@ -41,13 +41,30 @@ class CopyEngines:
     demand_q: deque[Job] = field(default_factory=deque)
     prefetch_q: deque[Job] = field(default_factory=deque)
     free: list[int] = field(default_factory=list)
+    active: int = 0  # jobs submitted and neither done nor cancelled
+    idle_event: simpy.Event | None = None
 
     def __post_init__(self) -> None:
         self.free = list(range(self.slots))
 
     def submit(self, job: Job) -> None:
+        self.active += 1
         (self.demand_q if job.demand else self.prefetch_q).append(job)
         self._dispatch()
+
+    def idle(self) -> simpy.Event | None:
+        """An event that succeeds once no job is queued or moving; None if none is."""
+        if not self.active:
+            return None
+        if self.idle_event is None:
+            self.idle_event = self.env.event()
+        return self.idle_event
+
+    def _retired(self) -> None:
+        self.active -= 1
+        if not self.active and self.idle_event is not None:
+            self.idle_event.succeed()
+            self.idle_event = None
 
     def promote(self, job: Job) -> None:
         """A queued prefetch is now needed by the compute stream."""
@@ -67,6 +84,7 @@ class CopyEngines:
                 break
             if not job.started and cancel(job):
                 self.prefetch_q.remove(job)
+                self._retired()
                 done += 1
         return done
 
@@ -75,6 +93,7 @@ class CopyEngines:
             job = self.demand_q.popleft() if self.demand_q else self.prefetch_q.popleft()
             if not job.started and not job.demand and self.should_cancel(job):
                 self.on_cancel(job)
+                self._retired()
                 continue
             slot = self.free.pop(0)
             self.env.process(self._run(job, slot))
@@ -89,4 +108,5 @@ class CopyEngines:
             (self.demand_q if job.demand else self.prefetch_q).appendleft(job)
         else:
             self.on_done(job)
+            self._retired()
         self._dispatch()

@@ -9,6 +9,11 @@ is known at the router, also when its experts are pinned one at a time), is canc
 starts. A demand fetch that finds nothing evictable first cancels queued prefetches that layer
 does not demand (newest first), then waits for a transfer to end. With ``timing.ideal`` a
 transfer takes no time (its job still passes through the copy engines).
+
+With memory parity (the runtime's ``memory_parity``) every expert the cache evicts is copied
+back to host DRAM by :class:`WriteBacks` on the GPU's device-to-host copy engines, over the
+links' reverse direction, concurrently with the loads: the loaded expert goes to a spare buffer
+(as mixtral-offloading's ``_swap`` does), so nothing waits for a write-back.
 """
 
 from __future__ import annotations
@@ -170,3 +175,68 @@ class Fetcher:
 
     def _occupancy(self, used_bytes: int) -> None:
         self.spans.sample(self.counter_used, self.env.now, used_bytes)
+
+
+class WriteBacks:
+    """Memory parity: one GPU's copies of evicted experts back to host DRAM (FIFO on its D2H
+    copy engines; never cancelled, never waited on)."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        network: FlowNetwork,
+        cache: ExpertCache,
+        path: TransferPath,
+        engines: int,
+        chunk_bytes: int | None,
+        ideal: bool,
+        spans: SpanRecorder,
+        tally: GpuTally,
+        lane_prefix: str,
+        pass_base: int,
+        pass_request: Any,
+    ) -> None:
+        self.env, self.network, self.cache, self.path = env, network, cache, path
+        self.chunk_bytes, self.ideal = chunk_bytes, ideal
+        self.spans, self.tally = spans, tally
+        self.pass_base, self.pass_request = pass_base, pass_request
+        tally.d2h_lane_names = [f"{lane_prefix}{i}" for i in range(engines)]
+        tally.d2h_busy = [0.0] * engines
+        tally.d2h_bytes = [0] * engines
+        self.lanes = [spans.lane(name) for name in tally.d2h_lane_names]
+        self.used = False
+        self.engines = CopyEngines(
+            env,
+            engines,
+            run_chunk=self._move_chunk,
+            should_cancel=lambda job: False,
+            on_cancel=lambda job: None,
+            on_done=lambda job: None,
+        )
+        cache.write_back = self.submit
+
+    def submit(self, key: int) -> None:
+        """The cache evicted ``key``: queue the copy of its bytes back to the host."""
+        self.used = True
+        nbytes = self.cache.nbytes[key]
+        step = self.chunk_bytes or nbytes
+        chunks = [min(step, nbytes - off) for off in range(0, nbytes, step)]
+        target = (self.cache.pass_index, key // self.cache.num_experts)
+        self.engines.submit(Job(key, True, target, nbytes, chunks, self.env.event()))
+
+    def _move_chunk(self, job: Job, slot: int, nbytes: int) -> Generator[Any, Any, None]:
+        env, path = self.env, self.path
+        start = env.now
+        if self.ideal:
+            yield env.timeout(0)
+        else:
+            yield from self.network.transfer(
+                nbytes, path.resources, path.latency_s, 1, path.rate_cap
+            )
+        self.tally.d2h_busy[slot] += env.now - start
+        self.tally.d2h_bytes[slot] += nbytes
+        p, layer = job.target
+        self.spans.add(
+            self.lanes[slot], "write_back", start, env.now, self.pass_base + p, layer, job.key,
+            nbytes, int(self.pass_request[p]),
+        )  # fmt: skip

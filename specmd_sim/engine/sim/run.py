@@ -20,11 +20,11 @@ from specmd_sim.config import SimConfig
 from specmd_sim.engine.common import Progress, finish_result, report_progress
 from specmd_sim.engine.replay import belady_gap
 from specmd_sim.engine.sim.cpu import HostCpu
-from specmd_sim.engine.sim.fetch import Fetcher
+from specmd_sim.engine.sim.fetch import Fetcher, WriteBacks
 from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.engine.sim.stream import GpuStream
 from specmd_sim.engine.sim.tally import GpuTally, timing_result
-from specmd_sim.hardware import lowest_grade
+from specmd_sim.hardware import TransferPath, lowest_grade, write_back_path
 from specmd_sim.hardware.schema import GPUNode, Quantity
 from specmd_sim.metrics import RunResult
 from specmd_sim.models import CostModel, IdealCost
@@ -40,10 +40,13 @@ def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> 
     ideal = scenario.config.timing.ideal
     cpu = HostCpu(env, scenario, spans, ideal)
     runs = build_runs(scenario)
+    backs = [_write_back(scenario, gpu) for gpu in scenario.gpus]
     capacity: dict[str, float] = {}
-    for objs in runs:
+    for objs, back in zip(runs, backs, strict=True):
         for path in objs.ctx.paths:  # paths[0] is the host path: DRAM is always there
             capacity.update(path.capacity)
+        if back is not None:
+            capacity.update(back.capacity)
     capacity.update(cpu.capacity)
     nvme = scenario.placement.nvme
     dynamic: dict[str, Callable[[int], float]] = {}
@@ -59,7 +62,7 @@ def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> 
 
     bases = np.concatenate(([0], np.cumsum([r.scenario.passes.num_passes for r in runs])))
     gpus = [
-        _Gpu(env, objs, scenario.gpus[g], int(bases[g]), network, cpu, spans, pass_done)
+        _Gpu(env, objs, scenario.gpus[g], int(bases[g]), network, cpu, spans, pass_done, backs[g])
         for g, objs in enumerate(runs)
     ]
     processes = [env.process(gpu.stream.run()) for gpu in gpus]
@@ -91,8 +94,17 @@ def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> 
     return result
 
 
+def _write_back(scenario: Scenario, gpu: GPUNode) -> TransferPath | None:
+    """The path evicted experts are copied back by (memory parity), as the runtime copies."""
+    rt = scenario.runtime
+    if not rt.memory_parity.value:
+        return None
+    path = write_back_path(scenario.profile, gpu.id)
+    return path.as_copied(rt.h2d_tensors_per_expert, rt.h2d_efficiency)
+
+
 class _Gpu:
-    """One GPU's parts: its tally, fetcher and stream."""
+    """One GPU's parts: its tally, fetcher, write-backs (memory parity) and stream."""
 
     def __init__(
         self,
@@ -104,6 +116,7 @@ class _Gpu:
         cpu: HostCpu,
         spans: SpanRecorder,
         pass_done: Callable[[], None],
+        write_back: TransferPath | None,
     ) -> None:
         sc = objs.scenario
         self.objs, self.node = objs, node
@@ -120,9 +133,19 @@ class _Gpu:
             (f"{node.id}/copy-h2d-", f"{suffix}cache_used_bytes", f"{suffix}bytes_in_flight"),
             lambda: (self.stream.position, self.stream.demanded), pass_base, sc.passes.request,
         )  # fmt: skip
+        self.write_backs = None
+        if write_back is not None:
+            self.write_backs = WriteBacks(
+                env, network, objs.cache, write_back, node.copy_engines_d2h.value,
+                sc.config.timing.chunk_bytes, ideal, spans, self.tally, f"{node.id}/copy-d2h-",
+                pass_base, sc.passes.request,
+            )  # fmt: skip
+        copies = [self.fetcher.engines]
+        if self.write_backs is not None:
+            copies.append(self.write_backs.engines)
         self.stream = GpuStream(
             env, objs, self.cost, self.fetcher, cpu, spans, self.tally, pass_base,
-            compute_lane, pass_done,
+            compute_lane, pass_done, copies,
         )  # fmt: skip
 
     def quantities(self) -> list[Quantity]:
@@ -136,4 +159,6 @@ class _Gpu:
             used.append(self.node.copy_engines_h2d)
         for index in sorted(self.fetcher.used_paths):
             used += self.objs.ctx.paths[index].quantities
+        if self.write_backs is not None and self.write_backs.used:
+            used += [self.node.copy_engines_d2h, *self.write_backs.path.quantities]
         return used

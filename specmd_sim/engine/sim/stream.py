@@ -8,7 +8,9 @@ layer's decisions, whose requests the stream fulfils: fetches go to the GPU's
 :class:`~specmd_sim.engine.sim.fetch.Fetcher`, CPU experts to the shared
 :class:`~specmd_sim.engine.sim.cpu.HostCpu`, and experts run on the stream, each once its
 transfer has arrived (the wait is a *stall*). A pass that produces a token ends with the LM
-head.
+head. When the runtime issues its copies on the compute stream (``copy_stream: compute``), a
+layer's attention and its experts first wait (a stall) until no copy of the GPU is queued or
+moving, write-backs included: nothing overlaps.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from specmd_sim.engine.layer import (
     Step,
     WaitForSpace,
 )
+from specmd_sim.engine.sim.copy_engines import CopyEngines
 from specmd_sim.engine.sim.cpu import HostCpu
 from specmd_sim.engine.sim.fetch import Fetcher
 from specmd_sim.engine.sim.tally import GpuTally
@@ -53,8 +56,13 @@ class GpuStream:
         pass_base: int,
         lane: str,
         on_pass_done: Callable[[], None],
+        copies: list[CopyEngines],
     ) -> None:
         self.env, self.objs, self.cost = env, objs, cost
+        # copies on the compute stream: what must be idle before a kernel runs (else nothing)
+        self.queued_with = (
+            copies if self.objs.scenario.runtime.copy_stream.value == "compute" else []
+        )
         self.fetcher, self.cpu, self.spans, self.tally = fetcher, cpu, spans, tally
         self.step = LayerStep(objs)
         self.sc = objs.scenario
@@ -91,6 +99,7 @@ class GpuStream:
                 yield self._compute("attention", t_dense, pass_=gp, request=req)
             for layer in range(num_layers):
                 self.where = {"pass_": gp, "layer": layer, "request": req}
+                yield from self._drain()
                 yield self._compute("attention", t_attn, **self.where)
                 yield from self._fulfil(self.step.layer(p, layer))
             if self.phase == 1 or passes.first_token[p]:
@@ -143,6 +152,7 @@ class GpuStream:
 
     def _run(self, experts: list[Expert]) -> Generator[Any, Any, None]:
         cost, dtype_of, where = self.cost, self.dtype_of, self.where
+        yield from self._drain()
         for e in experts:
             if e.handle is not None:
                 yield from self._wait(e.handle, e.key, e.klass)
@@ -159,6 +169,12 @@ class GpuStream:
         self.spans.add(self.lane, "stall", t0, self.env.now, where["pass_"], where["layer"], key,
                        0, where["request"], klass)  # fmt: skip
         self.tally.stall(t0, self.env.now, self.phase, where["layer"])
+
+    def _drain(self) -> Generator[Any, Any, None]:
+        """Copies on the compute stream: wait until none is queued or moving (a stall)."""
+        for engines in self.queued_with:
+            while (event := engines.idle()) is not None:
+                yield from self._wait(event, -1, -1)
 
     def _compute(self, kind: str, seconds: float, **where: int) -> simpy.Timeout:
         now = self.env.now

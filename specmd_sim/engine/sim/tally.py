@@ -39,6 +39,10 @@ class GpuTally:
         self.engine_busy = np.zeros(engines)
         self.engine_bytes = [0] * engines
         self.copy_lane_names: list[str] = []
+        # device-to-host copy engines (memory parity's write-backs), when used
+        self.d2h_lane_names: list[str] = []
+        self.d2h_busy: list[float] = []
+        self.d2h_bytes: list[int] = []
         n = passes.num_passes
         self.pass_start = np.zeros(n)
         self.pass_end = np.zeros(n)
@@ -219,12 +223,18 @@ def _resource_table(
         table["bytes"].append(network.bytes_through.get(r, 0.0))
         table["busy_s"].append(network.busy_s.get(r, 0.0))
     for tally in tallies:
-        for slot, lane in enumerate(tally.copy_lane_names):
+        lanes = zip(
+            [*tally.copy_lane_names, *tally.d2h_lane_names],
+            [*tally.engine_bytes, *tally.d2h_bytes],
+            [*tally.engine_busy.tolist(), *tally.d2h_busy],
+            strict=True,
+        )
+        for lane, nbytes, busy in lanes:
             table["resource"].append(lane)
             table["kind"].append("copy-engine")
             table["capacity_bytes_per_s"].append(None)
-            table["bytes"].append(tally.engine_bytes[slot])
-            table["busy_s"].append(float(tally.engine_busy[slot]))
+            table["bytes"].append(nbytes)
+            table["busy_s"].append(float(busy))
     table["busy_fraction"] = [_ratio(b, makespan) for b in table["busy_s"]]
     table["utilization"] = [
         _ratio(n, c * makespan) if c is not None else _ratio(b, makespan)
