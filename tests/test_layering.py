@@ -30,6 +30,7 @@ Layer order, lowest first; a module may import modules of its own layer and of t
   A RunResult carries spans, spans know no RunResult; the specification knows neither, and
   its documentation generator (``metric_docs``) may read all three.
 - ``engine`` — the layer step and the drivers.
+- ``execute`` — the real executor: the engine's layer step and accounting, fulfilled for real.
 - ``runs`` — run folders (config, result, spans, Chrome trace): data files only; the HTML
   page ``timeline.html`` is written by the report layer, above it.
 - ``report`` — figures and pages (plotly); it reads run folders (``runs.read_spans``).
@@ -68,7 +69,7 @@ LAYERS = (
     "hardware", "runtime", "models", "traces",
     "cache", "policies", "config", "scenario",
     "metric_spec", "timeline", "metrics", "metric_docs",
-    "engine",
+    "engine", "execute",
     "runs", "report", "sweep", "regress", "reproduce", "validate",
     "__init__",
     "cli", "pytest_plugin", "__main__",

@@ -10,6 +10,7 @@ import sys
 
 from specmd_sim.cli import (  # noqa: F401  (they register their commands)
     catalog,
+    real,
     report,
     reproduce,
     run,

@@ -74,6 +74,7 @@ def validate_published(
     json_: JsonOpt = False,
 ) -> None:
     """Simulate every published measurement of the bundled data set and compare."""
+    from specmd_sim.validate.document import write_part
     from specmd_sim.validate.published import fit_constants, markdown, run_validation
 
     err = console(json_mode=True)
@@ -87,10 +88,7 @@ def validate_published(
         return
     result = run_validation(groups=group, progress=progress)
     command = "specmd validate published" + "".join(f" --group {g}" for g in group or [])
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(markdown(result, command), encoding="utf-8")
-    tmp.replace(out)
+    write_part(out, "published", markdown(result, command))
     if json_:
         rows = [r.as_dict() for r in result.rows]
         typer.echo(json.dumps({"rows": rows, "orderings": result.orderings,

@@ -17,7 +17,7 @@ in :mod:`specmd_sim.hardware.topology`.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -54,6 +54,44 @@ class Count(Quantity):
     value: int = Field(ge=1, description="A whole number >= 1.")
 
 
+class _Curve(_Frozen):
+    """Measured points (``points``, strictly increasing in their ``_key``), with provenance."""
+
+    _key: ClassVar[str]  # the points' field they are ordered by
+    _what: ClassVar[str]  # its name in messages, plural
+    source: str = Field(min_length=1, description="Where the measurements come from.")
+    grade: Grade = Field(description="Confidence: A measured, B vendor spec, C derived, D assumed.")
+
+    @model_validator(mode="after")
+    def _check_order(self) -> _Curve:
+        keys = [getattr(p, self._key) for p in getattr(self, "points")]  # noqa: B009
+        if keys != sorted(set(keys)):
+            raise ValueError(f"points: expected strictly increasing {self._what}, got {keys}")
+        return self
+
+
+class TokensPoint(_Frozen):
+    """One measured point: the bandwidth fraction an operation over ``tokens`` tokens reaches."""
+
+    tokens: int = Field(ge=1, description="Tokens the operation multiplies (its GEMM's m).")
+    efficiency: float = Field(
+        gt=0, le=1, description="Fraction of memory_efficiency x HBM bandwidth it reaches."
+    )
+
+
+class TokensCurve(_Curve):
+    """Bandwidth fraction against token count; log-linear in tokens between points, flat
+    beyond the ends."""
+
+    _key: ClassVar[str] = "tokens"
+    _what: ClassVar[str] = "token counts"
+    points: list[TokensPoint] = Field(min_length=1, description="Points, by token count.")
+
+    def at(self, tokens: int) -> float:
+        xs = np.log([p.tokens for p in self.points])
+        return float(np.interp(np.log(max(tokens, 1)), xs, [p.efficiency for p in self.points]))
+
+
 class GPUNode(_Frozen):
     """A GPU: HBM (the expert cache lives here), tensor cores and DMA copy engines."""
 
@@ -70,6 +108,13 @@ class GPUNode(_Frozen):
         description="Achieved fraction of peak FLOP/s for MoE GEMMs (model FLOPs utilization)."
     )
     memory_efficiency: Fraction = Field(description="Achieved fraction of peak HBM bandwidth.")
+    memory_efficiency_by_tokens: TokensCurve | None = Field(
+        default=None,
+        description=(
+            "Measured fraction of that bandwidth an operation over few tokens reaches (GEMMs "
+            "at small m are neither compute- nor bandwidth-bound); None: 1 at every count."
+        ),
+    )
     kernel_launch_overhead_s: NonNegative = Field(description="Fixed cost per kernel launch, s.")
     copy_engines_h2d: Count = Field(description="DMA copy engines usable host-to-device at once.")
     copy_engines_d2h: Count = Field(description="DMA copy engines usable device-to-host at once.")
@@ -112,19 +157,12 @@ class QueueDepthPoint(_Frozen):
     bandwidth_bytes_per_s: float = Field(gt=0, description="Read bandwidth at that depth, bytes/s.")
 
 
-class QueueDepthCurve(_Frozen):
+class QueueDepthCurve(_Curve):
     """Read bandwidth against queue depth; linear between points, flat beyond the ends."""
 
+    _key: ClassVar[str] = "queue_depth"
+    _what: ClassVar[str] = "queue depths"
     points: list[QueueDepthPoint] = Field(min_length=1, description="Points, by queue depth.")
-    source: str = Field(min_length=1, description="Where the measurements come from.")
-    grade: Grade = Field(description="Confidence: A measured, B vendor spec, C derived, D assumed.")
-
-    @model_validator(mode="after")
-    def _check_order(self) -> QueueDepthCurve:
-        depths = [p.queue_depth for p in self.points]
-        if depths != sorted(set(depths)):
-            raise ValueError(f"points: expected strictly increasing queue depths, got {depths}")
-        return self
 
 
 class NVMeNode(_Frozen):
@@ -174,7 +212,9 @@ class NVMeNode(_Frozen):
 
 Node = Annotated[GPUNode | HostNode | SwitchNode | NVMeNode, Field(discriminator="kind")]
 
-LinkKind = Literal["pcie-gen3", "pcie-gen4", "pcie-gen5", "nvlink", "nvlink-c2c", "ethernet"]
+LinkKind = Literal[
+    "pcie-gen3", "pcie-gen4", "pcie-gen5", "nvlink", "nvlink-c2c", "ethernet", "emulated"
+]  # emulated: the real executor's throttled slow tier (specmd calibrate)
 
 
 class Link(_Frozen):

@@ -69,12 +69,17 @@ class CostModel:
             return self.read(self.gpu.dense_fp8_flops)
         return self.read(self.gpu.dense_bf16_flops)
 
-    def op_time(self, flops: float, bytes_: float, dtype: str = "bf16", kernels: int = 1) -> float:
-        """Roofline time of ``kernels`` kernels doing ``flops`` and moving ``bytes_`` in all,
-        plus their dispatch."""
+    def op_time(
+        self, flops: float, bytes_: float, dtype: str = "bf16", kernels: int = 1, tokens: int = 0
+    ) -> float:
+        """Roofline time of ``kernels`` kernels doing ``flops`` and moving ``bytes_`` in all
+        over ``tokens`` tokens (0: unknown), plus their dispatch."""
         gpu, read = self.gpu, self.read
         compute = flops / (self._peak(dtype) * read(gpu.compute_efficiency))
-        memory = bytes_ / (read(gpu.hbm_bandwidth_bytes_per_s) * read(gpu.memory_efficiency))
+        bandwidth = read(gpu.hbm_bandwidth_bytes_per_s) * read(gpu.memory_efficiency)
+        if tokens and gpu.memory_efficiency_by_tokens is not None:
+            bandwidth *= gpu.memory_efficiency_by_tokens.at(tokens)
+        memory = bytes_ / bandwidth
         per_kernel = read(gpu.kernel_launch_overhead_s) + read(self.runtime.dispatch_overhead_s)
         return max(compute, memory) + kernels * per_kernel
 
@@ -99,7 +104,8 @@ class CostModel:
             self.model.moe_layer_dense_params, tokens, attended, kv_tokens
         )
         kernels = int(self.read(self.runtime.kernels.attention))
-        return self.op_time(flops, bytes_, self.model.dense_dtype, kernels)
+        fixed = self.read(self.runtime.layer_overhead_s)
+        return self.op_time(flops, bytes_, self.model.dense_dtype, kernels, tokens) + fixed
 
     def dense_layers_time(self, tokens: int, attended: int, kv_tokens: int) -> float:
         """All dense-FFN layers of a pass (DeepSeek's first layers); 0 for models without."""
@@ -108,7 +114,7 @@ class CostModel:
             return 0.0
         flops, bytes_ = self._attention(m.dense_layer_params, tokens, attended, kv_tokens)
         kernels = int(self.read(self.runtime.kernels.dense_layer))
-        return m.dense_layers * self.op_time(flops, bytes_, m.dense_dtype, kernels)
+        return m.dense_layers * self.op_time(flops, bytes_, m.dense_dtype, kernels, tokens)
 
     def expert_time(self, tokens: int, dtype: str | None = None) -> float:
         """One routed expert applied to ``tokens`` tokens, its weights stored at ``dtype``
@@ -127,13 +133,13 @@ class CostModel:
         fixed = read(rt.expert_call_overhead_s)
         kernels = int(read(rt.kernels.expert))
         if not precision(dtype).quantized or rt.dequant.value == "fused":
-            return self.op_time(flops, packed + acts, dtype, kernels) + fixed
+            return self.op_time(flops, packed + acts, dtype, kernels, tokens) + fixed
         # dequantize to 16 bits first (memory-bound), then a 16-bit matmul
         expanded = 2 * m.expert_params
         dequant = self.op_time(
             0.0, packed + expanded, dtype, int(read(rt.dequant_kernels_per_expert))
         )
-        return dequant + self.op_time(flops, expanded + acts, dtype, kernels) + fixed
+        return dequant + self.op_time(flops, expanded + acts, dtype, kernels, tokens) + fixed
 
     def cpu_expert_flops_time(self, host: HostNode, tokens: int) -> float:
         """The compute part of one routed expert on the host CPU, for ``tokens`` tokens."""
@@ -164,7 +170,9 @@ class CostModel:
         flops = 2.0 * params * tokens
         nbytes = params * precision(m.dense_dtype).bytes_per_param
         kernels = int(read(rt.kernels.token))
-        return self.op_time(flops, nbytes, m.dense_dtype, kernels) + read(rt.token_overhead_s)
+        return self.op_time(flops, nbytes, m.dense_dtype, kernels, tokens) + read(
+            rt.token_overhead_s
+        )
 
 
 class IdealCost(CostModel):

@@ -86,6 +86,13 @@ _Q4_K, _Q6_K = 144 * 8 / 256, 210 * 8 / 256  # bits per weight of the two Q4_K_M
 PRECISIONS: dict[str, Precision] = {
     p.name: p
     for p in (
+        _fp(
+            "fp32",
+            32,
+            "bf16",
+            "float32 (at the profile's dense_bf16_flops: a profile that "
+            "`specmd calibrate` measured holds the float32 rate there)",
+        ),
         _fp("bf16", 16, "bf16", "bfloat16"),
         _fp("fp16", 16, "bf16", "float16 (runs at the 16-bit tensor peak)"),
         _fp("fp8", 8, "fp8", "float8 e4m3 weights (per-tensor scale, negligible)"),
@@ -103,7 +110,12 @@ PRECISIONS: dict[str, Precision] = {
         _gguf("q6_k", 256, 210, 6),
         _gguf("q8_0", 32, 34, 8),
         Precision(
-            "q4_k_m", 4, 1, (2 * _Q4_K + (_Q4_K + _Q6_K) / 2) / 3 - 4, "bf16", True,
+            "q4_k_m",
+            4,
+            1,
+            (2 * _Q4_K + (_Q4_K + _Q6_K) / 2) / 3 - 4,
+            "bf16",
+            True,
             "llama.cpp Q4_K_M recipe (llama-quant.cpp): ffn_gate/ffn_up in Q4_K (4.5 bits), "
             "ffn_down in Q6_K (6.5625 bits) for half of the layers and Q4_K for the rest; "
             "mean over an expert's three matrices = 4.84 bits per weight",

@@ -106,6 +106,10 @@ class RuntimeProfile(_Frozen):
         description="Fixed host-side cost per routed-expert call beyond its kernels (cache "
         "lookup, bookkeeping), s."
     )
+    layer_overhead_s: NonNegative = Field(
+        description="Fixed host-side cost per MoE layer beyond its kernels (the layer's cache "
+        "decisions and bookkeeping), s."
+    )
     token_overhead_s: NonNegative = Field(
         description="Fixed cost per pass that ends with the LM head (generate loop, logits "
         "processing, sampling, synchronisation), s."

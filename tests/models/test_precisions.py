@@ -106,7 +106,7 @@ def test_every_named_precision_has_a_source() -> None:
     for name, p in PRECISIONS.items():
         assert p.name == name
         assert p.source.strip()
-        assert 0 < p.bytes_per_param <= 2
+        assert 0 < p.bytes_per_param <= (4 if name == "fp32" else 2)  # fp32: the real executor
 
 
 @pytest.mark.parametrize("name", ["w0g64", "w17g64", "w4g0", "int5", "fp4", "", "W4G64", "bf17"])

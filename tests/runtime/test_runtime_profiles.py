@@ -53,7 +53,7 @@ def test_every_number_has_a_source_and_a_grade(runtime: str) -> None:
         and not isinstance(q.get("value"), bool)
     }  # fmt: skip
     assert numeric == set(names)
-    assert len(names) == 14
+    assert len(names) == 15
     for name, q in names.items():
         assert isinstance(q, Quantity)
         assert q.source.strip(), f"{runtime}: {name} has no source"

@@ -1,0 +1,154 @@
+"""``specmd calibrate`` (this machine as the real executor uses it) and ``specmd validate real``
+(the simulator against the real executor)."""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+
+from specmd_sim.cli.app import app, validate_app
+from specmd_sim.cli.common import JsonOpt, console
+from specmd_sim.errors import SpecmdError
+
+FolderOpt = Annotated[
+    Path, typer.Option("--folder", help="Work folder: model, traces and calibrated profiles.")
+]
+BackendOpt = Annotated[str, typer.Option("--backend", help="cpu (cuda needs torch and a GPU).")]
+
+
+def _backend(name: str) -> None:
+    if name == "cpu":
+        return
+    if name == "cuda":
+        raise SpecmdError(
+            "--backend: expected cpu, got cuda (the CUDA backend is not built yet; "
+            "docs/validation-method.md says what it will take)"
+        )
+    raise SpecmdError(f"--backend: expected cpu or cuda, got {name!r}")
+
+
+@app.command("calibrate")
+def calibrate_cmd(
+    backend: BackendOpt = "cpu",
+    folder: FolderOpt = Path("runs/calibration"),
+    model: Annotated[str, typer.Option(help="Catalog model whose shape is scaled down.")] = (
+        "olmoe-1b-7b"
+    ),
+    scale: Annotated[int, typer.Option(help="Divide the model's widths by this.")] = 4,
+    link_bandwidth: Annotated[
+        float, typer.Option("--link-bandwidth", help="Throttle of the slow tier, bytes/s.")
+    ] = 2.0e9,
+    engines: Annotated[int, typer.Option(help="Copy worker threads.")] = 2,
+    repeats: Annotated[int, typer.Option(help="Repeats of each microbenchmark.")] = 5,
+    json_: JsonOpt = False,
+) -> None:
+    """Measure this machine for the real executor; write hardware.yaml and runtime.yaml."""
+    from specmd_sim.execute.calibrate import calibrate
+    from specmd_sim.execute.traces import write_model
+
+    _backend(backend)
+    for name, value in (("--scale", scale), ("--engines", engines), ("--repeats", repeats)):
+        if value < 1:
+            raise SpecmdError(f"{name}: expected an integer >= 1, got {value}")
+    if not link_bandwidth > 0 or link_bandwidth == float("inf"):
+        raise SpecmdError(f"--link-bandwidth: expected a finite number > 0, got {link_bandwidth}")
+    folder.mkdir(parents=True, exist_ok=True)
+    err = console(json_mode=True)
+    cal = calibrate(model, scale, link_bandwidth, engines, repeats,
+                    progress=lambda i, n: err.print(f"calibrate: step {i} of {n}"))  # fmt: skip
+    write_model(cal.model, folder)
+    for name, data in (("hardware.yaml", cal.hardware), ("runtime.yaml", cal.runtime)):
+        (folder / name).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    rows = {m.name: {"value": m.value, "unit": m.unit, "spread": m.spread, "how": m.how}
+            for m in cal.measures.values()}  # fmt: skip
+    if json_:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    out = console()
+    for m in cal.measures.values():
+        flag = "  [bold red]noisy" if m.noisy else ""
+        out.print(f"{m.name:30} {m.value:12.4g} {m.unit:7} spread {m.spread:6.1%}{flag}")
+    noisy = [m.name for m in cal.measures.values() if m.noisy]
+    if noisy:
+        out.print(f"noisy machine: {', '.join(noisy)} varied by more than 10% between repeats")
+    out.print(
+        f"wrote {folder / 'hardware.yaml'}, {folder / 'runtime.yaml'}, {folder / 'model.yaml'}"
+    )
+
+
+@validate_app.command("real")
+def validate_real(
+    backend: BackendOpt = "cpu",
+    folder: FolderOpt = Path("runs/calibration"),
+    out: Annotated[Path, typer.Option(help="Markdown report (its real-execution section).")] = (
+        Path("docs/validation.md")
+    ),
+    quick: Annotated[bool, typer.Option("--quick", help="Two cells instead of 72.")] = False,
+    repeats: Annotated[int, typer.Option(help="Executor runs per cell (median).")] = 3,
+    decode_tokens: Annotated[int, typer.Option("--decode-tokens")] = 24,
+    rewrite: Annotated[
+        bool,
+        typer.Option(
+            "--rewrite",
+            help="Only rewrite the report from the cells an earlier run "
+            "saved in --folder (real-validation.json).",
+        ),
+    ] = False,
+    json_: JsonOpt = False,
+) -> None:
+    """Run the executor and the simulator on the same matrix; write the comparison."""
+    from specmd_sim.execute.model import scaled_model
+    from specmd_sim.execute.traces import synthetic_trace
+    from specmd_sim.models import load_model
+    from specmd_sim.validate.document import write_part
+    from specmd_sim.validate.real import (
+        QUICK,
+        Matrix,
+        load_rows,
+        markdown,
+        run_real_validation,
+    )
+
+    _backend(backend)
+    machine = f"{platform.node() or 'this machine'} ({platform.processor() or platform.machine()})"
+    command = "specmd validate real" + (" --quick" if quick else "")
+    if rewrite:
+        saved = folder / "real-validation.json"
+        if not saved.is_file():
+            raise SpecmdError(
+                f"--rewrite: expected the cells of an earlier run in {saved}, got none"
+            )
+        write_part(out, "real", markdown(load_rows(saved), command, machine))
+        console().print(f"report: {out}")
+        return
+    for name in ("model.yaml", "hardware.yaml", "runtime.yaml"):
+        if not (folder / name).is_file():
+            raise SpecmdError(
+                f"--folder: expected {folder / name} (run specmd calibrate --folder {folder} "
+                "first), got none"
+            )
+    if repeats < 1:
+        raise SpecmdError(f"--repeats: expected an integer >= 1, got {repeats}")
+    model = load_model(str(folder / "model.yaml"))
+    base = model.id.split("-div")[0]
+    scaled_model(base, 1)  # the base must be a catalog model the executor supports
+    trace = synthetic_trace(model, folder, "validate", 0, num_requests=1, prompt_tokens=16,
+                            decode_tokens=decode_tokens)  # fmt: skip
+    err = console(json_mode=True)
+
+    def progress(line: str) -> None:
+        err.print(line, highlight=False)
+
+    result = run_real_validation(folder, trace, QUICK if quick else Matrix(), repeats, 0, progress)
+    write_part(out, "real", markdown(result, command, machine))
+    summary = result.summary()
+    if json_:
+        typer.echo(json.dumps({"summary": summary, "rows": result.rows}, default=str))
+        return
+    console().print(json.dumps(summary, indent=2), highlight=False)
+    console().print(f"report: {out}")

@@ -1,0 +1,284 @@
+"""The real executor: the timing engine's compute stream and transfers, run for real.
+
+:func:`execute` builds the same scenario, cache and plug-ins as the simulator
+(:func:`specmd_sim.scenario.build_runs`) and drives the same :class:`~specmd_sim.engine.layer.
+LayerStep`; only the fulfilment differs. The compute thread (the caller) runs each pass's
+attention blocks, experts and LM head as real float32 matmuls (:mod:`.model`); fetches are real
+copies from the slow tier into fast-tier slots on copy-worker threads over a throttled link
+(:mod:`.copies`). Times are ``time.perf_counter`` from the run's start; the accounting is the
+timing engine's (:class:`~specmd_sim.engine.sim.tally.GpuTally`, :func:`timing_result`), so the
+result has the simulator's format with ``engine: "execute"``.
+
+Decisions are the simulator's wherever they do not depend on time. Where they do — whether an
+access finds its prefetch still loading (a late hit), whether a prefetch is cancelled because
+its layer has already decided, whether a demand fetch has to wait for space — the executor
+decides by its own clock, as a real system would; :mod:`specmd_sim.validate.real` counts how
+often the outcomes then differ.
+
+Supported: one GPU, closed-loop arrivals, every expert at the model's dtype in host memory,
+miss handling that fetches, drops or substitutes (not ``cpu-execute``), no chunked transfers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import simpy
+
+from specmd_sim.engine.common import Progress, finish_result, report_progress
+from specmd_sim.engine.layer import (
+    AwaitCpu,
+    Decide,
+    Expert,
+    Fetch,
+    Join,
+    LayerStep,
+    Run,
+    RunOnCpu,
+    Step,
+    WaitForSpace,
+)
+from specmd_sim.engine.sim.flows import FlowNetwork
+from specmd_sim.engine.sim.tally import GpuTally, timing_result
+from specmd_sim.errors import SpecmdError
+from specmd_sim.execute.copies import Job, ThrottledLink, Transfers
+from specmd_sim.execute.model import KvCache, NoOps, Ops, Weights
+from specmd_sim.metrics import RunResult
+from specmd_sim.scenario import Scenario, build_runs
+from specmd_sim.timeline import SpanRecorder
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where the executor runs: the slow tier's link bandwidth (bytes/s; its latency is what
+    the copy path costs for real) and the weights' seed. The copy workers are the profile
+    GPU's ``copy_engines_h2d``."""
+
+    link_bandwidth: float
+    seed: int = 0
+    dry: bool = False  # no compute and no bytes moved: the executor's own cost (calibration)
+
+
+def execute(
+    scenario: Scenario,
+    backend: Backend,
+    progress: Progress | None = None,
+    weights: Weights | None = None,
+) -> RunResult:
+    """Run ``scenario`` on this machine's CPU for real; see the module docstring. ``weights``:
+    the model's weights, drawn once for several runs (default: drawn for this one)."""
+    _check(scenario)
+    if weights is None:
+        weights = Weights(scenario.model, backend.seed, dry=backend.dry)
+    elif weights.model != scenario.model:
+        raise SpecmdError(
+            f"execute: weights: expected {scenario.model.id}'s, got {weights.model.id}'s"
+        )
+    return _Executor(scenario, backend, weights).run(progress)
+
+
+def _check(scenario: Scenario) -> None:
+    cfg = scenario.config
+    problems = [
+        (len(scenario.gpus) == 1, "parallel.gpus", "1 GPU", len(scenario.gpus)),
+        (cfg.workload.arrivals == "closed-loop", "workload.arrivals", "closed-loop",
+         cfg.workload.arrivals),
+        (cfg.miss.kind != "cpu-execute", "miss.kind", "fetch, drop or substitute", "cpu-execute"),
+        (cfg.timing.chunk_bytes is None, "timing.chunk_bytes", "null", cfg.timing.chunk_bytes),
+        (not cfg.timing.ideal, "timing.ideal", "false", True),
+        (scenario.placement.nvme is None, "memory", "every expert in host memory", "NVMe"),
+        (set(scenario.placement.dtype) == {scenario.model.expert_dtype}, "precision.cold_dtype",
+         "null (one expert dtype)", cfg.precision.cold_dtype),
+        (scenario.model.expert_dtype == "fp32", "model", "a float32 model (execute.scaled_model)",
+         scenario.model.expert_dtype),
+    ]  # fmt: skip
+    for ok, name, want, got in problems:
+        if not ok:
+            raise SpecmdError(f"execute: {name}: expected {want}, got {got!r}")
+
+
+class _Executor:
+    def __init__(self, scenario: Scenario, backend: Backend, weights: Weights) -> None:
+        (objs,) = build_runs(scenario)
+        self.sc, self.objs = scenario, objs
+        model = scenario.model
+        self.weights = weights
+        self.ops: Ops | NoOps = NoOps() if backend.dry else Ops(self.weights)
+        self.passes = scenario.passes
+        self.num_layers = model.moe_layers
+        gpu = scenario.gpus[0]
+        engines = gpu.copy_engines_h2d.value
+        self.tally = GpuTally(gpu.id, self.passes, self.num_layers, engines)
+        self.tally.copy_lane_names = [f"{gpu.id}/copy-h2d-{i}" for i in range(engines)]
+        self.spans = SpanRecorder(scenario.config.timing.record_spans)
+        self.lane = self.spans.lane(f"{gpu.id}/compute")
+        self.copy_lanes = [self.spans.lane(n) for n in self.tally.copy_lane_names]
+        self.step = LayerStep(objs)
+        self.lock = threading.Lock()
+        self.position: tuple[int, int] = (-1, -1)
+        self.demanded: frozenset[int] = frozenset()
+        self.where: dict[str, int] = {}
+        self.phase = 0
+        self.t0 = 0.0
+        link = ThrottledLink(backend.link_bandwidth)
+        self.transfers = Transfers(
+            objs.cache, self.weights.slow, scenario.slots, link, engines, self.lock,
+            lambda: (self.position, self.demanded), self._copy_started, self._copied,
+            move=not backend.dry,
+        )  # fmt: skip
+        self.transfers.preload(objs.cache.contents())
+        length = int(self.passes.context_end.max()) if self.passes.num_passes else 0
+        self.kv = {int(r): KvCache(model, length) for r in np.unique(self.passes.request)}
+        self.rng = np.random.default_rng(backend.seed + 1)
+
+    # --- time ------------------------------------------------------------------------------
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def _compute(self, kind: str, work: Callable[..., Any], args: tuple, **where: int) -> Any:
+        """Run ``work(*args)`` on the compute thread (the lock released), timed as compute."""
+        self.lock.release()
+        try:
+            start = self.now()
+            out = work(*args)
+            end = self.now()
+        finally:
+            self.lock.acquire()
+        self.spans.add(self.lane, kind, start, end, **where)
+        self.tally.compute(start, end - start, self.phase, where.get("layer", -1))
+        return out
+
+    def _wait(self, job: Job, key: int, klass: int) -> None:
+        """Wait for a copy (a stall, if it has not arrived)."""
+        if job.done.is_set():
+            self._raise_failure()
+            return
+        start = self.now()
+        self.lock.release()
+        try:
+            job.done.wait()
+        finally:
+            self.lock.acquire()
+        self._raise_failure()
+        end = self.now()
+        w = self.where
+        self.spans.add(self.lane, "stall", start, end, w["pass_"], w["layer"], key, 0,
+                       w["request"], klass)  # fmt: skip
+        self.tally.stall(start, end, self.phase, w["layer"])
+
+    def _raise_failure(self) -> None:
+        if self.transfers.failure is not None:
+            raise RuntimeError("execute: a copy worker failed") from self.transfers.failure
+
+    # --- the copy workers' callbacks (locked) -------------------------------------------------
+
+    def _copy_started(self, job: Job) -> None:
+        job.start_s -= self.t0
+        self.tally.transfers.start(job.start_s)
+
+    def _copied(self, job: Job, engine: int) -> None:
+        job.end_s -= self.t0
+        self.tally.transfers.stop(job.end_s)
+        self.tally.engine_busy[engine] += job.end_s - job.start_s
+        self.tally.engine_bytes[engine] += job.slot.nbytes
+        p, layer = job.target
+        self.spans.add(
+            self.copy_lanes[engine], "demand_fetch" if job.demand else "prefetch", job.start_s,
+            job.end_s, p, layer, job.key, job.slot.nbytes, int(self.passes.request[p]),
+        )  # fmt: skip
+
+    # --- passes ----------------------------------------------------------------------------
+
+    def run(self, progress: Progress | None) -> RunResult:
+        passes, tally = self.passes, self.tally
+        h = self.sc.model.hidden_size
+        self._warm_up()
+        self.lock.acquire()
+        try:
+            self.t0 = time.perf_counter()
+            for p in range(passes.num_passes):
+                req = int(passes.request[p])
+                members = passes.requests_of(p)
+                for r in members:
+                    tally.arrival.setdefault(r, self.now())
+                tally.begin_pass(p, self.now())
+                self.phase = int(passes.phase[p])
+                self.step.begin_pass(p)
+                tokens = passes.tokens(p)
+                start = int(passes.context_end[p]) - tokens
+                x = self.rng.standard_normal((tokens, h), dtype=np.float32)
+                kv = self.kv[req]
+                for layer in range(self.num_layers):
+                    self.where = {"pass_": p, "layer": layer, "request": req}
+                    # every layer reads the pass's input: the routing comes from the trace, and
+                    # chained random layers would drift towards overflow
+                    self._compute(
+                        "attention", self.ops.attention, (x, layer, kv, start), **self.where
+                    )
+                    self._fulfil(self.step.layer(p, layer), x)
+                if self.phase == 1 or passes.first_token[p]:
+                    last = x[-1:]
+                    self._compute("lm_head", self.ops.lm_head, (last,), pass_=p, request=req)
+                tally.end_pass(p, self.now(), members)
+                report_progress(progress, p + 1, passes.num_passes)
+        finally:
+            self.lock.release()
+            self.transfers.close()
+        self._raise_failure()
+        self.objs.cache.finish()
+        network = FlowNetwork(simpy.Environment(), {})
+        result = timing_result([tally], [self.objs.cache], network, self.spans, "A")
+        result.engine = "execute"
+        finish_result(self.sc, result)
+        return result
+
+    def _warm_up(self) -> None:
+        """One untimed attention block, expert and LM head (BLAS threads, code paths)."""
+        m = self.sc.model
+        x = np.zeros((1, m.hidden_size), np.float32)
+        self.ops.attention(x, 0, KvCache(m, 1), 0)
+        self.ops.expert(self.weights.slow[0], x)
+        self.ops.lm_head(x)
+
+    def _fulfil(self, step: Step, x: np.ndarray) -> None:
+        send, transfers = step.send, self.transfers
+        outcome: Any = None
+        while True:
+            try:
+                request = send(outcome)
+            except StopIteration:
+                return
+            outcome = None
+            match request:
+                case Run(experts):
+                    self._run(experts, x)
+                case Fetch():
+                    outcome = transfers.fetch(request)
+                case Join(key):
+                    outcome = transfers.join(key)
+                case WaitForSpace():
+                    transfers.make_room()
+                    self._raise_failure()
+                case Decide(pass_index, layer, keys):
+                    self.position, self.demanded = (pass_index, layer), keys
+                case RunOnCpu() | AwaitCpu():
+                    raise SpecmdError("execute: miss.kind: expected no cpu-execute, got it")
+
+    def _run(self, experts: list[Expert], x: np.ndarray) -> None:
+        ops, transfers, where = self.ops, self.transfers, self.where
+        for e in experts:
+            job: Job | None = e.handle
+            if job is not None:
+                self._wait(job, e.key, e.klass)
+            w = transfers.weights(e.key, job)
+            tokens = x[: e.tokens]
+            self._compute("expert", ops.expert, (w, tokens), expert=e.key, klass=e.klass,
+                          **where)  # fmt: skip
+            if job is not None:
+                transfers.release(job)

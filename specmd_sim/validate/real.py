@@ -1,0 +1,325 @@
+"""``specmd validate real``: the simulator against the real executor on this machine.
+
+Each *cell* of the matrix is one config run twice: by the real executor
+(:mod:`specmd_sim.execute`, ``repeats`` times, the median kept) and by the timing engine with
+the calibrated profiles (``specmd calibrate``). Per cell it compares the per-access outcomes
+(the access class of every expert run, by pass, layer and expert), mean TPOT and TTFT, stall,
+and the per-token error (p90 over passes of ``|simulated / measured - 1|``); per group of cells
+that differ only in the eviction policy, whether the ranking of the policies by TPOT is the
+same. The matrix: eviction ``lru``, ``least-stale`` (touch and layer order) x 3 cache sizes x
+prefetch ``none`` / ``top-k`` x 2 link bandwidths x token-serial decode and chunked prefill.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from specmd_sim.config import SimConfig, build_config
+from specmd_sim.engine.sim.run import simulate
+from specmd_sim.execute import Backend, execute
+from specmd_sim.execute.model import Weights
+from specmd_sim.metrics import RunResult
+from specmd_sim.scenario import build_scenario
+from specmd_sim.timeline import KIND, class_name
+from specmd_sim.validate.document import MARKER
+
+TARGETS = {"tpot": 0.05, "ttft": 0.05, "p90": 0.10}
+POLICIES: dict[str, dict[str, Any]] = {
+    "lru": {"kind": "lru"},
+    "least-stale": {"kind": "least-stale", "order": "touch"},
+    "least-stale-layer": {"kind": "least-stale", "order": "layer"},
+}
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """Which cells to run."""
+
+    policies: tuple[str, ...] = tuple(POLICIES)
+    capacities: tuple[str, ...] = ("5%", "10%", "20%")
+    prefetch: tuple[str, ...] = ("none", "top-k")
+    bandwidths: tuple[float, ...] = (1.0e9, 4.0e9)
+    modes: tuple[str, ...] = ("decode", "chunked-prefill")
+
+    def cells(self) -> Iterator[dict[str, Any]]:
+        for bw, mode, cap, pre, pol in itertools.product(
+            self.bandwidths, self.modes, self.capacities, self.prefetch, self.policies
+        ):
+            yield {"bandwidth": bw, "mode": mode, "capacity": cap, "prefetch": pre, "policy": pol}
+
+
+QUICK = Matrix(capacities=("10%",), prefetch=("top-k",), bandwidths=(2.0e9,), modes=("decode",),
+               policies=("lru", "least-stale-layer"))  # fmt: skip
+
+
+@dataclass
+class Cell:
+    setup: dict[str, Any]
+    measured: list[RunResult] = field(default_factory=list)
+    simulated: RunResult | None = None
+
+    def _median(self, name: str) -> float:
+        return statistics.median(float(r.metrics[name]) for r in self.measured)
+
+    @property
+    def group(self) -> tuple:
+        return tuple(v for k, v in self.setup.items() if k != "policy")
+
+    def row(self) -> dict[str, Any]:
+        sim = self.simulated
+        assert sim is not None
+        out: dict[str, Any] = dict(self.setup)
+        for name in ("tpot_s", "ttft_s", "stall_s", "hit_rate", "late_hits"):
+            out[f"measured_{name}"] = self._median(name)
+            out[f"simulated_{name}"] = float(sim.metrics[name])
+        out["tpot_error"] = _err(out["simulated_tpot_s"], out["measured_tpot_s"])
+        out["ttft_error"] = _err(out["simulated_ttft_s"], out["measured_ttft_s"])
+        out["p90_error"] = statistics.median(_p90(sim, r) for r in self.measured)
+        diffs = [_outcome_differences(sim, r) for r in self.measured]
+        out["outcomes"] = len(_outcomes(sim))
+        out["outcome_differences"] = statistics.median(diffs)
+        out["outcome_swaps"] = _swaps(sim, self.measured[0])  # of the first measured run
+        return out
+
+
+def _err(sim: float, real: float) -> float:
+    return abs(sim / real - 1.0) if real else 0.0
+
+
+def _p90(sim: RunResult, real: RunResult) -> float:
+    s = np.subtract(sim.per_pass["end_s"], sim.per_pass["start_s"])
+    r = np.subtract(real.per_pass["end_s"], real.per_pass["start_s"])
+    return float(np.percentile(np.abs(s / r - 1.0), 90))
+
+
+def _outcomes(result: RunResult) -> dict[tuple[int, int, int], int]:
+    """The access class of every expert run, by (pass, layer, expert)."""
+    spans = result.spans
+    assert spans is not None
+    runs = spans[spans["kind"] == KIND["expert"]]
+    return {(int(p), int(layer), int(e)): int(k)
+            for p, layer, e, k in zip(runs["pass_"], runs["layer"], runs["expert"], runs["klass"],
+                                      strict=True)}  # fmt: skip
+
+
+def _outcome_differences(sim: RunResult, real: RunResult) -> int:
+    a, b = _outcomes(sim), _outcomes(real)
+    return sum(a.get(key) != b.get(key) for key in set(a) | set(b))
+
+
+def _swaps(sim: RunResult, real: RunResult) -> dict[str, int]:
+    """The differing accesses by (simulated class -> measured class)."""
+    a, b = _outcomes(sim), _outcomes(real)
+    out: dict[str, int] = {}
+    for key in set(a) | set(b):
+        if a.get(key) != b.get(key):
+            name = f"{_class(a.get(key))}->{_class(b.get(key))}"
+            out[name] = out.get(name, 0) + 1
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def _class(klass: int | None) -> str:
+    return "none" if klass is None else class_name(klass)
+
+
+@dataclass
+class RealValidation:
+    rows: list[dict[str, Any]]
+    rankings: dict[str, bool]
+    calibration: dict[str, Any]
+
+    def summary(self) -> dict[str, Any]:
+        rows = self.rows
+        return {
+            "cells": len(rows),
+            "cells_with_identical_outcomes": sum(r["outcome_differences"] == 0 for r in rows),
+            "outcome_differences": sum(r["outcome_differences"] for r in rows),
+            "outcomes": sum(r["outcomes"] for r in rows),
+            "tpot_within": sum(r["tpot_error"] <= TARGETS["tpot"] for r in rows),
+            "ttft_within": sum(r["ttft_error"] <= TARGETS["ttft"] for r in rows),
+            "p90_within": sum(r["p90_error"] <= TARGETS["p90"] for r in rows),
+            "median_tpot_error": statistics.median(r["tpot_error"] for r in rows),
+            "median_ttft_error": statistics.median(r["ttft_error"] for r in rows),
+            "max_tpot_error": max(r["tpot_error"] for r in rows),
+            "max_ttft_error": max(r["ttft_error"] for r in rows),
+            "rankings_preserved": sum(self.rankings.values()),
+            "groups": len(self.rankings),
+        }
+
+
+def _config(setup: dict[str, Any], folder: Path, trace: Path, seed: int) -> SimConfig:
+    mode = {"decode": 1, "chunked-prefill": 16}[setup["mode"]]
+    return build_config({
+        "model": str(folder / "model.yaml"), "trace": str(trace),
+        "hardware": str(folder / f"hardware-{setup['bandwidth'] / 1e9:g}GBps.yaml"),
+        "runtime": str(folder / "runtime.yaml"),
+        "cache": {"capacity": setup["capacity"]}, "eviction": POLICIES[setup["policy"]],
+        "prefetch": {"kind": setup["prefetch"]},
+        **({"predictor": {"kind": "trace"}} if setup["prefetch"] != "none" else {}),
+        "workload": {"prefill_chunk_tokens": mode}, "timing": {"record_spans": True},
+        "seed": seed,
+    }, source=f"validate real {setup}")  # fmt: skip
+
+
+def profile_at(folder: Path, bandwidth: float) -> Path:
+    """The calibrated hardware profile with its link throttled to ``bandwidth``."""
+    data = yaml.safe_load((folder / "hardware.yaml").read_text())
+    link = data["links"][0]["bandwidth_bytes_per_s"]
+    link["value"] = bandwidth
+    path = folder / f"hardware-{bandwidth / 1e9:g}GBps.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def run_real_validation(
+    folder: Path,
+    trace: Path,
+    matrix: Matrix = Matrix(),
+    repeats: int = 3,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> RealValidation:
+    """Run every cell (``folder`` holds ``model.yaml`` and the calibrated profiles)."""
+    for bw in matrix.bandwidths:
+        profile_at(folder, bw)
+    cells = [Cell(setup) for setup in matrix.cells()]
+    weights: Weights | None = None
+    for i, cell in enumerate(cells):
+        scenario = build_scenario(_config(cell.setup, folder, trace, seed))
+        if weights is None:
+            weights = Weights(scenario.model, seed)
+        backend = Backend(cell.setup["bandwidth"], seed)
+        cell.measured = [execute(scenario, backend, weights=weights) for _ in range(repeats)]
+        cell.simulated = simulate(scenario)
+        save_rows(folder / "real-validation.json", [c.row() for c in cells[: i + 1]])
+        if progress is not None:
+            row = cell.row()
+            progress(f"[{i + 1}/{len(cells)}] {cell.setup}: TPOT measured "
+                     f"{row['measured_tpot_s'] * 1e3:.2f} ms, simulated "
+                     f"{row['simulated_tpot_s'] * 1e3:.2f} ms; outcomes differ "
+                     f"{row['outcome_differences']} of {row['outcomes']}")  # fmt: skip
+    rows = [c.row() for c in cells]
+    return RealValidation(rows, _rankings(rows), {})
+
+
+def save_rows(path: Path, rows: list[dict[str, Any]]) -> None:
+    """The cells measured so far, as JSON (replaced atomically)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
+    tmp.replace(path)
+
+
+TIE = 0.01  # simulated TPOTs closer than this are a tie (the same decisions give equal times)
+NOISE = 0.02  # measured TPOTs closer than this are a tie within the machine's noise
+
+
+def _rankings(rows: list[dict[str, Any]]) -> dict[str, bool]:
+    """Per group of cells differing only in the policy: does every pair of policies keep its
+    order? A pair the simulator calls a tie (within :data:`TIE`) must measure within
+    :data:`NOISE`; any other pair must measure in the simulated direction, unless both
+    differences are within the noise."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        key = f"{r['bandwidth'] / 1e9:g} GB/s / {r['mode']} / {r['capacity']} / {r['prefetch']}"
+        groups.setdefault(key, []).append(r)
+    out = {}
+    for key, members in groups.items():
+        if len(members) > 1:
+            out[key] = all(_same_order(a, b) for a, b in itertools.combinations(members, 2))
+    return out
+
+
+def _same_order(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    sim = b["simulated_tpot_s"] / a["simulated_tpot_s"] - 1.0
+    real = b["measured_tpot_s"] / a["measured_tpot_s"] - 1.0
+    if abs(sim) <= TIE:  # the simulator calls it a tie: so must the measurement
+        return abs(real) <= NOISE
+    # otherwise the same direction, unless both are within the noise
+    return real * sim > 0 or (abs(real) <= NOISE and abs(sim) <= NOISE)
+
+
+def _by_bandwidth(rows: list[dict[str, Any]]) -> list[str]:
+    out = []
+    for bw in sorted({r["bandwidth"] for r in rows}):
+        mine = [r for r in rows if r["bandwidth"] == bw]
+        n = len(mine)
+        within = {k: sum(r[f"{k}_error"] <= TARGETS[k] for r in mine) for k in TARGETS}
+        out.append(
+            f"- at {bw / 1e9:g} GB/s: TPOT within {within['tpot']} of {n}, TTFT within "
+            f"{within['ttft']} of {n}, p90 within {within['p90']} of {n}; median TPOT error "
+            f"{statistics.median(r['tpot_error'] for r in mine):.1%}"
+        )
+    return out
+
+
+def load_rows(path: Path) -> RealValidation:
+    """A validation from the cells saved by an earlier run (``real-validation.json``)."""
+    rows = json.loads(path.read_text(encoding="utf-8"))
+    return RealValidation(rows, _rankings(rows), {})
+
+
+def markdown(result: RealValidation, command: str, machine: str) -> str:
+    """The real-execution section of ``docs/validation.md``."""
+    s = result.summary()
+    t = TARGETS
+    lines = [
+        MARKER,
+        "## Against a real execution on this machine",
+        "",
+        f"Written by `{command}` on {machine}. The simulator (timing engine, with the profiles "
+        "`specmd calibrate` measured) against the real executor (`specmd_sim/execute/`: float32 "
+        "matmuls on one numpy thread, copy-worker threads over a throttled link), on the same "
+        "configs and the same decisions. Method: `docs/validation-method.md`.",
+        "",
+        f"Targets: mean TPOT and TTFT within ±{t['tpot']:.0%}, per-token p90 error within "
+        f"±{t['p90']:.0%}, identical per-access outcomes, the same policy ranking in every "
+        "group.",
+        "",
+        f"- cells: **{s['cells']}**; with identical per-access outcomes: "
+        f"**{s['cells_with_identical_outcomes']}** ({s['outcome_differences']} of "
+        f"{s['outcomes']} accesses differ in all)",
+        f"- TPOT within ±{t['tpot']:.0%}: **{s['tpot_within']} of {s['cells']}** (median error "
+        f"{s['median_tpot_error']:.1%}, largest {s['max_tpot_error']:.1%})",
+        f"- TTFT within ±{t['ttft']:.0%}: **{s['ttft_within']} of {s['cells']}** (median error "
+        f"{s['median_ttft_error']:.1%}, largest {s['max_ttft_error']:.1%})",
+        f"- per-token p90 error within ±{t['p90']:.0%}: **{s['p90_within']} of {s['cells']}**",
+        f"- policy ranking by TPOT preserved: **{s['rankings_preserved']} of {s['groups']}** "
+        "groups",
+        *_by_bandwidth(result.rows),
+        "",
+        "| link | mode | cache | prefetch | policy | TPOT measured | simulated | error | TTFT "
+        "measured | simulated | error | p90 | hit rate (measured / simulated) | outcomes "
+        "differing |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in result.rows:
+        lines.append(
+            f"| {r['bandwidth'] / 1e9:g} GB/s | {r['mode']} | {r['capacity']} | "
+            f"{r['prefetch']} | {r['policy']} | {r['measured_tpot_s'] * 1e3:.2f} ms | "
+            f"{r['simulated_tpot_s'] * 1e3:.2f} ms | {r['tpot_error']:.1%} | "
+            f"{r['measured_ttft_s'] * 1e3:.1f} ms | {r['simulated_ttft_s'] * 1e3:.1f} ms | "
+            f"{r['ttft_error']:.1%} | {r['p90_error']:.1%} | {r['measured_hit_rate']:.2f} / "
+            f"{r['simulated_hit_rate']:.2f} | {r['outcome_differences']} of {r['outcomes']} |"
+        )
+    swaps: dict[str, int] = {}
+    for r in result.rows:
+        for name, n in r["outcome_swaps"].items():
+            swaps[name] = swaps.get(name, 0) + n
+    total = sum(swaps.values())
+    if total:
+        kinds = ", ".join(f"{k} {n} ({n / total:.0%})" for k, n in
+                          sorted(swaps.items(), key=lambda kv: -kv[1]))  # fmt: skip
+        lines += ["", f"Differing accesses (first measured run of each cell), simulated -> "
+                  f"measured class: {kinds}."]  # fmt: skip
+    broken = [g for g, ok in result.rankings.items() if not ok]
+    lines += ["", "Groups whose policy ranking differs: " + (", ".join(broken) or "none") + "."]
+    return "\n".join(lines) + "\n"

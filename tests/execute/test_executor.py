@@ -1,0 +1,161 @@
+"""The real executor (``specmd_sim/execute/``), quickly: a model 16 times narrower than OLMoE,
+a few tokens. Without prefetching no decision depends on time, so the executor's per-access
+outcomes must equal the simulator's exactly; its times must be plausible; the throttled link
+shares its bandwidth; ``specmd calibrate`` and ``specmd validate real --quick`` run in-process.
+The full matrix against the targets is ``benchmarks/validate_real.sh``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from specmd_sim import SimConfig, simulate
+from specmd_sim.cli import app
+from specmd_sim.execute import Backend, execute, scaled_model
+from specmd_sim.execute.copies import ThrottledLink
+from specmd_sim.execute.model import Ops, Weights
+from specmd_sim.execute.traces import synthetic_trace, write_model
+from specmd_sim.scenario import build_scenario
+from specmd_sim.validate.document import MARKER
+from specmd_sim.validate.real import _outcomes
+
+RUNNER = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("exec")
+    model = scaled_model("olmoe-1b-7b", 16)
+    trace = synthetic_trace(model, folder, "t", 3, num_requests=1, prompt_tokens=4,
+                            decode_tokens=6)  # fmt: skip
+    return write_model(model, folder), trace
+
+
+def config(tiny: tuple[Path, Path], **sections: object) -> SimConfig:
+    model, trace = tiny
+    base = {"model": str(model), "trace": str(trace), "hardware": "h100-pcie",
+            "runtime": "roofline", "cache": {"capacity": "10%"}, "eviction": {"kind": "lru"},
+            "prefetch": {"kind": "none"}, "timing": {"record_spans": True}}  # fmt: skip
+    return SimConfig(**{**base, **sections})
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        {"eviction": {"kind": "lru"}},
+        {"eviction": {"kind": "least-stale", "order": "layer"}},
+        {"eviction": {"kind": "static-hot"}},  # streams what it does not admit
+        {"miss": {"kind": "substitute"}},
+        {"cache": {"capacity": "10%", "pin_demand_set": False}},
+    ],
+    ids=["lru", "least-stale-layer", "static-hot", "substitute", "one-at-a-time"],
+)
+def test_outcomes_equal_the_simulators_without_prefetch(tiny, sections) -> None:
+    scenario = build_scenario(config(tiny, **sections))
+    real = execute(scenario, Backend(link_bandwidth=1.0e9))
+    sim = simulate(scenario)
+    assert real.engine == "execute"
+    assert _outcomes(real) == _outcomes(sim)
+    for key in ("accesses", "hits", "misses_compulsory", "misses_capacity", "evictions",
+                "bytes_demand"):  # fmt: skip
+        assert real.metrics[key] == sim.metrics[key], key
+
+
+def test_measured_times_are_plausible(tiny) -> None:
+    scenario = build_scenario(config(tiny))
+    m = execute(scenario, Backend(link_bandwidth=0.5e9))
+    result = m.metrics
+    passes = np.subtract(m.per_pass["end_s"], m.per_pass["start_s"])
+    assert (passes > 0).all() and result["makespan_s"] > 0
+    assert result["compute_s"] + result["stall_s"] <= result["makespan_s"] * (1 + 1e-9)
+    # every miss moved one expert: at 0.5 GB/s that is at least bytes / bandwidth of stall
+    # unless compute hid it; the copy engines moved exactly the demanded bytes
+    nbytes = scenario.model.expert_bytes
+    assert result["bytes_demand"] == result["misses"] * nbytes
+    copied = sum(b for b, k in zip(m.per_resource["bytes"], m.per_resource["kind"], strict=True)
+                 if k == "copy-engine")  # fmt: skip
+    assert copied == result["bytes_demand"]
+    assert result["transfer_busy_s"] >= result["bytes_demand"] / 0.5e9 / 2  # 2 copy workers
+
+
+def test_the_throttled_link_shares_its_bandwidth() -> None:
+    link, nbytes = ThrottledLink(50e6), 2_500_000  # 50 ms alone
+    ends: list[float] = []
+
+    def copy() -> None:
+        link.finish(link.start(nbytes))
+        ends.append(time.perf_counter())
+
+    start = time.perf_counter()
+    copy()
+    alone = ends[0] - start
+    ends.clear()
+    start = time.perf_counter()
+    threads = [threading.Thread(target=copy) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    together = max(ends) - start
+    assert alone == pytest.approx(0.05, rel=0.3)
+    assert together == pytest.approx(0.10, rel=0.3)  # each got half
+
+
+def test_expert_op_is_a_swiglu() -> None:
+    model = scaled_model("olmoe-1b-7b", 16)
+    weights = Weights(model, 0)
+    x = np.random.default_rng(1).standard_normal((3, model.hidden_size), dtype=np.float32)
+    w = weights.slow[5].reshape(3, model.hidden_size, model.moe_intermediate_size)
+    gate, up = x @ w[0], x @ w[1]
+    want = (gate / (1 + np.exp(-gate)) * up) @ w[2].T
+    np.testing.assert_allclose(Ops(weights).expert(weights.slow[5], x), want, rtol=1e-5)
+
+
+def test_scaled_model_and_unsupported_setups(tiny) -> None:
+    model = scaled_model("olmoe-1b-7b", 16)
+    assert (model.hidden_size, model.moe_intermediate_size, model.num_experts) == (128, 64, 64)
+    assert model.expert_dtype == "fp32" and model.expert_bytes == 3 * 128 * 64 * 4
+    from specmd_sim.errors import SpecmdError
+
+    with pytest.raises(SpecmdError, match="expected a model with only routed-expert layers"):
+        scaled_model("deepseek-v3", 4)
+    with pytest.raises(SpecmdError, match=r"miss\.kind: expected fetch, drop or substitute"):
+        execute(build_scenario(config(tiny, miss={"kind": "cpu-execute"})), Backend(1e9))
+
+
+def test_calibrate_and_validate_real_in_process(tmp_path: Path) -> None:
+    folder = tmp_path / "cal"
+    res = RUNNER.invoke(app, ["calibrate", "--folder", str(folder), "--scale", "16",
+                              "--repeats", "1"], catch_exceptions=False)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    for name in ("hardware.yaml", "runtime.yaml", "model.yaml"):
+        assert (folder / name).is_file()
+    doc = tmp_path / "validation.md"
+    doc.write_text("# Validation\n\npublished part\n")
+    res = RUNNER.invoke(app, ["validate", "real", "--folder", str(folder), "--quick",
+                              "--repeats", "1", "--decode-tokens", "3", "--out", str(doc)],
+                        catch_exceptions=False)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    text = doc.read_text()
+    assert text.startswith("# Validation\n\npublished part\n") and MARKER in text
+    assert text.count("| 2 GB/s | decode | 10% | top-k |") == 2
+    # the cells are saved as they finish; --rewrite writes the report again from them alone
+    doc.write_text("# Validation\n\npublished part\n")
+    res = RUNNER.invoke(app, ["validate", "real", "--folder", str(folder), "--rewrite",
+                              "--quick", "--out", str(doc)], catch_exceptions=False)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert doc.read_text() == text
+
+
+def test_cuda_backend_and_missing_calibration_are_one_line_errors(tmp_path: Path) -> None:
+    from specmd_sim.cli import main  # noqa: F401  (the same app)
+
+    res = RUNNER.invoke(app, ["calibrate", "--backend", "cuda"])
+    assert res.exit_code != 0 and "CUDA backend is not built" in str(res.exception)
+    res = RUNNER.invoke(app, ["validate", "real", "--folder", str(tmp_path)])
+    assert res.exit_code != 0 and "run specmd calibrate --folder" in str(res.exception)
