@@ -70,10 +70,6 @@ class Cell:
     def _median(self, name: str) -> float:
         return statistics.median(float(r.metrics[name]) for r in self.measured)
 
-    @property
-    def group(self) -> tuple:
-        return tuple(v for k, v in self.setup.items() if k != "policy")
-
     def row(self) -> dict[str, Any]:
         sim = self.simulated
         assert sim is not None
@@ -135,7 +131,6 @@ def _class(klass: int | None) -> str:
 class RealValidation:
     rows: list[dict[str, Any]]
     rankings: dict[str, bool]
-    calibration: dict[str, Any]
 
     def summary(self) -> dict[str, Any]:
         rows = self.rows
@@ -208,7 +203,7 @@ def run_real_validation(
                      f"{row['simulated_tpot_s'] * 1e3:.2f} ms; outcomes differ "
                      f"{row['outcome_differences']} of {row['outcomes']}")  # fmt: skip
     rows = [c.row() for c in cells]
-    return RealValidation(rows, _rankings(rows), {})
+    return RealValidation(rows, _rankings(rows))
 
 
 def save_rows(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -264,7 +259,7 @@ def _by_bandwidth(rows: list[dict[str, Any]]) -> list[str]:
 def load_rows(path: Path) -> RealValidation:
     """A validation from the cells saved by an earlier run (``real-validation.json``)."""
     rows = json.loads(path.read_text(encoding="utf-8"))
-    return RealValidation(rows, _rankings(rows), {})
+    return RealValidation(rows, _rankings(rows))
 
 
 def markdown(result: RealValidation, command: str, machine: str) -> str:
