@@ -102,7 +102,6 @@ def validate_real(
     json_: JsonOpt = False,
 ) -> None:
     """Run the executor and the simulator on the same matrix; write the comparison."""
-    from specmd_sim.execute.model import scaled_model
     from specmd_sim.execute.traces import synthetic_trace
     from specmd_sim.models import load_model
     from specmd_sim.validate.document import write_part
@@ -135,8 +134,6 @@ def validate_real(
     if repeats < 1:
         raise SpecmdError(f"--repeats: expected an integer >= 1, got {repeats}")
     model = load_model(str(folder / "model.yaml"))
-    base = model.id.split("-div")[0]
-    scaled_model(base, 1)  # the base must be a catalog model the executor supports
     trace = synthetic_trace(model, folder, "validate", 0, num_requests=1, prompt_tokens=16,
                             decode_tokens=decode_tokens)  # fmt: skip
     err = console(json_mode=True)

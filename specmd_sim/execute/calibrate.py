@@ -25,10 +25,12 @@ import datetime
 import functools
 import os
 import statistics
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,7 +45,10 @@ from specmd_sim.execute.model import (
     Weights,
     scaled_model,
 )
+from specmd_sim.execute.run import Backend, execute
+from specmd_sim.execute.traces import calibration_configs
 from specmd_sim.models import ModelSpec
+from specmd_sim.scenario import build_scenario
 
 TOKENS = (1, 2, 4, 8, 16, 32, 64)  # token counts of the expert-call curve
 NOISY = 0.10  # a spread (max - min over median) above this is reported as a noisy machine
@@ -275,21 +280,17 @@ def _host_bandwidth(cal: Calibration, weights: Weights, repeats: int) -> float:
 def _own_cost(cal: Calibration, model: ModelSpec, seed: int) -> tuple[float, float]:
     """The executor's cost per MoE layer and per access: dry runs of two traces (no compute,
     no bytes), least squares over (layers, accesses)."""
-    from specmd_sim.execute.run import Backend, execute  # a cycle at import time otherwise
-    from specmd_sim.execute.traces import calibration_configs
-
     rows, times = [], []
-    for config in calibration_configs(model, seed):
-        from specmd_sim.scenario import build_scenario
-
-        scenario = build_scenario(config)
-        samples = []
-        for _ in range(3):  # the time not spent waiting for a (dry) copy worker
-            result = execute(scenario, Backend(float("inf"), seed, dry=True))
-            samples.append(float(result.metrics["makespan_s"] - result.metrics["stall_s"]))
-        m = result.metrics
-        rows.append([scenario.passes.num_passes * model.moe_layers, m["accesses"]])
-        times.append(statistics.median(samples))
+    with tempfile.TemporaryDirectory(prefix="specmd-calibrate-") as tmp:
+        for config in calibration_configs(model, seed, Path(tmp)):
+            scenario = build_scenario(config)
+            samples = []
+            for _ in range(3):  # the time not spent waiting for a (dry) copy worker
+                result = execute(scenario, Backend(float("inf"), seed, dry=True))
+                samples.append(float(result.metrics["makespan_s"] - result.metrics["stall_s"]))
+            rows.append([scenario.passes.num_passes * model.moe_layers,
+                         result.metrics["accesses"]])  # fmt: skip
+            times.append(statistics.median(samples))
     (per_layer, per_access), *_ = np.linalg.lstsq(
         np.array(rows, float), np.array(times), rcond=None
     )

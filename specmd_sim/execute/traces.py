@@ -27,16 +27,19 @@ def write_model(model: ModelSpec, folder: Path) -> Path:
 
 def synthetic_trace(model: ModelSpec, folder: Path, name: str, seed: int, **shape: int) -> Path:
     """A trace with the OLMoE preset's routing statistics and ``model``'s shape."""
-    params = PRESETS["olmoe"].model_copy(update={"model": model.id.split("-div")[0], **shape})
+    params = PRESETS["olmoe"].model_copy(update={"model": base_model(model), **shape})
     return save_trace(generate(params, seed), folder / f"{name}.npz")
 
 
-def calibration_configs(model: ModelSpec, seed: int, folder: Path | None = None) -> list[SimConfig]:
-    """Two dry-run configs (LRU, no prefetch, 10% cache) that separate the executor's cost
-    per layer from its cost per access: token-serial decode, and prefill in chunks of 16."""
-    import tempfile
+def base_model(model: ModelSpec) -> str:
+    """The catalog model a scaled model (``<id>-div<scale>``) was made from."""
+    return model.id.split("-div")[0]
 
-    folder = folder or Path(tempfile.mkdtemp(prefix="specmd-calibrate-"))
+
+def calibration_configs(model: ModelSpec, seed: int, folder: Path) -> list[SimConfig]:
+    """Two dry-run configs (LRU, no prefetch, 10% cache) that separate the executor's cost
+    per layer from its cost per access: token-serial decode, and prefill in chunks of 16; their
+    files go into ``folder``."""
     model_path = write_model(model, folder)
     decode = synthetic_trace(model, folder, "cal-decode", seed + 100, num_requests=1,
                              prompt_tokens=4, decode_tokens=28)  # fmt: skip

@@ -16,7 +16,7 @@ import itertools
 import json
 import statistics
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,30 +61,21 @@ QUICK = Matrix(capacities=("10%",), prefetch=("top-k",), bandwidths=(2.0e9,), mo
                policies=("lru", "least-stale-layer"))  # fmt: skip
 
 
-@dataclass
-class Cell:
-    setup: dict[str, Any]
-    measured: list[RunResult] = field(default_factory=list)
-    simulated: RunResult | None = None
-
-    def _median(self, name: str) -> float:
-        return statistics.median(float(r.metrics[name]) for r in self.measured)
-
-    def row(self) -> dict[str, Any]:
-        sim = self.simulated
-        assert sim is not None
-        out: dict[str, Any] = dict(self.setup)
-        for name in ("tpot_s", "ttft_s", "stall_s", "hit_rate", "late_hits"):
-            out[f"measured_{name}"] = self._median(name)
-            out[f"simulated_{name}"] = float(sim.metrics[name])
-        out["tpot_error"] = _err(out["simulated_tpot_s"], out["measured_tpot_s"])
-        out["ttft_error"] = _err(out["simulated_ttft_s"], out["measured_ttft_s"])
-        out["p90_error"] = statistics.median(_p90(sim, r) for r in self.measured)
-        diffs = [_outcome_differences(sim, r) for r in self.measured]
-        out["outcomes"] = len(_outcomes(sim))
-        out["outcome_differences"] = statistics.median(diffs)
-        out["outcome_swaps"] = _swaps(sim, self.measured[0])  # of the first measured run
-        return out
+def _row(setup: dict[str, Any], measured: list[RunResult], sim: RunResult) -> dict[str, Any]:
+    """One cell's comparison (medians over the measured runs)."""
+    out: dict[str, Any] = dict(setup)
+    for name in ("tpot_s", "ttft_s", "stall_s", "hit_rate", "late_hits"):
+        out[f"measured_{name}"] = statistics.median(float(r.metrics[name]) for r in measured)
+        out[f"simulated_{name}"] = float(sim.metrics[name])
+    out["tpot_error"] = _err(out["simulated_tpot_s"], out["measured_tpot_s"])
+    out["ttft_error"] = _err(out["simulated_ttft_s"], out["measured_ttft_s"])
+    out["p90_error"] = statistics.median(_p90(sim, r) for r in measured)
+    simulated = _outcomes(sim)
+    swaps = [_swaps(simulated, _outcomes(r)) for r in measured]
+    out["outcomes"] = len(simulated)
+    out["outcome_differences"] = statistics.median(sum(s.values()) for s in swaps)
+    out["outcome_swaps"] = swaps[0]  # of the first measured run
+    return out
 
 
 def _err(sim: float, real: float) -> float:
@@ -107,18 +98,13 @@ def _outcomes(result: RunResult) -> dict[tuple[int, int, int], int]:
                                       strict=True)}  # fmt: skip
 
 
-def _outcome_differences(sim: RunResult, real: RunResult) -> int:
-    a, b = _outcomes(sim), _outcomes(real)
-    return sum(a.get(key) != b.get(key) for key in set(a) | set(b))
-
-
-def _swaps(sim: RunResult, real: RunResult) -> dict[str, int]:
-    """The differing accesses by (simulated class -> measured class)."""
-    a, b = _outcomes(sim), _outcomes(real)
+def _swaps(sim: dict[tuple[int, int, int], int], real: dict[tuple[int, int, int], int]
+           ) -> dict[str, int]:  # fmt: skip
+    """The accesses whose class differs, counted by (simulated class -> measured class)."""
     out: dict[str, int] = {}
-    for key in set(a) | set(b):
-        if a.get(key) != b.get(key):
-            name = f"{_class(a.get(key))}->{_class(b.get(key))}"
+    for key in sim.keys() | real.keys():
+        if sim.get(key) != real.get(key):
+            name = f"{_class(sim.get(key))}->{_class(real.get(key))}"
             out[name] = out.get(name, 0) + 1
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
@@ -155,7 +141,7 @@ def _config(setup: dict[str, Any], folder: Path, trace: Path, seed: int) -> SimC
     mode = {"decode": 1, "chunked-prefill": 16}[setup["mode"]]
     return build_config({
         "model": str(folder / "model.yaml"), "trace": str(trace),
-        "hardware": str(folder / f"hardware-{setup['bandwidth'] / 1e9:g}GBps.yaml"),
+        "hardware": str(_profile_path(folder, setup["bandwidth"])),
         "runtime": str(folder / "runtime.yaml"),
         "cache": {"capacity": setup["capacity"]}, "eviction": POLICIES[setup["policy"]],
         "prefetch": {"kind": setup["prefetch"]},
@@ -165,12 +151,16 @@ def _config(setup: dict[str, Any], folder: Path, trace: Path, seed: int) -> SimC
     }, source=f"validate real {setup}")  # fmt: skip
 
 
+def _profile_path(folder: Path, bandwidth: float) -> Path:
+    return folder / f"hardware-{bandwidth / 1e9:g}GBps.yaml"
+
+
 def profile_at(folder: Path, bandwidth: float) -> Path:
     """The calibrated hardware profile with its link throttled to ``bandwidth``."""
     data = yaml.safe_load((folder / "hardware.yaml").read_text())
     link = data["links"][0]["bandwidth_bytes_per_s"]
     link["value"] = bandwidth
-    path = folder / f"hardware-{bandwidth / 1e9:g}GBps.yaml"
+    path = _profile_path(folder, bandwidth)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
@@ -186,23 +176,23 @@ def run_real_validation(
     """Run every cell (``folder`` holds ``model.yaml`` and the calibrated profiles)."""
     for bw in matrix.bandwidths:
         profile_at(folder, bw)
-    cells = [Cell(setup) for setup in matrix.cells()]
+    setups = list(matrix.cells())
+    rows: list[dict[str, Any]] = []
     weights: Weights | None = None
-    for i, cell in enumerate(cells):
-        scenario = build_scenario(_config(cell.setup, folder, trace, seed))
+    for i, setup in enumerate(setups):
+        scenario = build_scenario(_config(setup, folder, trace, seed))
         if weights is None:
             weights = Weights(scenario.model, seed)
-        backend = Backend(cell.setup["bandwidth"], seed)
-        cell.measured = [execute(scenario, backend, weights=weights) for _ in range(repeats)]
-        cell.simulated = simulate(scenario)
-        save_rows(folder / "real-validation.json", [c.row() for c in cells[: i + 1]])
+        backend = Backend(setup["bandwidth"], seed)
+        measured = [execute(scenario, backend, weights=weights) for _ in range(repeats)]
+        row = _row(setup, measured, simulate(scenario))
+        rows.append(row)
+        save_rows(folder / "real-validation.json", rows)
         if progress is not None:
-            row = cell.row()
-            progress(f"[{i + 1}/{len(cells)}] {cell.setup}: TPOT measured "
+            progress(f"[{i + 1}/{len(setups)}] {setup}: TPOT measured "
                      f"{row['measured_tpot_s'] * 1e3:.2f} ms, simulated "
                      f"{row['simulated_tpot_s'] * 1e3:.2f} ms; outcomes differ "
                      f"{row['outcome_differences']} of {row['outcomes']}")  # fmt: skip
-    rows = [c.row() for c in cells]
     return RealValidation(rows, _rankings(rows))
 
 

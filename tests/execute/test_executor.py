@@ -153,8 +153,6 @@ def test_calibrate_and_validate_real_in_process(tmp_path: Path) -> None:
 
 
 def test_cuda_backend_and_missing_calibration_are_one_line_errors(tmp_path: Path) -> None:
-    from specmd_sim.cli import main  # noqa: F401  (the same app)
-
     res = RUNNER.invoke(app, ["calibrate", "--backend", "cuda"])
     assert res.exit_code != 0 and "CUDA backend is not built" in str(res.exception)
     res = RUNNER.invoke(app, ["validate", "real", "--folder", str(tmp_path)])

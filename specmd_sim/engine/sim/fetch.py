@@ -33,6 +33,13 @@ from specmd_sim.hardware import TransferPath
 from specmd_sim.hardware.schema import NVMeNode
 from specmd_sim.timeline import SpanRecorder
 
+
+def split(nbytes: int, chunk_bytes: int | None) -> list[int]:
+    """The chunks a copy of ``nbytes`` moves as (one chunk without ``timing.chunk_bytes``)."""
+    step = chunk_bytes or nbytes
+    return [min(step, nbytes - off) for off in range(0, nbytes, step)]
+
+
 # (pass, layer) whose router decided last, and the demand set it decided
 Position = Callable[[], tuple[tuple[int, int], frozenset[int]]]
 
@@ -89,8 +96,7 @@ class Fetcher:
         """Queue the transfer of ``request.key``; its event succeeds when the bytes arrived."""
         key = request.key
         nbytes = self.cache.nbytes[key]
-        step = self.chunk_bytes or nbytes
-        chunks = [min(step, nbytes - off) for off in range(0, nbytes, step)]
+        chunks = split(nbytes, self.chunk_bytes)
         job = Job(key, request.demand, request.target, nbytes, chunks, self.env.event(),
                   bypass=request.bypass)  # fmt: skip
         if not request.bypass:
@@ -219,8 +225,7 @@ class WriteBacks:
         """The cache evicted ``key``: queue the copy of its bytes back to the host."""
         self.used = True
         nbytes = self.cache.nbytes[key]
-        step = self.chunk_bytes or nbytes
-        chunks = [min(step, nbytes - off) for off in range(0, nbytes, step)]
+        chunks = split(nbytes, self.chunk_bytes)
         target = (self.cache.pass_index, key // self.cache.num_experts)
         self.engines.submit(Job(key, True, target, nbytes, chunks, self.env.event()))
 
