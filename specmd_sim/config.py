@@ -201,6 +201,14 @@ class WorkloadConfig(_Frozen):
     max_requests: int | None = Field(
         default=None, ge=1, description="Use only the first N requests of the trace."
     )
+    requests: tuple[int, ...] | None = Field(
+        default=None,
+        min_length=1,
+        description=(
+            "Use only these request ids of the trace (in the trace's order; before "
+            "max_requests); null = all. E.g. the requests a fitted predictor was not fit on."
+        ),
+    )
     batch_size: int = Field(
         default=1,
         ge=1,

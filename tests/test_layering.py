@@ -69,7 +69,7 @@ LAYERS = (
     "hardware", "runtime", "models", "traces",
     "cache", "policies", "config", "scenario",
     "metric_spec", "timeline", "metrics", "metric_docs",
-    "engine", "execute",
+    "engine", "execute", "record",
     "runs", "report", "sweep", "regress", "reproduce", "validate",
     "__init__",
     "cli", "pytest_plugin", "__main__",

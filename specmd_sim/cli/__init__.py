@@ -11,6 +11,7 @@ import sys
 from specmd_sim.cli import (  # noqa: F401  (they register their commands)
     catalog,
     real,
+    record,
     report,
     reproduce,
     run,

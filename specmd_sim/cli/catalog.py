@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -12,6 +12,9 @@ from rich.table import Table
 from specmd_sim.cli.app import hardware_app, models_app, policies_app
 from specmd_sim.cli.common import JsonOpt, console, print_quantities
 from specmd_sim.units import format_bytes
+
+if TYPE_CHECKING:
+    from specmd_sim.models import ModelSpec
 
 # --- hardware ------------------------------------------------------------------------------
 
@@ -94,12 +97,57 @@ def models_list(json_: JsonOpt = False) -> None:
 
 @models_app.command("show")
 def models_show(
-    model_id: Annotated[str, typer.Argument(help="Catalog id.")], json_: JsonOpt = False
+    model_id: Annotated[
+        str, typer.Argument(help="Catalog id, model file (.yaml) or config.json (.json).")
+    ],
+    json_: JsonOpt = False,
 ) -> None:
     """Show a model's dimensions and derived bytes and FLOPs."""
     from specmd_sim.models import load_model
 
-    m = load_model(model_id)
+    _print_model(load_model(model_id), json_)
+
+
+@models_app.command("import")
+def models_import(
+    config_json: Annotated[
+        Path,
+        typer.Argument(
+            help="A Hugging Face config.json (families: mixtral, olmoe, qwen2_moe, qwen3_moe, "
+            "deepseek_v2, deepseek_v3, gpt_oss)."
+        ),
+    ],
+    id_: Annotated[
+        str | None, typer.Option("--id", help="Model id (default: the folder's name).")
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Write the spec as a model file (YAML, usable as --model PATH)."),
+    ] = None,
+    expert_dtype: Annotated[
+        str | None,
+        typer.Option(help="Routed experts' precision (default: from the config), e.g. int4."),
+    ] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Derive a model spec from a config.json and show it like `models show`."""
+    import yaml
+
+    from specmd_sim.models.hf_config import load_hf_config
+
+    m = load_hf_config(config_json, model_id=id_, expert_dtype=expert_dtype)
+    _print_model(m, json_)
+    if out is not None:
+        header = (
+            f"# Model file derived by `specmd models import` from {config_json}.\n"
+            "# Fields: see ModelSpec in specmd_sim/models/spec.py; load it as --model PATH.\n"
+        )
+        body = yaml.safe_dump(m.model_dump(mode="json", exclude_none=True), sort_keys=False)
+        out.write_text(header + body, encoding="utf-8")
+        typer.echo(f"wrote {out}", err=json_)
+
+
+def _print_model(m: ModelSpec, json_: bool) -> None:
     data = m.model_dump() | m.summary()
     if json_:
         typer.echo(json.dumps(data, indent=2))

@@ -13,14 +13,10 @@ experts are 12 GiB, so a 5 % cache holds 51 experts (0.6 GiB). Mixtral's expert 
 from __future__ import annotations
 
 from functools import cached_property
-from importlib import resources
-from pathlib import Path
 from typing import Annotated
 
-import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from specmd_sim.errors import SpecmdError
 from specmd_sim.models.precision import check_precision, precision
 
 # a precision name (bf16, fp8, int4, hqq-2bit, q4_k_m, w3g64, ...), checked where it is given
@@ -148,41 +144,3 @@ class ModelSpec(BaseModel):
             "moe_layer_dense_params": self.moe_layer_dense_params,
             "kv_bytes_per_token_per_layer": self.kv_bytes_per_token,
         }
-
-
-def _model_file(path: Path) -> ModelSpec:
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecmdError(
-            f"model: expected a readable model file, got {str(path)!r} ({exc.strerror})"
-        ) from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise SpecmdError(f"model: {path}: expected YAML, got a parse error ({exc})") from None
-    try:
-        return ModelSpec.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(x) for x in first["loc"]) or "(top level)"
-        raise SpecmdError(f"model: {path}: {where}: {first['msg']}") from None
-
-
-def _catalog() -> dict[str, ModelSpec]:
-    text = resources.files("specmd_sim.models").joinpath("catalog/models.yaml").read_text()
-    return {entry["id"]: ModelSpec.model_validate(entry) for entry in yaml.safe_load(text)}
-
-
-def list_models() -> list[ModelSpec]:
-    """All catalog models, in catalog order."""
-    return list(_catalog().values())
-
-
-def load_model(model_id: str) -> ModelSpec:
-    """A catalog model by id, or a model file (a path ending in ``.yaml``/``.yml`` holding one
-    entry in the catalog's format); a clear error lists the known ids otherwise."""
-    if model_id.endswith((".yaml", ".yml")):
-        return _model_file(Path(model_id))
-    catalog = _catalog()
-    if model_id not in catalog:
-        raise SpecmdError(f"model: expected one of {', '.join(catalog)}, got {model_id!r}")
-    return catalog[model_id]

@@ -16,12 +16,14 @@ from collections import deque
 import numpy as np
 
 from specmd_sim.policies.context import RunContext
+from specmd_sim.policies.fit import TrainingRoutes
 from specmd_sim.policies.observe import DemandObserver
 
 
 class ActivationMatrices:
-    def __init__(self, ctx: RunContext, history: int) -> None:
+    def __init__(self, ctx: RunContext, history: int, keep_finished: bool = True) -> None:
         self.ctx = ctx
+        self.keep_finished = keep_finished
         self.current = np.zeros((ctx.num_layers, ctx.num_experts))
         self.store: deque[np.ndarray] = deque(maxlen=history)
         self.request = -1
@@ -32,11 +34,22 @@ class ActivationMatrices:
     def _observe(self, pass_index: int, layer: int, experts: np.ndarray) -> None:
         request = self.ctx.history.pass_info(pass_index).request
         if request != self.request:
-            if self.current.any():
+            if self.current.any() and self.keep_finished:
                 self.store.append(self.current / np.linalg.norm(self.current))
             self.current = np.zeros_like(self.current)
             self.request = request
         self.current[layer, experts] += 1
+
+    def fit(self, data: TrainingRoutes) -> None:
+        """Store the EAM of each training request, in the order they ran."""
+        eams: dict[int, np.ndarray] = {}
+        for p, layer, experts in data.demand_sets():
+            request = int(data.passes.request[p])
+            eam = eams.setdefault(request, np.zeros_like(self.current))
+            eam[layer, experts] += 1
+        for eam in eams.values():
+            if eam.any():
+                self.store.append(eam / np.linalg.norm(eam))
 
     def best_match(self, pass_index: int, layer: int) -> np.ndarray | None:
         """The stored EAM closest to the running one, after (pass, layer) was observed."""

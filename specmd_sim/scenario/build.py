@@ -7,12 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from pydantic import ValidationError
 
 from specmd_sim.config import SimConfig
-from specmd_sim.errors import SpecmdError
+from specmd_sim.errors import SpecmdError, from_validation_error
 from specmd_sim.hardware import HardwareProfile, load_profile
 from specmd_sim.hardware.schema import GPUNode
 from specmd_sim.models import ModelSpec, load_model
+from specmd_sim.policies.fit import TrainingRoutes
 from specmd_sim.runtime import RuntimeProfile, load_runtime
 from specmd_sim.scenario.budget import MemoryBudget
 from specmd_sim.scenario.passes import DemandSets, Passes, build_demand, build_passes
@@ -23,6 +25,7 @@ from specmd_sim.scenario.placement import (
     place,
     shard_mask,
 )
+from specmd_sim.scenario.training import build_training, check_requests
 from specmd_sim.traces.io import load_trace
 from specmd_sim.traces.trace import Trace
 from specmd_sim.units import format_bytes
@@ -43,6 +46,7 @@ class Scenario:
     # per GPU, its pass table and demand sets; ((passes, demand),) with one GPU
     shards: tuple[tuple[Passes, DemandSets], ...]
     budgets: tuple[MemoryBudget, ...]  # per GPU, what its HBM holds besides the cache
+    training: TrainingRoutes | None = None  # what the predictor is fitted on (fit_on)
 
     @property
     def num_passes(self) -> int:
@@ -55,17 +59,19 @@ class Scenario:
         return self.capacity_bytes // self.placement.largest
 
 
-def build_scenario(config: SimConfig) -> Scenario:
+def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
+    """Load and check everything ``config`` names; ``check_cache=False`` skips the checks of
+    the cache's capacity (for analyses that run no cache, e.g. a predictor's quality)."""
     profile = load_profile(config.hardware)
     runtime = load_runtime(config.runtime)
     trace = load_trace(config.trace)
-    model = load_model(config.model or trace.model).with_dtypes(
-        config.expert_dtype, config.dense_dtype
-    )
+    model = trace_model(config.model, trace).with_dtypes(config.expert_dtype, config.dense_dtype)
     _check_shapes(model, trace)
+    check_requests(config.workload.requests, trace, "workload.requests")
     passes = build_passes(trace, config.workload)
     if passes.num_passes == 0:
         raise SpecmdError(f"trace {config.trace}: expected at least one pass, got none")
+    training = build_training(config, trace, passes)
     demand = build_demand(trace, passes)
     sizes = expert_sizes(config, model, trace)
     gpu_nodes = _resolve_gpus(config, profile)
@@ -92,12 +98,26 @@ def build_scenario(config: SimConfig) -> Scenario:
         sizes.largest, sizes.routed_bytes, min(b.available for b in budgets)
     )
     placement = place(config, profile, sizes, capacity if parity else None)
-    for budget, (_, shard_demand) in zip(budgets, shards, strict=True):
+    for budget, (_, shard_demand) in zip(budgets, shards, strict=True) if check_cache else ():
         _check_capacity(config, profile, budget, placement, shard_demand, capacity)
     return Scenario(
         config, profile, runtime, model, trace, passes, demand, capacity, placement, gpu_nodes,
-        shards, budgets,
+        shards, budgets, training,
     )  # fmt: skip
+
+
+def trace_model(model: str | None, trace: Trace) -> ModelSpec:
+    """The run's model: ``model`` if given, else the spec a recorded trace carries in
+    ``meta.model_spec``, else the catalog entry (or model file) the trace names."""
+    if model is not None:
+        return load_model(model)
+    embedded = trace.meta.get("model_spec")
+    if embedded is None:
+        return load_model(trace.model)
+    try:
+        return ModelSpec.model_validate(embedded)
+    except ValidationError as exc:
+        raise from_validation_error(f"trace {trace.model}: meta.model_spec", exc) from None
 
 
 def _budget(

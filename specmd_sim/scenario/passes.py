@@ -76,6 +76,9 @@ def build_passes(trace: Trace, workload: WorkloadConfig, share: tuple[int, int] 
     bounds = np.flatnonzero(np.diff(req_sorted)) + 1
     groups = np.split(order, bounds)
     groups.sort(key=lambda g: int(g[0]))  # requests in order of first appearance
+    if workload.requests is not None:
+        keep = set(workload.requests)
+        groups = [g for g in groups if int(trace.request[g[0]]) in keep]
     if workload.max_requests is not None:
         groups = groups[: workload.max_requests]
     groups = groups[share[0] :: share[1]]

@@ -132,7 +132,7 @@ def _build_gpu(
     warm: list[int] | None,
 ) -> RunObjects:
     config = scenario.config
-    views = _views(scenario, g, rng)
+    views = run_views(scenario, g, rng)
     ctx = views.online
     eviction = EVICTION.make(config.eviction, views)
     cache = ExpertCache(
@@ -147,16 +147,24 @@ def _build_gpu(
     prefetch = PREFETCH.make(config.prefetch, views)
     predictor: ScoreSource | None = None
     if prefetch.lookahead > 0 and prefetch.uses_predictor:
-        predictor = _Tapped(PREDICTORS.make(config.predictor, views), eviction)
+        predictor = _Tapped(make_predictor(scenario, views), eviction)
     miss = MISS.make(config.miss, views)
     return RunObjects(scenario, ctx, cache, eviction, prefetch, predictor, miss, arrivals)
+
+
+def make_predictor(scenario: Scenario, views: RunViews) -> Predictor[Any]:
+    """The run's predictor, fitted on its training routing if it has ``fit_on``."""
+    predictor = PREDICTORS.make(scenario.config.predictor, views)
+    if scenario.training is not None:
+        predictor.fit(scenario.training)
+    return predictor
 
 
 def _copied_back(key: int) -> None:
     """Memory parity without time: the cache counts the bytes an evicted expert takes back."""
 
 
-def _views(scenario: Scenario, g: int, rng: np.random.Generator) -> RunViews:
+def run_views(scenario: Scenario, g: int, rng: np.random.Generator) -> RunViews:
     """GPU ``g``'s online view of the run, and that view with its access sequence."""
     trace, passes, demand = scenario.trace, scenario.passes, scenario.demand
     placement = scenario.placement

@@ -78,7 +78,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from specmd_sim.errors import SpecmdError
-from specmd_sim.models.spec import load_model
+from specmd_sim.models.loader import load_model
 from specmd_sim.traces.trace import DECODE, PREFILL, Trace, make_trace
 
 GENERATOR = "specmd-sim synthetic v1"

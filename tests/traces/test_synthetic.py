@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from specmd_sim.models.spec import load_model
+from specmd_sim.models.loader import load_model
 from specmd_sim.traces.stats import (
     popularity_skew,
     repeat_share,

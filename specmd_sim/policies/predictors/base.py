@@ -13,6 +13,7 @@ from typing import Protocol
 
 import numpy as np
 
+from specmd_sim.policies.fit import TrainingRoutes
 from specmd_sim.policies.plugin import C, Plugin
 
 
@@ -23,3 +24,7 @@ class ScoreSource(Protocol):
 class Predictor(Plugin[C]):
     def scores(self, pass_index: int, layer: int, target: int) -> np.ndarray | None:
         raise NotImplementedError
+
+    def fit(self, data: TrainingRoutes) -> None:
+        """Start from training routing (the predictors whose config has ``fit_on``)."""
+        raise NotImplementedError(f"predictor {self.kind} does not learn")

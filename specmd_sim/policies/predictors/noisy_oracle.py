@@ -15,6 +15,15 @@ predicted top-|S| holds each true expert with probability ``accuracy`` ("a predi
 top-k accuracy"); ``confidence`` sets how much mass they carry, and ``near_miss`` how clearly
 the missed true experts stand out from the rest: what score-based prefetchers react to.
 ``near_miss = confidence`` makes a missed expert look like any other.
+
+A stand-in, not a model of a real predictor: it reads the run's future, and its errors are
+independent draws, uniform over the experts outside ``S``, at one accuracy for every layer,
+distance and token. Real predictors miss in correlated ways (near ties at the top-k boundary,
+accuracy that varies by layer and falls with distance, runs of hard tokens), so a study that
+wants a real predictor's behaviour records one (``specmd trace record`` writes the pre-gated
+predictions of a model's own routers as ``pred_scores``; ``predictor.kind: trace`` replays
+them) and measures it (``specmd trace info TRACE --predictor trace``). Use this one as a
+controlled knob: what a given accuracy would be worth.
 """
 
 from __future__ import annotations
@@ -46,7 +55,7 @@ class NoisyOracleConfig(PluginConfig):
 @PREDICTORS.register
 class NoisyOraclePredictor(Predictor[NoisyOracleConfig]):
     description = "The true next experts, each kept with probability `accuracy`."
-    source = "synthetic; stands for gate-lookahead predictors (80-97 % in the literature)"
+    source = "synthetic stand-in for gate-lookahead predictors (80-97 % in the literature)"
     offline = True
 
     def __init__(self, config: PluginConfig, ctx: OfflineContext) -> None:

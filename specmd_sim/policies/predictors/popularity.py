@@ -1,7 +1,9 @@
 """Popularity: how often each expert of the target layer was selected so far in the run.
 
 Learns online from the demand sets already seen (never the future); no prediction before the
-target layer has been seen once. Scores are the counts normalized per layer.
+target layer has been seen once. Scores are the counts normalized per layer. With ``fit_on`` it
+starts from the counts of training routing (:mod:`specmd_sim.policies.fit`); with
+``learn_online: false`` it keeps them fixed.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ from typing import Literal
 import numpy as np
 
 from specmd_sim.policies.context import RunContext
+from specmd_sim.policies.fit import FittableConfig, TrainingRoutes
 from specmd_sim.policies.observe import DemandObserver
 from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.predictors.base import Predictor
 from specmd_sim.policies.registry import PREDICTORS
 
 
-class PopularityConfig(PluginConfig):
+class PopularityConfig(FittableConfig):
     kind: Literal["popularity"] = "popularity"
 
 
@@ -34,8 +37,13 @@ class PopularityPredictor(Predictor[PopularityConfig]):
     def _observe(self, pass_index: int, layer: int, experts: np.ndarray) -> None:
         self.counts[layer, experts] += 1
 
+    def fit(self, data: TrainingRoutes) -> None:
+        for p, layer, experts in data.demand_sets():
+            self._observe(p, layer, experts)
+
     def scores(self, pass_index: int, layer: int, target: int) -> np.ndarray | None:
-        self.observer.advance(pass_index, layer)
+        if self.config.learn_online:
+            self.observer.advance(pass_index, layer)
         row = self.counts[target]
         total = row.sum()
         return row / total if total > 0 else None

@@ -5,7 +5,9 @@ at layer ``l`` was followed by expert ``e'`` at layer ``l + j``. To predict laye
 layer ``l`` (``j = t - l``) it sums the rows of the current layer's selected experts and
 normalizes; if those experts have never been seen before layer ``t``, it falls back to the
 target layer's popularity; before anything was seen, no prediction. Memory:
-``max_distance x L x E x E`` float32.
+``max_distance x L x E x E`` float32. With ``fit_on`` it starts from the counts of training
+routing (:mod:`specmd_sim.policies.fit`); with ``learn_online: false`` the counts stay fixed
+(it still reads the running pass's own experts, which is what it predicts from).
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import numpy as np
 from pydantic import Field
 
 from specmd_sim.policies.context import RunContext
+from specmd_sim.policies.fit import FittableConfig, TrainingRoutes
 from specmd_sim.policies.observe import DemandObserver
 from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.predictors.base import Predictor
 from specmd_sim.policies.registry import PREDICTORS
 
 
-class TransitionConfig(PluginConfig):
+class TransitionConfig(FittableConfig):
     kind: Literal["transition"] = "transition"
     max_distance: int = Field(default=2, ge=1, description="Largest layer distance learned.")
 
@@ -40,17 +43,31 @@ class TransitionPredictor(Predictor[TransitionConfig]):
         self.popular = np.zeros((c.num_layers, c.num_experts))
         self.pass_sets: dict[int, np.ndarray] = {}
         self.pass_index = -1
+        self.learning = self.config.learn_online
         self.observer = DemandObserver(c, self._observe)
 
     def _observe(self, pass_index: int, layer: int, experts: np.ndarray) -> None:
+        self._track(pass_index, layer, experts)
+        if self.learning:
+            self._count(layer, experts)
+
+    def _track(self, pass_index: int, layer: int, experts: np.ndarray) -> None:
         if pass_index != self.pass_index:
             self.pass_sets, self.pass_index = {}, pass_index
+        self.pass_sets[layer] = experts
+
+    def _count(self, layer: int, experts: np.ndarray) -> None:
         for j in range(1, self.d + 1):
             earlier = self.pass_sets.get(layer - j)
             if earlier is not None and earlier.size and experts.size:
                 self.table[j - 1, layer - j][np.ix_(earlier, experts)] += 1
-        self.pass_sets[layer] = experts
         self.popular[layer, experts] += 1
+
+    def fit(self, data: TrainingRoutes) -> None:
+        for p, layer, experts in data.demand_sets():
+            self._track(p, layer, experts)
+            self._count(layer, experts)
+        self.pass_sets, self.pass_index = {}, -1
 
     def scores(self, pass_index: int, layer: int, target: int) -> np.ndarray | None:
         self.observer.advance(pass_index, layer)

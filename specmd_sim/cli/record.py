@@ -1,0 +1,84 @@
+"""``specmd trace record``: a Hugging Face MoE model's routing into a v1 trace (the ``record``
+extra: torch and transformers)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specmd_sim.cli.app import trace_app
+
+
+def model_file_of(trace_path: Path) -> Path:
+    """Where the recorder writes the model spec of ``trace_path``: ``NAME.model.yaml``."""
+    return trace_path.with_name(trace_path.name.removesuffix(".npz") + ".model.yaml")
+
+
+def default_model_id(ref: str) -> str:
+    """A model id from a folder, ``config.json`` path or hub id: its last name, lowercased."""
+    path = Path(ref)
+    name = path.parent.name if path.name == "config.json" else path.name
+    return re.sub(r"[^a-z0-9.]+", "-", name.lower()).strip("-") or "recorded-model"
+
+
+@trace_app.command("record")
+def trace_record(
+    model: Annotated[
+        str, typer.Option(help="Model folder or hub id; with --random-weights a config.json.")
+    ],
+    out: Annotated[Path, typer.Option(help="Output .npz path (the model spec goes beside it).")],
+    prompts: Annotated[
+        Path | None,
+        typer.Option(
+            help="Prompt file: .jsonl (prompt/text) or text, one per line; default "
+            "the bundled eight."
+        ),
+    ] = None,
+    random_weights: Annotated[
+        bool, typer.Option(help="Random weights from the config (no download; byte tokens).")
+    ] = False,
+    max_new_tokens: Annotated[int, typer.Option(help="Greedy decode steps per prompt.")] = 32,
+    lookahead: Annotated[
+        int, typer.Option(help="Pre-gated prediction depth D for pred_scores (0 = none).")
+    ] = 1,
+    dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16.")] = "auto",
+    model_id: Annotated[
+        str | None, typer.Option(help="Id of the model spec (default: from --model).")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of random weights.")] = 0,
+) -> None:
+    """Run a model on prompts and write its routing, gates and pre-gated predictions."""
+    import yaml
+
+    from specmd_sim.models.hf_config import spec_from_hf_config
+    from specmd_sim.record import bundled_prompts, read_prompts, record_trace
+    from specmd_sim.record.model import load_model
+    from specmd_sim.traces import save_trace
+
+    texts = bundled_prompts() if prompts is None else read_prompts(prompts)
+    loaded = load_model(model, random_weights=random_weights, dtype=dtype, seed=seed)
+    spec = spec_from_hf_config(
+        loaded.model.config.to_dict(), model_id=model_id or default_model_id(model), source=model
+    )
+
+    def progress(done: int, total: int) -> None:
+        typer.echo(f"recorded request {done}/{total}", err=True)
+
+    recording = record_trace(
+        loaded, texts, spec, max_new_tokens=max_new_tokens, lookahead=lookahead,
+        progress=progress,
+    )  # fmt: skip
+    trace = recording.trace
+    save_trace(trace, out)
+    spec_path = model_file_of(out)
+    spec_path.write_text(
+        yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
+    )
+    typer.echo(
+        f"wrote {out}: {trace.num_tokens} tokens x {trace.num_layers} MoE layers x "
+        f"top-{trace.top_k} of {trace.num_experts} experts, {len(texts)} requests, "
+        f"pred lookahead {trace.lookahead}; model spec {spec_path}"
+    )
