@@ -120,6 +120,9 @@ def _summary(out: Console, result: Any) -> None:
     if result.hardware_grade:
         table.add_row("lowest hardware grade used", result.hardware_grade)
     out.print(table)
+    note = late_hit_note(m)
+    if note:
+        out.print(note, highlight=False)
     if "budget_gpu" in inputs:
         from specmd_sim.scenario.budget import MemoryBudget
 
@@ -139,6 +142,21 @@ def _summary(out: Console, result: Any) -> None:
                 f"note: {idle} of {len(gpus['gpu'])} GPUs served no request (the run has "
                 f"{sum(gpus['requests'])} requests)"
             )
+
+
+def late_hit_note(m: dict[str, Any]) -> str | None:
+    """One line on late hits when they outnumber hits: why the hit rate is low although the
+    prefetcher named the right experts (and what replay, which lands prefetches at once,
+    would count)."""
+    late, hits, accesses = m.get("late_hits"), m.get("hits"), m.get("accesses")
+    if not late or not accesses or late <= (hits or 0):
+        return None
+    return (
+        f"note: {late / accesses:.1%} of accesses were late hits: the expert was still loading "
+        f"when its layer's router decided, and the layer waited for it. The hit rate leaves "
+        f"them out; replay, which lands prefetches at once, counts them as hits "
+        f"({(late + (hits or 0)) / accesses:.1%})"
+    )
 
 
 def _engine_command(engine: str, doc: str) -> Any:

@@ -152,3 +152,42 @@ def test_mixed_sizes_keep_bytes_exact_and_pins_safe(kind: str) -> None:
             assert cache.used_bytes == sum(sizes[k] for k in cached) <= cache.capacity_bytes
     assert cache.stats.evictions > 0
     assert cache.stats.bytes_demand == fetched
+
+
+B1_, C1_, D1_ = 1 * E + 1, 1 * E + 2, 1 * E + 3
+
+
+@pytest.mark.parametrize(("insert", "expected"), [("mru", [HIT, HIT]), ("lru", [COLL, HIT])])
+def test_lru_prefetch_insert_decides_whether_a_prefetch_survives_the_next(
+    insert: str, expected: list[AccessClass]
+) -> None:
+    """3 slots. Pass 0 uses A0 and D1. In pass 1 layer 0 uses A0 (pinned while it runs) and
+    prefetches B1 (a free slot), then C1, which needs a victim among D1 and B1. Counting a
+    prefetch as a use (mru), the least recent is D1, and both prefetches hit. Counting only
+    demand (lru), B1 entered at the least-recent end and goes: a collision miss."""
+    cache = make_cache("lru", slots=3, layers=2, prefetch_insert=insert)
+    cache.begin_pass(0)
+    step(cache, 0, [A0])
+    step(cache, 1, [D1_])
+    cache.begin_pass(1)
+    assert step(cache, 0, [A0], prefetch=[B1_, C1_]) == [HIT]
+    assert step(cache, 1, [B1_, C1_]) == expected
+
+
+@pytest.mark.parametrize(("order", "evicted"), [("fifo", B1), ("touch", C2)])
+def test_least_stale_fifo_keeps_entry_order_where_touch_keeps_recency(
+    order: str, evicted: int
+) -> None:
+    """Pass 0: A0 used, B1 and C2 prefetched at layer 0 (current: A0, B1, C2), B1 used at
+    layer 1. Touch order moves B1 behind C2; FIFO leaves it where it entered. In pass 1 all
+    three are stale and E1's prefetch needs a victim: FIFO takes B1 (it entered before C2),
+    touch takes C2 (touched less recently)."""
+    cache = make_cache("least-stale", slots=3, order=order)
+    cache.begin_pass(0)
+    step(cache, 0, [A0], prefetch=[B1, C2])
+    step(cache, 1, [B1])
+    cache.begin_pass(1)
+    step(cache, 0, [A0], prefetch=[E1])
+    assert cache.state[evicted] == State.ABSENT
+    kept = C2 if evicted == B1 else B1
+    assert cache.state[kept] == State.RESIDENT

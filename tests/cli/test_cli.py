@@ -52,7 +52,7 @@ def test_run_json_prints_one_object_and_writes_the_run_folder(tmp_path: Path) ->
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["metrics"] == metrics
     config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
-    assert config["eviction"] == {"kind": "least-stale", "order": "touch"}
+    assert config["eviction"] == {"kind": "least-stale", "order": "fifo"}
 
 
 def test_run_on_more_gpus_than_requests_shows_each_gpu(tmp_path: Path) -> None:

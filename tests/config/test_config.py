@@ -37,7 +37,7 @@ def test_defaults_are_the_main_job() -> None:
     assert data["hardware"] == "h100-pcie"
     assert data["trace"] == "olmoe-synthetic"
     assert data["cache"] == {"capacity": "5%", "pin_demand_set": True}
-    assert data["eviction"] == {"kind": "least-stale", "order": "touch"}
+    assert data["eviction"] == {"kind": "least-stale", "order": "fifo"}
     assert data["prefetch"] == {"kind": "top-k", "k": None, "lookahead": 1}
     assert data["predictor"] == {
         "kind": "noisy-oracle",

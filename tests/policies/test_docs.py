@@ -17,4 +17,4 @@ def test_every_plugin_is_documented_with_its_rule() -> None:
     for kind in ("least-stale", "static-hot", "belady-bypass", "score-threshold", "transition",
                  "substitute"):  # fmt: skip
         assert f"### `{kind}`" in text
-    assert "| `eviction.order` | `'touch'` |" in text
+    assert "| `eviction.order` | `'fifo'` |" in text

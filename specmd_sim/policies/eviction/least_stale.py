@@ -1,14 +1,23 @@
 """Least-Stale (SpecMD, arXiv 2602.03921): evict what no pass has touched recently.
 
-Two FIFO queues. ``current`` holds experts touched in this pass; ``stale`` the rest. A touch
-is a router selection of a cached expert, an admission (demand or prefetch), or a prefetcher
-asking for an expert that is already cached; it moves the expert to the tail of ``current``.
-At each pass start all of ``current`` moves, in order, to the tail of ``stale``. The victim is
-the head of ``stale``; if ``stale`` has nothing evictable, the head of ``current``.
+Two queues. ``current`` holds experts touched in this pass; ``stale`` the rest. A touch is a
+router selection of a cached expert, an admission (demand or prefetch), or a prefetcher asking
+for an expert that is already cached. At each pass start all of ``current`` moves, in order, to
+the tail of ``stale``. The victim is the head of ``stale``; if ``stale`` has nothing evictable,
+the head of ``current``. What orders each queue (``order``):
 
-``order: touch`` (default) orders each queue by touch time, as above. ``order: layer`` orders
-by layer instead: the victim is the expert whose layer the forward sweep reaches last from the
-layer now running (the layer just passed goes first), touch time breaking ties.
+- ``fifo`` (default): first in, first out. A touch moves a stale expert to the tail of
+  ``current``; touching an expert that is already current does not move it. Since a pass
+  sweeps its layers in order, each queue follows layer position within a pass. This is the
+  reading of the paper that its public descriptions support ("current" = accessed in the
+  ongoing forward pass, "stale" = in a previous one; stale first, FIFO, then current, FIFO;
+  prefetched experts marked current): its text beyond the abstract was not available to check
+  (docs/reproduction.md, "Which Least-Stale").
+- ``touch``: each touch moves the expert to the tail of ``current`` (recency order). Demand-only
+  it evicts exactly what LRU evicts.
+- ``layer``: the victim is the expert whose layer the forward sweep reaches last from the
+  layer now running (the layer just passed goes first), touch time breaking ties: a spatial
+  rule for a cyclic layer sweep.
 
 Counting a prefetcher's request for an already-cached expert as a touch is what protects
 predicted upcoming-layer experts from the pass's own prefetches; LRU does not do that, which is
@@ -30,8 +39,12 @@ from specmd_sim.policies.registry import EVICTION
 
 class LeastStaleConfig(PluginConfig):
     kind: Literal["least-stale"] = "least-stale"
-    order: Literal["touch", "layer"] = Field(
-        default="touch", description="Order inside each queue: by touch time or by layer."
+    order: Literal["fifo", "touch", "layer"] = Field(
+        default="fifo",
+        description=(
+            "Order inside each queue: fifo (entry into the queue; the paper's reading), touch "
+            "(recency) or layer (the layer the sweep reaches last goes first)."
+        ),
     )
 
 
@@ -43,6 +56,7 @@ class LeastStaleEviction(EvictionPolicy[LeastStaleConfig]):
     def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
         super().__init__(config, ctx)
         self.by_layer = self.config.order == "layer"
+        self.refresh_current = self.config.order != "fifo"
         self.num_experts = ctx.num_experts
         self.num_layers = ctx.num_layers
         self.current: dict[int, None] = {}
@@ -57,6 +71,8 @@ class LeastStaleEviction(EvictionPolicy[LeastStaleConfig]):
         self.layer = layer
 
     def _touch(self, key: int) -> None:
+        if key in self.current and not self.refresh_current:
+            return
         self.stale.pop(key, None)
         self.current.pop(key, None)
         self.current[key] = None
