@@ -31,7 +31,7 @@ _PERCENT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*%\s*$")
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _capacity_spec(value: object) -> str | int:

@@ -7,6 +7,8 @@ input, what was expected and what was received. The CLI prints that line and exi
 
 from __future__ import annotations
 
+import reprlib
+
 from pydantic import ValidationError
 
 
@@ -32,6 +34,19 @@ def from_validation_error(source: str, err: ValidationError) -> SpecmdError:
     return SpecmdError(text)
 
 
+def _bounded_repr() -> reprlib.Repr:
+    """A repr bounded in depth and width, so that its cost does not grow with the value (a
+    YAML alias bomb expands to a structure of astronomical size)."""
+    r = reprlib.Repr()
+    r.maxlevel = 3
+    r.maxlist = r.maxtuple = r.maxdict = r.maxset = r.maxfrozenset = r.maxdeque = 6
+    r.maxstring = r.maxother = r.maxlong = 60
+    return r
+
+
+_REPR = _bounded_repr()
+
+
 def _short(value: object, limit: int = 60) -> str:
-    text = repr(value)
+    text = _REPR.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

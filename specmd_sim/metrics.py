@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from specmd_sim.atomic import write_text
 from specmd_sim.cache import AccessClass, CacheStats
 from specmd_sim.metric_spec import (
     INPUTS,
@@ -103,9 +104,7 @@ class RunResult:
         return json.dumps(_clean(self.to_dict()), sort_keys=True, indent=2) + "\n"
 
     def write(self, path: Path) -> None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.to_json())
-        tmp.replace(path)
+        write_text(path, self.to_json())
 
 
 def _check_names(

@@ -182,8 +182,12 @@ def current_from_result(result: dict[str, Any], key: str = RUN_KEY) -> Current:
 
 
 def current_from_run(run_dir: Path | str, key: str = RUN_KEY) -> Current:
-    """The point of a run folder (its ``result.json``)."""
+    """The point of a run folder (its ``result.json``), a complete one."""
+    from specmd_sim.runs import check_run_folder
+
     path = Path(run_dir) / "result.json"
+    if path.is_file():
+        check_run_folder(Path(run_dir))
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
     except OSError:

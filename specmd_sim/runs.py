@@ -11,22 +11,24 @@ same config and seed give byte-identical folders.
 
 This module writes the data files; ``timeline.html`` is a page, and pages are the report
 layer's, which sits above this one (it reads run folders with :func:`read_spans`). Whoever
-wants the page (``specmd run``) writes it after :func:`write_run`, with
-:func:`specmd_sim.report.write_timeline`.
+wants the page (``specmd run``) passes a writer of it to :func:`write_run` (``extra``), so that
+it is part of the folder before the folder is put in place. Readers check the folder with
+:func:`check_run_folder` first.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import zipfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
+from specmd_sim.atomic import atomic_file, atomic_folder, check_output, write_text
 from specmd_sim.config import SimConfig, config_to_dict
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import RunResult
@@ -42,7 +44,6 @@ SPANS_FORMAT = "specmd-spans"
 SPANS_VERSION = 1
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 TIMELINE_FILE = "timeline.html"
-_TIMING_FILES = ("spans.npz", "trace.json", TIMELINE_FILE)
 
 
 def config_hash(config: SimConfig) -> str:
@@ -54,37 +55,93 @@ def default_run_dir(engine: str, config: SimConfig) -> Path:
     return Path("runs") / f"{engine}-{config_hash(config)}"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
+MANIFEST = "manifest.json"
+RUN_FOLDER_FORMAT = "specmd-run-folder"
+Extra = Callable[[Path], dict[str, Path]]
 
 
-def write_run(run_dir: Path, result: RunResult) -> dict[str, Path]:
-    """Write the run folder's data files; returns the files written by name.
+def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> dict[str, Path]:
+    """Write the run folder; returns the files written by name.
 
-    An earlier run's timing files are removed where this run writes none (a replay run), and
-    its :data:`TIMELINE_FILE` always (the page is written afterwards, by the report layer), so
-    a folder never mixes the results, spans and pages of different runs.
+    The folder is written whole into a temporary sibling and then renamed into place
+    (:func:`specmd_sim.atomic.atomic_folder`), so an interrupted rerun leaves the old folder as
+    it was and a reader never sees the results, spans and pages of two runs mixed. ``extra``
+    adds files (the timeline page) to the folder before it is put in place. The last file
+    written, :data:`MANIFEST`, lists every file with its size: :func:`check_run_folder`.
     """
-    run_dir.mkdir(parents=True, exist_ok=True)
-    files: dict[str, Path] = {}
-    files["config"] = run_dir / "config.yaml"
-    _atomic_write(files["config"], yaml.safe_dump(result.config, sort_keys=True))
-    files["result"] = run_dir / "result.json"
-    result.write(files["result"])
-    if result.spans is None:
-        for name in _TIMING_FILES:
-            (run_dir / name).unlink(missing_ok=True)
-        return files
-    (run_dir / TIMELINE_FILE).unlink(missing_ok=True)
-    recording = Recording(result.spans, list(result.lanes), dict(result.counters))
-    files["spans"] = run_dir / "spans.npz"
-    write_spans(files["spans"], recording)
-    files["trace"] = run_dir / "trace.json"
-    write_chrome_trace(files["trace"], recording.spans, recording.lanes,
-                       **chrome_trace_options(json.loads(result.to_json()), recording))  # fmt: skip
-    return files
+    run_dir = Path(run_dir)
+    check_run_target(run_dir, "run folder")
+    with atomic_folder(run_dir) as folder:
+        files = {"config": folder / "config.yaml", "result": folder / "result.json"}
+        files["config"].write_text(yaml.safe_dump(result.config, sort_keys=True), encoding="utf-8")
+        result.write(files["result"])
+        if result.spans is not None:
+            recording = Recording(result.spans, list(result.lanes), dict(result.counters))
+            files["spans"] = folder / "spans.npz"
+            write_spans(files["spans"], recording)
+            files["trace"] = folder / "trace.json"
+            options = chrome_trace_options(json.loads(result.to_json()), recording)
+            write_chrome_trace(files["trace"], recording.spans, recording.lanes, **options)
+        if extra is not None:
+            files.update(extra(folder))
+        write_manifest(folder, files.values())
+    return {name: run_dir / p.name for name, p in files.items()}
+
+
+def write_manifest(folder: Path, files: Iterable[Path]) -> None:
+    """``folder``'s :data:`MANIFEST`: each file's name and size (what a complete folder has)."""
+    manifest = {"format": RUN_FOLDER_FORMAT, "files": {p.name: p.stat().st_size for p in files}}
+    write_text(folder / MANIFEST, json.dumps(manifest, sort_keys=True, indent=2) + "\n")
+
+
+def check_run_target(run_dir: Path, what: str = "--out") -> None:
+    """One clear line, before any work, unless ``run_dir`` can take a run folder: a location
+    that can be written and is new, empty or an earlier run folder (a run replaces the folder
+    whole, so it must never be a folder of other files, nor the working folder or one above)."""
+    run_dir = Path(run_dir)
+    check_output(run_dir, what, folder=True)
+    if not run_dir.is_dir():
+        return
+    here = Path.cwd().resolve()
+    if run_dir.resolve() in (here, *here.parents):
+        raise SpecmdError(
+            f"{what}: expected a run folder to (re)write whole, got {str(run_dir)!r}, the "
+            "working folder or one above it"
+        )
+    if any(run_dir.iterdir()) and not (run_dir / "result.json").is_file():
+        raise SpecmdError(
+            f"{what}: expected a new folder or an earlier run folder, got {str(run_dir)!r}, "
+            "which holds other files (a run replaces its folder whole)"
+        )
+
+
+def check_run_folder(run_dir: Path) -> None:
+    """One clear line unless ``run_dir`` is a complete run folder: its manifest is there and
+    every file it lists has the size it lists (a folder written by :func:`write_run`)."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "result.json").is_file():
+        raise SpecmdError(f"{run_dir}: expected a run folder with result.json, got none")
+    path = run_dir / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+        listed = dict(manifest["files"])
+        if manifest.get("format") != RUN_FOLDER_FORMAT:
+            raise ValueError(f"format {manifest.get('format')!r}")
+    except FileNotFoundError:
+        raise SpecmdError(
+            f"{run_dir}: expected a complete run folder (with {MANIFEST}), got a folder without "
+            "one: an older or interrupted run; rerun it"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SpecmdError(f"{path}: expected a run-folder manifest, got {exc}") from None
+    for name, size in listed.items():
+        file = run_dir / name
+        if not file.is_file() or file.stat().st_size != size:
+            raise SpecmdError(
+                f"{run_dir}: expected {name} of {size} bytes (as {MANIFEST} lists), got "
+                f"{file.stat().st_size if file.is_file() else 'no such file'}: the folder was "
+                "changed after it was written; rerun it"
+            )
 
 
 def chrome_trace_options(result: dict[str, Any], recording: Recording) -> dict[str, Any]:
@@ -120,14 +177,12 @@ def write_spans(path: Path, recording: Recording) -> None:
     members = {"meta": np.array(json.dumps(meta, sort_keys=True)), "spans": recording.spans}
     for i, name in enumerate(meta["counters"]):
         members[f"counter_{i}"] = recording.counters[name]
-    tmp = path.with_name(path.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+    with atomic_file(path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, arr in members.items():
             info = zipfile.ZipInfo(f"{name}.npy", date_time=_FIXED_TIME)
             info.compress_type = zipfile.ZIP_DEFLATED
             with zf.open(info, "w", force_zip64=True) as fh:
                 np.lib.format.write_array(fh, arr, allow_pickle=False)
-    os.replace(tmp, path)
 
 
 def read_spans(path: Path) -> Recording:

@@ -6,6 +6,7 @@ module parses human-written sizes such as ``0.6GiB`` or ``12 MiB`` and formats t
 
 from __future__ import annotations
 
+import math
 import re
 
 KiB = 1024
@@ -37,7 +38,10 @@ def parse_bytes(text: str) -> int:
             f"expected a size such as '0.6GiB', '512MiB' or '5e9B' "
             f"(units: {', '.join(u for u in _SIZE_UNITS if u != 'b')}, B), got {text!r}"
         )
-    return round(float(match.group(1)) * _SIZE_UNITS.get(unit, 1))
+    value = float(match.group(1)) * _SIZE_UNITS.get(unit, 1)
+    if not math.isfinite(value) or value >= 2**63:
+        raise ValueError(f"expected a size below 8 EiB, got {text!r}")
+    return round(value)
 
 
 def format_bytes(n: float) -> str:

@@ -65,7 +65,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / PACKAGE
 
 LAYERS = (
-    "errors", "units", "_data",
+    "errors", "units", "_data", "atomic",
     "hardware", "runtime", "models", "traces",
     "cache", "policies", "config", "scenario",
     "metric_spec", "timeline", "metrics", "metric_docs",

@@ -32,6 +32,10 @@ def main() -> None:
     except SpecmdError as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # outside a command (typer turns one inside into exit 130)
         print("interrupted", file=sys.stderr)
         raise SystemExit(130) from None
+    except SystemExit as exc:
+        if exc.code == 130:
+            print("interrupted", file=sys.stderr)
+        raise

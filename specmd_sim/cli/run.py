@@ -49,10 +49,12 @@ def _progress_bar() -> Progress:
 
 def _execute(engine: str, cfg: SimConfig, out: Path | None, json_mode: bool) -> None:
     from specmd_sim import replay, simulate
-    from specmd_sim.runs import TIMELINE_FILE, default_run_dir, write_run
+    from specmd_sim.runs import check_run_target, default_run_dir, write_run
     from specmd_sim.scenario import build_scenario
 
     out_console = console(json_mode)
+    run_dir = out or default_run_dir(engine, cfg)
+    check_run_target(run_dir)
     scenario = build_scenario(cfg)
     with _progress_bar() as bar:
         task = bar.add_task(engine, total=scenario.num_passes)
@@ -61,17 +63,26 @@ def _execute(engine: str, cfg: SimConfig, out: Path | None, json_mode: bool) -> 
             bar.update(task, completed=done)
 
         result = (simulate if engine == "simulate" else replay)(scenario, progress)
-    run_dir = out or default_run_dir(engine, cfg)
-    files = write_run(run_dir, result)
-    if result.spans is not None:
-        from specmd_sim.report import RunData, write_timeline
-
-        files["timeline"] = run_dir / TIMELINE_FILE
-        write_timeline(RunData.from_result(result, run_dir), files["timeline"])
+    timeline = None if result.spans is None else _timeline_writer(result, run_dir)
+    files = write_run(run_dir, result, timeline)
     _summary(out_console, result)
     out_console.print(f"run folder: {run_dir}  ({', '.join(p.name for p in files.values())})")
     if json_mode:
         sys.stdout.write(json.dumps(result.to_dict()["metrics"], sort_keys=True) + "\n")
+
+
+def _timeline_writer(result: Any, run_dir: Path) -> Any:
+    """Writes the run's timeline page into the folder being written (``write_run``'s extra)."""
+
+    def write(folder: Path) -> dict[str, Path]:
+        from specmd_sim.report import RunData, write_timeline
+        from specmd_sim.runs import TIMELINE_FILE
+
+        page = folder / TIMELINE_FILE
+        write_timeline(RunData.from_result(result, run_dir), page)
+        return {"timeline": page}
+
+    return write
 
 
 # the metrics of the summary table, a row each (several joined by " / "), with their label
@@ -154,8 +165,8 @@ def late_hit_note(m: dict[str, Any]) -> str | None:
     return (
         f"note: {late / accesses:.1%} of accesses were late hits: the expert was still loading "
         f"when its layer's router decided, and the layer waited for it. The hit rate leaves "
-        f"them out; replay, which lands prefetches at once, counts them as hits "
-        f"({(late + (hits or 0)) / accesses:.1%})"
+        f"them out; replay, which lands prefetches at once, counts them as hits (hits and "
+        f"late hits here: {(late + (hits or 0)) / accesses:.1%})"
     )
 
 

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from specmd_sim.engine.common import Progress
+from specmd_sim.errors import SpecmdError
 from specmd_sim.execute.copies import ThrottledLink
 from specmd_sim.execute.model import (
     ATTENTION_KERNELS,
@@ -195,6 +196,15 @@ def _peak(cal: Calibration, ops: Ops, weights: Weights, dispatch: float, bandwid
     curve = {m: _repeat(functools.partial(_expert_time, ops, weights, m, 1), repeats)
              for m in TOKENS}  # fmt: skip
     busy = {m: curve[m][0] - EXPERT_KERNELS * dispatch for m in TOKENS}
+    short = [m for m in TOKENS if busy[m] <= 0]
+    if short:
+        m = short[0]
+        raise SpecmdError(
+            f"calibrate: expected an expert call on {m} tokens to take longer than its "
+            f"{EXPERT_KERNELS} dispatches ({EXPERT_KERNELS * dispatch * 1e6:.0f} us), got "
+            f"{curve[m][0] * 1e6:.0f} us: the measurements are noise (a busy machine?); rerun "
+            "on an idle machine or with more --repeats"
+        )
     peak = max(float(model.expert_flops_per_token) * m / busy[m] for m in TOKENS)
     cal.efficiency = {m: min(1.0, _expert_bytes(model, m) / bandwidth / busy[m]) for m in TOKENS}
     spread = max(s for _, s in curve.values())

@@ -27,7 +27,7 @@ GRADE_ORDER: tuple[Grade, ...] = ("A", "B", "C", "D")  # best first
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Quantity(_Frozen):

@@ -26,7 +26,7 @@ Dtype = Annotated[str, BeforeValidator(check_precision)]
 class ModelSpec(BaseModel):
     """Dimensions of an MoE transformer, as in its ``config.json``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     id: str = Field(description="Catalog id, e.g. 'olmoe-1b-7b'.")
     name: str = Field(description="Published model name.")

@@ -4,8 +4,10 @@ The learning predictors (``popularity``, ``transition``, ``activation-matrix``) 
 from the run's past. With ``fit_on`` they start from statistics of training routing instead:
 another trace (``fit_on: path``), some requests of another trace (``fit_on: {trace: path,
 requests: [...]}``) or requests of the evaluated trace that the run does not evaluate
-(``fit_on: {requests: [...]}`` with ``workload.requests`` naming the others; the scenario
-refuses an overlap). ``learn_online: false`` freezes them after fitting.
+(``fit_on: {requests: [...]}`` with ``workload.requests`` naming the others). The scenario
+refuses an overlap, and training requests routed exactly as an evaluated one (a copy of the
+run's trace). ``learn_online: false`` stops them learning from the run after fitting (what they
+read of the running pass or request to predict from, they still read).
 
 The training routing is given to the predictor as :class:`TrainingRoutes`: the demand sets of
 the training requests' passes, built as the run builds its own (same workload), so that a
@@ -66,6 +68,15 @@ class FittableConfig(PluginConfig):
         default=True, description="Keep learning from the run's own past during the run."
     )
 
+    @model_validator(mode="after")
+    def _fitted_if_frozen(self) -> FittableConfig:
+        if not self.learn_online and self.fit_on is None:
+            raise ValueError(
+                "learn_online: expected true without fit_on (a predictor that neither is "
+                "fitted nor learns predicts nothing), got false"
+            )
+        return self
+
 
 @dataclass(frozen=True, eq=False)
 class TrainingRoutes:
@@ -74,7 +85,6 @@ class TrainingRoutes:
     demand: AccessSequence
     passes: PassTable
     num_experts: int
-    source: str  # where it comes from, for messages and results
 
     @property
     def num_passes(self) -> int:

@@ -26,7 +26,7 @@ from specmd_sim.policies.context import OfflineContext, RunContext
 class PluginConfig(BaseModel):
     """Base of every plug-in config: ``kind`` selects the plug-in."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: str
 
 

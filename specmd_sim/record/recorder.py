@@ -8,9 +8,10 @@ What is recorded, per forward step (one prompt's prefill, then one step per deco
   them unsorted, and the sum over experts does not depend on the order);
 - the pre-gated predictions: for ``j = 1 .. lookahead``, the router of MoE layer ``l + j``
   applied to the hidden state entering the router of layer ``l`` (after layer ``l``'s attention
-  and norm), scored as that router scores (softmax over the logits, or DeepSeek-V3's sigmoid
-  plus its correction bias), stored at ``pred_scores[j - 1, t, l + j]``. This is the
-  prediction mixtral-offloading's and Pre-gated MoE's prefetchers make.
+  and norm), scored as that router scores its experts (softmax over the logits, or DeepSeek-V3's
+  sigmoid plus its correction bias; DeepSeek's group-limited selection is not applied to the
+  scores), stored at ``pred_scores[j - 1, t, l + j]``. This is the prediction
+  mixtral-offloading's and Pre-gated MoE's prefetchers make.
 
 Each step is checked against the model's own ``output_router_logits`` where the model offers
 it: the logits seen by the hooks must be those the model returns, MoE layer by MoE layer, or
@@ -67,7 +68,7 @@ def find_routers(model: Any) -> list[_Router]:
         is_router = (
             isinstance(module, target)
             if target is not None
-            else type(module).__name__.lower().endswith(("router", "topkrouter"))
+            else type(module).__name__.lower().endswith("router")
         )
         if not is_router:
             continue
@@ -213,6 +214,8 @@ def record_trace(
     ``spec`` (derived from the model's config; its id names the trace's model)."""
     if max_new_tokens < 0:
         raise SpecmdError(f"--max-new-tokens: expected >= 0, got {max_new_tokens}")
+    if not prompts:
+        raise SpecmdError("prompts: expected at least one prompt, got none")
     routers = find_routers(loaded.model)
     found = (len(routers), routers[0].num_experts, routers[0].top_k)
     if (spec.moe_layers, spec.num_experts, spec.top_k) != found:

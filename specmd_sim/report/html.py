@@ -16,6 +16,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+from specmd_sim.atomic import write_text
+
 PLOT_CONFIG: dict[str, Any] = {
     "displaylogo": False,
     "responsive": True,
@@ -85,9 +87,7 @@ def write_page(path: Path, title: str, blocks: list[Block], subtitle_html: str =
         parts.append("</section>")
     parts.append(f"<footer>specmd-sim {version('specmd-sim')}</footer></main></body></html>")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(parts), encoding="utf-8")
-    tmp.replace(path)
+    write_text(path, "\n".join(parts))
 
 
 def figure_div(fig: go.Figure, div_id: str) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import load_result, result_row
+from specmd_sim.runs import check_run_folder
 
 Row = dict[str, Any]
 CAPACITY = "capacity_pct"
@@ -38,6 +39,7 @@ def load_rows(paths: Sequence[Path]) -> list[Row]:
     for path in paths:
         path = Path(path)
         if (path / "result.json").is_file():
+            check_run_folder(path)
             row = result_row(load_result(path / "result.json"))
             rows.append({"status": "ok", "source": str(path), **row})
         elif path.is_dir() and any(path.glob("*.parquet")):

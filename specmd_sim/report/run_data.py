@@ -53,11 +53,10 @@ class RunData:
     @classmethod
     def load(cls, run_dir: Path, spans: bool = True) -> RunData:
         """Read a run folder; ``spans=False`` skips ``spans.npz`` even where it exists."""
-        from specmd_sim.runs import read_spans
+        from specmd_sim.runs import check_run_folder, read_spans
 
         path = Path(run_dir) / "result.json"
-        if not path.is_file():
-            raise SpecmdError(f"{run_dir}: expected a run folder with result.json, got none")
+        check_run_folder(Path(run_dir))
         try:
             result = json.loads(path.read_text())
         except json.JSONDecodeError as exc:

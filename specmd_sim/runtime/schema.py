@@ -38,7 +38,7 @@ from specmd_sim.hardware.schema import Count, Fraction, Grade, NonNegative, Quan
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Setting(_Frozen):

@@ -8,7 +8,8 @@ top-k) are compared with the target's demand set ``S``:
 - ``recall`` = |top-k ∩ S| / |S| and ``precision`` = |top-k ∩ S| / k, averaged over the cases
   the predictor answered (for single-token passes |S| = k and the two are equal);
 - ``coverage`` = the share of cases it answered at all (learning predictors answer nothing
-  before they have seen a layer);
+  before they have seen a layer; a trace's recorded predictions reach only its lookahead):
+  without answers, recall and precision are NaN;
 - ``ece``: expected calibration error of its scores read as the probability that an expert is
   in ``S``: scores (negative ones as 0) scaled to sum to ``|S|`` over the layer's experts, the
   number the layer will select, and clipped to 1 (a softmax over the experts is a share of one
@@ -21,6 +22,7 @@ Per phase (prefill passes, decode passes) and lookahead ``j``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -78,7 +80,7 @@ class _Tally:
         np.add.at(self.bins, (2, b), label)
 
     def row(self, phase: str, j: int) -> QualityRow:
-        n = max(self.answered, 1)
+        n = self.answered or math.nan  # never answered: recall and precision are unknown
         count, score, label = self.bins
         filled = count > 0
         gap = np.abs(score[filled] - label[filled]).sum()  # sum over bins of n_b * |mean gap|

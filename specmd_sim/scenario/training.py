@@ -4,6 +4,8 @@ passes, and the checks that keep training and evaluation apart (:mod:`specmd_sim
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 
 from specmd_sim.config import SimConfig
@@ -44,13 +46,21 @@ def build_training(config: SimConfig, trace: Trace, passes: Passes) -> TrainingR
     update = {"requests": fit_on.requests, "max_requests": None}
     workload = config.workload.model_copy(update=update)
     train = build_passes(source, workload)
+    evaluated = set(passes.row_request.tolist())
     if own:
-        overlap = sorted(set(train.request.tolist()) & set(passes.row_request.tolist()))
+        overlap = sorted(set(train.row_request.tolist()) & evaluated)
         if overlap:
             raise SpecmdError(
                 f"{where}: expected requests the run does not evaluate, got {overlap[:8]} "
                 "in both (name the evaluated ones in workload.requests, or fit on another "
                 "trace)"
+            )
+    else:
+        same = _same_routing(source, set(train.row_request.tolist()), trace, evaluated)
+        if same:
+            raise SpecmdError(
+                f"{where}.trace: expected routing the run does not evaluate, got requests "
+                f"{same[:8]} routed exactly as evaluated ones (a copy of the run's trace?)"
             )
     if train.num_passes == 0:
         raise SpecmdError(f"{where}: expected training requests with tokens, got none")
@@ -60,10 +70,23 @@ def build_training(config: SimConfig, trace: Trace, passes: Passes) -> TrainingR
         tokens=np.diff(train.start),
         context_end=train.context_end,
     )
-    label = config.trace if fit_on.trace is None else fit_on.trace
-    if fit_on.requests is not None:
-        label += f" requests {list(fit_on.requests)}"
-    return TrainingRoutes(build_demand(source, train), table, trace.num_experts, label)
+    return TrainingRoutes(build_demand(source, train), table, trace.num_experts)
+
+
+def _fingerprints(trace: Trace, requests: set[int]) -> dict[bytes, int]:
+    """Each request's routing (its rows' experts and phases, in order) by content."""
+    out = {}
+    for request in requests:
+        rows = np.flatnonzero(trace.request == request)
+        key = np.ascontiguousarray(trace.experts[rows]).tobytes() + trace.phase[rows].tobytes()
+        out[hashlib.sha256(key).digest()] = request
+    return out
+
+
+def _same_routing(source: Trace, train: set[int], trace: Trace, evaluated: set[int]) -> list[int]:
+    """Training requests whose routing is exactly that of an evaluated request."""
+    seen = _fingerprints(trace, evaluated)
+    return sorted(r for key, r in _fingerprints(source, train).items() if key in seen)
 
 
 def _same_file(a: str, b: str) -> bool:

@@ -14,7 +14,6 @@ writing to one folder.
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ from typing import IO, Any
 
 import yaml
 
+from specmd_sim.atomic import write_text
 from specmd_sim.config import config_to_dict
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import result_row
@@ -211,6 +211,4 @@ def _lock(path: Path, out: Path) -> IO[Any]:
 
 
 def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_text(path, text)

@@ -35,7 +35,7 @@ Engine = Literal["replay", "simulate"]
 class SweepSpec(BaseModel):
     """One sweep: the base config, its axes and the engine."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str | None = Field(default=None, description="A label for the sweep.")
     engine: Engine = Field(

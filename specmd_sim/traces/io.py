@@ -8,7 +8,6 @@ load instead of being read into memory: that is how large traces stay cheap.
 from __future__ import annotations
 
 import json
-import os
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from specmd_sim._data import data_dir
+from specmd_sim.atomic import atomic_file, check_output
 from specmd_sim.errors import SpecmdError
 from specmd_sim.traces.trace import Trace, validate_trace
 
@@ -48,21 +48,20 @@ def resolve_trace_path(ref: str | Path) -> Path:
 def save_trace(trace: Trace, path: str | Path, *, compress: bool = True) -> Path:
     """Write ``trace`` atomically to ``path`` (``.npz``)."""
     path = Path(path)
+    check_output(path, "trace", folder=False)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
     members: dict[str, np.ndarray] = {"meta": np.array(json.dumps(trace.meta, sort_keys=True))}
     for name in ARRAY_NAMES:
         arr = getattr(trace, name)
         if arr is not None:
             members[name] = np.ascontiguousarray(arr)
-    with zipfile.ZipFile(tmp, "w", compression=method, allowZip64=True) as zf:
+    with atomic_file(path) as tmp, zipfile.ZipFile(tmp, "w", method, allowZip64=True) as zf:
         for name, arr in members.items():
             info = zipfile.ZipInfo(f"{name}.npy", date_time=_FIXED_TIME)
             info.compress_type = method
             with zf.open(info, "w", force_zip64=True) as fh:
                 np.lib.format.write_array(fh, arr, allow_pickle=False)
-    os.replace(tmp, path)
     return path
 
 

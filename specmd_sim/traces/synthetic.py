@@ -89,7 +89,7 @@ _CHUNK_CELLS = 1 << 22  # rows x layers x experts per pred_scores draw (part of 
 class SyntheticParams(BaseModel):
     """Knobs of the synthetic trace generator; the shape comes from the catalog model."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str = Field(
         description="Catalog model id (e.g. 'olmoe-1b-7b'); gives moe_layers, num_experts, top_k."

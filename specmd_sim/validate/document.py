@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from specmd_sim.atomic import write_text
+
 MARKER = "<!-- real execution: written by specmd validate real -->"
 
 
@@ -24,6 +26,4 @@ def write_part(path: Path, part: Literal["published", "real"], text: str) -> Non
     else:
         new = (head.rstrip("\n") + "\n\n" if head.strip() else "") + text
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(new, encoding="utf-8")
-    tmp.replace(path)
+    write_text(path, new)

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from specmd_sim.atomic import write_text
 from specmd_sim.config import SimConfig, build_config
 from specmd_sim.engine.sim.run import simulate
 from specmd_sim.execute import Backend, execute
@@ -198,9 +199,7 @@ def run_real_validation(
 
 def save_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     """The cells measured so far, as JSON (replaced atomically)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(rows, indent=1, default=str), encoding="utf-8")
-    tmp.replace(path)
+    write_text(path, json.dumps(rows, indent=1, default=str))
 
 
 TIE = 0.01  # simulated TPOTs closer than this are a tie (the same decisions give equal times)

@@ -48,7 +48,8 @@ def test_run_json_prints_one_object_and_writes_the_run_folder(tmp_path: Path) ->
     ):  # fmt: skip
         assert key in metrics, key
     files = {p.name for p in (tmp_path / "run").iterdir()}
-    assert files == {"config.yaml", "result.json", "spans.npz", "trace.json", "timeline.html"}
+    assert files == {"config.yaml", "result.json", "spans.npz", "trace.json", "timeline.html",
+                     "manifest.json"}  # fmt: skip
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["metrics"] == metrics
     config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())

@@ -24,4 +24,4 @@ def test_no_note_when_hits_dominate_or_in_replay() -> None:
     assert late_hit_note({"late_hits": 10, "hits": 90, "accesses": 120}) is None
     assert late_hit_note({"hits": 5, "accesses": 120}) is None  # replay has no late hits
     note = late_hit_note({"late_hits": 80, "hits": 10, "accesses": 100})
-    assert note is not None and "80.0% of accesses" in note and "(90.0%)" in note
+    assert note is not None and "80.0% of accesses" in note and "here: 90.0%)" in note

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import pytest
 from pydantic import ValidationError
 
@@ -92,3 +94,34 @@ def test_overrides() -> None:
     assert base["seed"] == 0  # the input is not modified
     cfg = build_config(out)
     assert cfg.prefetch.kind == "none"
+
+
+def test_an_enormous_value_gets_a_short_error_at_once() -> None:
+    """A YAML alias bomb expands to 10**31 elements: the error names it in a bounded line (an
+    unbounded repr would never return)."""
+    bomb: list = [1] * 10
+    for _ in range(30):
+        bomb = [bomb] * 10
+    expected = r"config: seed: input should be a valid integer, got \[\["
+    with pytest.raises(SpecmdError, match=expected) as info:
+        build_config({"seed": bomb})
+    assert len(str(info.value)) < 200
+
+
+def test_non_finite_and_overflowing_numbers_are_refused(tmp_path) -> None:
+    from pathlib import Path
+
+    from specmd_sim.hardware import load_profile
+    from specmd_sim.hardware.loader import profile_dir
+
+    text = Path(profile_dir() / "h100-pcie.yaml").read_text()
+    bad = tmp_path / "inf.yaml"
+    bad.write_text(re.sub(r"(hbm_bandwidth_bytes_per_s: \{value: )[0-9.e+]+", r"\1.inf", text))
+    finite = r"hbm_bandwidth_bytes_per_s.value: input should be a finite number, got inf"
+    with pytest.raises(SpecmdError, match=finite):
+        load_profile(str(bad))
+    huge = r"cache.capacity: expected a size below 8 EiB, got '1e400'"
+    with pytest.raises(SpecmdError, match=huge):
+        build_config({"cache": {"capacity": "1e400"}})
+    with pytest.raises(SpecmdError, match=r"arrival_rate_per_s: input should be a finite number"):
+        build_config({"workload": {"arrivals": "poisson", "arrival_rate_per_s": float("nan")}})

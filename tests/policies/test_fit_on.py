@@ -163,3 +163,18 @@ def test_quality_coverage_shows_a_fitted_predictor_answers_from_the_start() -> N
 
     assert decode_coverage({"kind": "popularity"}) < 1.0
     assert decode_coverage({"kind": "popularity", "fit_on": {"requests": list(TRAIN)}}) == 1.0
+
+
+def test_a_copy_of_the_evaluated_trace_is_refused_as_training(tmp_path) -> None:
+    copy = tmp_path / "copy.npz"
+    save_trace(load_trace("olmoe-synthetic"), copy)
+    cfg = build_config({"predictor": {"kind": "popularity", "fit_on": str(copy)}})
+    with pytest.raises(SpecmdError, match=r"routed exactly as evaluated ones \(a copy"):
+        build_scenario(cfg)
+    other = config({"kind": "popularity", "fit_on": {"trace": str(copy), "requests": [0, 1]}})
+    build_scenario(other)  # the copy's requests 0-1 are not evaluated (2-3 are): fine
+
+
+def test_a_frozen_predictor_must_be_fitted() -> None:
+    with pytest.raises(SpecmdError, match="learn_online: expected true without fit_on"):
+        build_config({"predictor": {"kind": "transition", "learn_online": False}})

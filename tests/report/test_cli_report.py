@@ -12,6 +12,7 @@ import pytest
 
 from specmd_sim.errors import SpecmdError
 from specmd_sim.report.images import export_images
+from specmd_sim.runs import MANIFEST, write_manifest
 
 
 def specmd(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -85,18 +86,26 @@ def test_report_of_a_folder_that_is_no_run(tmp_path: Path) -> None:
     one_line_error(specmd("report", tmp_path), str(tmp_path), "result.json")
 
 
+def rewrite(run_dir: Path, result: dict) -> None:
+    """Replace a run folder's result.json as an older version would have written it (with a
+    manifest that matches, so that only the content is old)."""
+    (run_dir / "result.json").write_text(json.dumps(result))
+    listed = json.loads((run_dir / MANIFEST).read_text())["files"]
+    write_manifest(run_dir, [run_dir / name for name in listed])
+
+
 def test_a_result_without_the_pass_table_asks_for_a_rerun(timed_dir: Path, tmp_path: Path):
     run_dir = tmp_path / "old"
     shutil.copytree(timed_dir, run_dir)
     result = json.loads((run_dir / "result.json").read_text())
     del result["per_pass"]  # as written before the engine reported its passes
-    (run_dir / "result.json").write_text(json.dumps(result))
+    rewrite(run_dir, result)
     for command in ("report", "timeline"):
         one_line_error(specmd(command, run_dir), str(run_dir / "result.json"), "per_pass",
                        "older specmd-sim; run it again")  # fmt: skip
     result["per_pass"] = {}
     result["metrics"]["hit_ratio"] = result["metrics"].pop("hit_rate")  # a name of another day
-    (run_dir / "result.json").write_text(json.dumps(result))
+    rewrite(run_dir, result)
     one_line_error(specmd("report", run_dir), "expected the metrics of docs/metrics.md, got "
                    "hit_ratio (written by another version")  # fmt: skip
 

@@ -126,22 +126,31 @@ def test_spans_file_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_run_folder_files(timed_dir: Path, replay_dir: Path) -> None:
     assert {p.name for p in timed_dir.iterdir()} == {
-        "config.yaml", "result.json", "spans.npz", "trace.json", "timeline.html",
+        "config.yaml", "result.json", "spans.npz", "trace.json", "timeline.html", "manifest.json",
     }  # fmt: skip
-    assert {p.name for p in replay_dir.iterdir()} == {"config.yaml", "result.json"}
+    assert {p.name for p in replay_dir.iterdir()} == {"config.yaml", "result.json", "manifest.json"}
 
 
 def test_replay_over_a_timed_folder_removes_its_timing_files(
     timed: RunResult, tmp_path: Path, replay_dir: Path
 ) -> None:
-    (tmp_path / "timeline.html").write_text("stale")  # the page of an earlier run
-    write_run(tmp_path, timed)
-    assert (tmp_path / "spans.npz").is_file() and not (tmp_path / "timeline.html").exists()
+    run = tmp_path / "run"
+    write_run(run, timed)
+    assert (run / "spans.npz").is_file() and not (run / "timeline.html").exists()
     replayed = RunData.load(replay_dir)
     assert replayed.recording is None
-    (tmp_path / "timeline.html").write_text("stale")
+    (run / "timeline.html").write_text("stale")  # a page of the earlier run
     data = load_result(replay_dir / "result.json")
     result = RunResult(data["engine"], data["metrics"], data["per_layer"], data["per_request"],
                        data["config"], data["inputs"], data["hardware_grade"])  # fmt: skip
-    write_run(tmp_path, result)
-    assert {p.name for p in tmp_path.iterdir()} == {"config.yaml", "result.json"}
+    write_run(run, result)  # the folder is replaced whole
+    assert {p.name for p in run.iterdir()} == {"config.yaml", "result.json", "manifest.json"}
+
+
+def test_a_folder_of_other_files_is_never_replaced(timed: RunResult, tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(SpecmdError, match="holds other files"):
+        write_run(tmp_path, timed)
+    with pytest.raises(SpecmdError, match="the working folder or one above it"):
+        write_run(Path.cwd(), timed)
+    assert (tmp_path / "notes.txt").read_text() == "mine"

@@ -60,6 +60,14 @@ def test_the_verdict_rule() -> None:
     assert judge(strong, 0.05, {"uniform": strong}, {})[0] == "structural"
     assert judge(strong, 0.05, {"uniform": weak}, {"timing": weak})[0] == "structural"
     assert judge(Spread.of([0.10, 0.02]), 0.05, {}, {})[0] == "not reproduced"  # one seed fails
+    # log2 ratios: a 4x null effect is much weaker than a 16x one (under half the ratio)
+    assert judge(Spread.of([4.0]), 1.0, {"uniform": Spread.of([2.0])}, {}, log2=True)[0] == (
+        "reproduced"
+    )
+    assert judge(Spread.of([4.0]), 1.0, {"uniform": Spread.of([3.0])}, {}, log2=True)[0] == (
+        "structural"
+    )
+    assert judge(strong, 0.05, {}, {"not measured": Spread.of([])})[0] == "reproduced"
     verdict, reason = judge(strong, 0.05, {"uniform": strong}, {"timing": weak})
     assert verdict == "structural"
     assert "uniform control" in reason and "with timing" in reason
