@@ -53,11 +53,17 @@ def trace_record(
     """Run a model on prompts and write its routing, gates and pre-gated predictions."""
     import yaml
 
+    from specmd_sim.atomic import check_output
+    from specmd_sim.errors import SpecmdError
     from specmd_sim.models.hf_config import spec_from_hf_config
     from specmd_sim.record import bundled_prompts, read_prompts, record_trace
     from specmd_sim.record.model import load_model
     from specmd_sim.traces import save_trace
 
+    for name, value in (("--max-new-tokens", max_new_tokens), ("--lookahead", lookahead)):
+        if value < 0:  # checked again against the model once it is loaded
+            raise SpecmdError(f"{name}: expected >= 0, got {value}")
+    check_output(out, "--out", folder=False)
     texts = bundled_prompts() if prompts is None else read_prompts(prompts)
     loaded = load_model(model, random_weights=random_weights, dtype=dtype, seed=seed)
     spec = spec_from_hf_config(

@@ -105,6 +105,7 @@ class _Hooks:
         self.torch, _ = import_torch()
         self.routers, self.lookahead = routers, lookahead
         self.steps: list[_Step] = []
+        self.checked = 0  # steps compared with the model's output_router_logits
         self.handles = [model.register_forward_pre_hook(self._start)]
         self.handles.append(model.register_forward_hook(self._check))
         for index, router in enumerate(routers):
@@ -150,6 +151,7 @@ class _Hooks:
                     f"{self.routers[index].layer}) disagrees with the model's "
                     "output_router_logits"
                 )
+        self.checked += 1
 
 
 def _choice_scores(torch: Any, router: Any, hidden: Any) -> np.ndarray:
@@ -235,10 +237,12 @@ def record_trace(
     saved = getattr(config, "output_router_logits", None)
     config.output_router_logits = True
     hooks = _Hooks(loaded.model, routers, lookahead)
+    steps = 0
     try:
         for number, prompt in enumerate(prompts):
             hooks.steps.clear()
             _generate(loaded, prompt, max_new_tokens)
+            steps += len(hooks.steps)
             for s, step in enumerate(hooks.steps):
                 arrays = _step_arrays(step, routers, lookahead)
                 parts.append(arrays)
@@ -262,6 +266,7 @@ def record_trace(
         pred_scores=pred if lookahead else None,
         source="recorder",
         **_meta(loaded, routers, spec, max_new_tokens, lookahead),
+        checked_steps={"forward_steps": steps, "checked_against_router_logits": hooks.checked},
     )
     return Recording(trace, spec)
 

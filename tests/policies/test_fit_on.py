@@ -178,3 +178,17 @@ def test_a_copy_of_the_evaluated_trace_is_refused_as_training(tmp_path) -> None:
 def test_a_frozen_predictor_must_be_fitted() -> None:
     with pytest.raises(SpecmdError, match="learn_online: expected true without fit_on"):
         build_config({"predictor": {"kind": "transition", "learn_online": False}})
+
+
+def test_transition_fitted_counts_are_the_training_co_activations() -> None:
+    """Counted independently from the trace rows (token-serial prefill, batch 1: every pass is
+    one row): expert e at layer l followed by e' at layer l + 1 within a training row."""
+    cfg = config({"kind": "transition", "fit_on": {"requests": list(TRAIN)}, "learn_online": False})
+    _, _, predictor = fitted(cfg)
+    trace = load_trace("olmoe-synthetic")
+    expected = np.zeros((trace.num_layers, trace.num_experts, trace.num_experts), np.float32)
+    for row in np.flatnonzero(np.isin(trace.request, TRAIN)):
+        for layer in range(trace.num_layers - 1):
+            here, there = trace.experts[row, layer], trace.experts[row, layer + 1]
+            expected[layer][np.ix_(here[here >= 0], there[there >= 0])] += 1
+    assert np.array_equal(predictor.table[0], expected)
