@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TypeVar
 
@@ -24,19 +25,74 @@ def list_profiles() -> list[str]:
     return sorted(p.stem for p in profile_dir().glob("*.yaml"))
 
 
+MAX_YAML_NODES = 1_000_000  # after aliases are expanded; a hand-written file has thousands
+
+
 def load_yaml(path: Path, what: str) -> object:
-    """Read a YAML file with a one-line error on missing files or bad syntax."""
+    """Read a YAML file with a one-line error on missing files, bad encodings or bad syntax,
+    and on a document that aliases expand beyond :data:`MAX_YAML_NODES` nodes (an "alias
+    bomb": a few lines that stand for billions of values)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecmdError(f"{what} {path}: cannot read file ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise SpecmdError(f"{what} {path}: expected UTF-8 text, got {exc.reason} at byte "
+                          f"{exc.start}") from None  # fmt: skip
+    loader = yaml.SafeLoader(text)
     try:
-        return yaml.safe_load(text)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        size = _expanded_size(node)
+        if size > MAX_YAML_NODES:
+            raise SpecmdError(
+                f"{what} {path}: expected at most {MAX_YAML_NODES:,} values once aliases are "
+                f"expanded, got {'a recursive alias' if size == math.inf else f'{size:,}'}"
+            )
+        return loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SpecmdError(f"{what} {path}: malformed YAML{where}: {problem}") from None
+    finally:
+        loader.dispose()
+
+
+def _expanded_size(root: yaml.Node) -> float:
+    """Nodes of the document with every alias expanded, counted over the composed graph (each
+    shared node once), without expanding it; infinite for a node that contains itself."""
+    sizes: dict[int, float] = {}
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    open_: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        if id(node) in sizes and not done:
+            continue
+        children = _children(node)
+        if done:
+            open_.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(c)] for c in children)
+            continue
+        if id(node) in open_:
+            return math.inf
+        open_.add(id(node))
+        stack.append((node, True))
+        for child in children:
+            if id(child) in open_:
+                return math.inf
+            if id(child) not in sizes:
+                stack.append((child, False))
+    return sizes[id(root)]
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
 
 
 def load_bundled(

@@ -125,3 +125,28 @@ def test_non_finite_and_overflowing_numbers_are_refused(tmp_path) -> None:
         build_config({"cache": {"capacity": "1e400"}})
     with pytest.raises(SpecmdError, match=r"arrival_rate_per_s: input should be a finite number"):
         build_config({"workload": {"arrivals": "poisson", "arrival_rate_per_s": float("nan")}})
+
+
+def test_yaml_files_are_bounded_and_decoded_in_one_line(tmp_path) -> None:
+    from pathlib import Path
+
+    from specmd_sim.hardware.loader import load_yaml
+
+    lines = ["a0: &a0 [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]
+    lines += [f"a{i}: &a{i} [{', '.join(f'*a{i - 1}' for _ in range(10))}]" for i in range(1, 12)]
+    bomb = tmp_path / "bomb.yaml"  # 12 lines, 10**12 values once expanded
+    bomb.write_text("\n".join(lines) + "\n")
+    with pytest.raises(SpecmdError, match=r"config .*bomb.yaml: expected at most 1,000,000 values"):
+        load_yaml(bomb, "config")
+    loop = tmp_path / "loop.yaml"
+    loop.write_text("a: &x [1, *x]\n")
+    with pytest.raises(SpecmdError, match="got a recursive alias"):
+        load_yaml(loop, "config")
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("seed: 1 # caf\xe9\n".encode("latin-1"))
+    with pytest.raises(SpecmdError, match=r"latin.yaml: expected UTF-8 text"):
+        load_yaml(latin, "config")
+    shared = tmp_path / "shared.yaml"  # aliases that stay small load as usual
+    shared.write_text("base: &b {capacity: 5%}\ncache: *b\n")
+    assert load_yaml(Path(shared), "config") == {"base": {"capacity": "5%"},
+                                                 "cache": {"capacity": "5%"}}  # fmt: skip
