@@ -3,7 +3,6 @@ extra: torch and transformers)."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated
 
@@ -18,10 +17,11 @@ def model_file_of(trace_path: Path) -> Path:
 
 
 def default_model_id(ref: str) -> str:
-    """A model id from a folder, ``config.json`` path or hub id: its last name, lowercased."""
+    """A model id from a folder, ``config.json`` path or hub id: its last name, as a slug."""
+    from specmd_sim.models.hf_config import slug
+
     path = Path(ref)
-    name = path.parent.name if path.name == "config.json" else path.name
-    return re.sub(r"[^a-z0-9.]+", "-", name.lower()).strip("-") or "recorded-model"
+    return slug(path.parent.name if path.name == "config.json" else path.name)
 
 
 @trace_app.command("record")
@@ -57,7 +57,7 @@ def trace_record(
     from specmd_sim.errors import SpecmdError
     from specmd_sim.models.hf_config import spec_from_hf_config
     from specmd_sim.record import bundled_prompts, read_prompts, record_trace
-    from specmd_sim.record.model import load_model
+    from specmd_sim.record.model import load_hf_model
     from specmd_sim.traces import save_trace
 
     for name, value in (("--max-new-tokens", max_new_tokens), ("--lookahead", lookahead)):
@@ -65,7 +65,7 @@ def trace_record(
             raise SpecmdError(f"{name}: expected >= 0, got {value}")
     check_output(out, "--out", folder=False)
     texts = bundled_prompts() if prompts is None else read_prompts(prompts)
-    loaded = load_model(model, random_weights=random_weights, dtype=dtype, seed=seed)
+    loaded = load_hf_model(model, random_weights=random_weights, dtype=dtype, seed=seed)
     spec = spec_from_hf_config(
         loaded.model.config.to_dict(), model_id=model_id or default_model_id(model), source=model
     )

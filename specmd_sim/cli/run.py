@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,7 @@ def _execute(engine: str, cfg: SimConfig, out: Path | None, json_mode: bool) -> 
         sys.stdout.write(json.dumps(result.to_dict()["metrics"], sort_keys=True) + "\n")
 
 
-def _timeline_writer(result: Any, run_dir: Path) -> Any:
+def _timeline_writer(result: Any, run_dir: Path) -> Callable[[Path], dict[str, Path]]:
     """Writes the run's timeline page into the folder being written (``write_run``'s extra)."""
 
     def write(folder: Path) -> dict[str, Path]:

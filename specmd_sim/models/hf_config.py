@@ -293,7 +293,8 @@ def _dtypes(c: _Config, expert_dtype: str | None) -> tuple[str, str]:
     )
 
 
-def _slug(name: str) -> str:
+def slug(name: str) -> str:
+    """A model id from a name: lowercase letters, digits and dots, the rest as hyphens."""
     return re.sub(r"[^a-z0-9.]+", "-", name.lower()).strip("-") or "model"
 
 
@@ -321,7 +322,7 @@ def spec_from_hf_config(
     name = name or path_name or family.architecture
     try:
         return ModelSpec(
-            id=model_id or _slug(name),
+            id=model_id or slug(name),
             name=name,
             source=f"{source} ({'; '.join([family.model_type, *_notes(family, c)])})",
             expert_dtype=expert,

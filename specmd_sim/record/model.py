@@ -36,7 +36,7 @@ class LoadedModel:
     random_weights: bool
 
 
-def load_model(
+def load_hf_model(
     ref: str, *, random_weights: bool, dtype: str = "auto", seed: int = 0
 ) -> LoadedModel:
     """The model ``ref`` (a folder, a ``config.json`` with ``random_weights``, or a hub id)."""

@@ -14,6 +14,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.context import RunContext
 from specmd_sim.policies.eviction.fifo import FIFOEviction
 from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.registry import EVICTION
@@ -36,8 +37,13 @@ class LRUEviction(FIFOEviction):
     description = "Least recently used expert first."
     source = "classic; the default of mixtral-offloading and many offloading systems"
 
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
+        # a subclass's config may lack the field: then mru, as before it existed
+        self.prefetch_at_lru_end = getattr(self.config, "prefetch_insert", "mru") == "lru"
+
     def on_insert(self, key: int, reason: FetchReason) -> None:
-        if reason == FetchReason.PREFETCH and getattr(self.config, "prefetch_insert", "") == "lru":
+        if reason == FetchReason.PREFETCH and self.prefetch_at_lru_end:
             self.order = {key: None, **self.order}
         else:
             self.order[key] = None

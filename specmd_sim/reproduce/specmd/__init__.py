@@ -11,7 +11,6 @@ source of ``docs/reproduction.md``). Runs go to a process pool; every run is a p
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specmd_sim.errors import SpecmdError
+from specmd_sim.models.hf_config import slug
 from specmd_sim.reproduce.specmd import traces as study_traces
 from specmd_sim.reproduce.specmd.findings import Finding
 from specmd_sim.reproduce.specmd.grid import METRICS, Plan, config_for, rows, run_row
@@ -49,7 +49,7 @@ def subjects(
     recorded = []
     for path in extra:
         trace = load_trace(path)
-        name = re.sub(r"[^a-z0-9.-]+", "-", Path(path).stem.lower()).strip("-") or "trace"
+        name = slug(Path(path).stem)
         while name in out:
             name += "-2"
         out[name] = lambda seed, trace=trace: trace

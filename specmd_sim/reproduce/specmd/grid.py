@@ -81,11 +81,8 @@ class Plan:
         return ("2%", "5%") if self.quick else ("1%", "2%", "5%", "10%")
 
     @property
-    def replay_requests(self) -> int | None:
-        return 1 if self.quick else None
-
-    @property
-    def timed_requests(self) -> int | None:
+    def requests(self) -> int | None:
+        """Requests of olmoe each run takes (quick: the first one; else all)."""
         return 1 if self.quick else None
 
 
@@ -128,7 +125,7 @@ def _collision(plan: Plan) -> Iterator[dict[str, Any]]:
                     yield _row(**key, experiment="collision", capacity=capacity,
                                eviction=eviction, prefetch="top-k", predictor=predictor,
                                accuracy=_accuracy(predictor, 0.9),
-                               max_requests=plan.replay_requests)  # fmt: skip
+                               max_requests=plan.requests)  # fmt: skip
 
 
 def _accuracy(predictor: str, accuracy: float) -> float | None:
@@ -141,7 +138,7 @@ def _demand(plan: Plan) -> Iterator[dict[str, Any]]:
         for capacity in capacities:
             for eviction in ("lru", *LEAST_STALE):
                 yield _row(**key, experiment="demand", capacity=capacity, eviction=eviction,
-                           prefetch="none", max_requests=plan.replay_requests)  # fmt: skip
+                           prefetch="none", max_requests=plan.requests)  # fmt: skip
 
 
 def _score(plan: Plan) -> Iterator[dict[str, Any]]:
@@ -153,15 +150,11 @@ def _score(plan: Plan) -> Iterator[dict[str, Any]]:
                 for prefetch, accuracy in (("top-k", 0.9), ("score-threshold", 0.8)):
                     yield _row(**key, experiment="score", engine=engine, eviction="least-stale",
                                prefetch=prefetch, predictor=noise, accuracy=accuracy,
-                               max_requests=_requests(plan, engine))  # fmt: skip
+                               max_requests=plan.requests)  # fmt: skip
             for prefetch in ("top-k", "score-threshold"):
                 yield _row(**key, experiment="score", engine=engine, eviction="least-stale",
                            prefetch=prefetch, predictor="transition-fitted",
-                           max_requests=_requests(plan, engine))  # fmt: skip
-
-
-def _requests(plan: Plan, engine: str) -> int | None:
-    return plan.timed_requests if engine == "simulate" else plan.replay_requests
+                           max_requests=plan.requests)  # fmt: skip
 
 
 def _hit(plan: Plan) -> Iterator[dict[str, Any]]:
@@ -174,13 +167,13 @@ def _hit(plan: Plan) -> Iterator[dict[str, Any]]:
                     yield _row(**key, experiment="hit", engine=engine, eviction="least-stale",
                                prefetch=prefetch, predictor=predictor,
                                accuracy=_accuracy(predictor, 0.9),
-                               max_requests=_requests(plan, engine))  # fmt: skip
+                               max_requests=plan.requests)  # fmt: skip
 
 
 def _ttft(plan: Plan) -> Iterator[dict[str, Any]]:
     if "olmoe" not in plan.subjects:
         return
-    timed = {"experiment": "ttft", "engine": "simulate", "max_requests": plan.timed_requests}
+    timed = {"experiment": "ttft", "engine": "simulate", "max_requests": plan.requests}
     evictions = ("lru", "least-stale", "least-stale-layer")
     for key in _each(plan, ("olmoe",), ("subject", "uniform")):
         for eviction in evictions:

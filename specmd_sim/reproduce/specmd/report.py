@@ -52,7 +52,7 @@ def write_outputs(rows: Rows, plan: Plan, out: Path) -> list[Finding]:
     (out / "findings.json").write_text(
         json.dumps([f.as_dict() for f in findings], indent=2) + "\n", encoding="utf-8"
     )
-    (out / "reproduction.md").write_text(render(rows, plan), encoding="utf-8")
+    (out / "reproduction.md").write_text(render(rows, plan, findings), encoding="utf-8")
     return findings
 
 
@@ -64,8 +64,9 @@ def plan_of(text: str) -> Plan:
                 tuple(data.get("recorded", ())))  # fmt: skip
 
 
-def render(rows: Rows, plan: Plan) -> str:
-    findings = evaluate(rows, plan.subjects)
+def render(rows: Rows, plan: Plan, findings: list[Finding] | None = None) -> str:
+    """The document of ``rows`` (``findings``: theirs, if already evaluated)."""
+    findings = evaluate(rows, plan.subjects) if findings is None else findings
     plan_json = json.dumps({"subjects": plan.subjects, "seeds": plan.seeds, "quick": plan.quick,
                             "recorded": plan.recorded})  # fmt: skip
     parts = [
@@ -180,9 +181,8 @@ def _setup(plan: Plan, rows: Rows) -> str:
         "`transition` fitted on requests 0-1 and evaluated on the held-out requests 2-3.",
         f"- **Runs**: {len(rows)}"
         + (
-            f" (quick: the first {plan.replay_requests} request(s) of olmoe in replay, "
-            f"{plan.timed_requests} in the timing engine; the fitted predictor is evaluated on "
-            "request 2 only)"
+            f" (quick: the first {plan.requests} request(s) of olmoe in each run; the fitted "
+            "predictor is evaluated on request 2 only)"
             if plan.quick
             else ""
         )
