@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editor
     from specmd_sim.hardware import list_profiles, load_profile
     from specmd_sim.metrics import RunResult
     from specmd_sim.models import list_models, load_model
+    from specmd_sim.policies import load_plugins
     from specmd_sim.sweep import run_sweep
     from specmd_sim.traces import generate_trace, load_trace, make_trace, save_trace
 
@@ -42,6 +43,7 @@ _LAZY = {
     "list_models": "specmd_sim.models",
     "list_profiles": "specmd_sim.hardware",
     "load_model": "specmd_sim.models",
+    "load_plugins": "specmd_sim.policies",
     "load_profile": "specmd_sim.hardware",
     "load_trace": "specmd_sim.traces",
     "make_trace": "specmd_sim.traces",
@@ -62,6 +64,7 @@ __all__ = [
     "list_models",
     "list_profiles",
     "load_model",
+    "load_plugins",
     "load_profile",
     "load_trace",
     "make_trace",

@@ -9,12 +9,10 @@ brings its own config class. Every field has a description and, where it has one
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     SerializeAsAny,
     ValidationError,
@@ -22,16 +20,21 @@ from pydantic import (
     model_validator,
 )
 
-from specmd_sim.errors import SpecmdError, from_validation_error
+from specmd_sim.errors import SpecmdError, from_validation_error, short_repr
+from specmd_sim.hardware.loader import YamlSyntaxError, parse_yaml
 from specmd_sim.models.spec import Dtype
-from specmd_sim.policies.registry import EVICTION, MISS, PREDICTORS, PREFETCH, PluginConfig
+from specmd_sim.policies.registry import (
+    EVICTION,
+    MISS,
+    PREDICTORS,
+    PREFETCH,
+    PluginConfig,
+    load_plugins,
+)
+from specmd_sim.schema_base import InputModel as _Frozen
 from specmd_sim.units import parse_bytes
 
 _PERCENT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*%\s*$")
-
-
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _capacity_spec(value: object) -> str | int:
@@ -248,10 +251,12 @@ class TimingConfig(_Frozen):
     )
     chunk_bytes: int | None = Field(
         default=None,
-        ge=1,
+        ge=64 * 1024,
         description=(
             "Split each expert transfer into chunks of at most this many bytes, bytes; a demand "
-            "fetch can then overtake a prefetch between chunks. None = whole experts."
+            "fetch can then overtake a prefetch between chunks. None = whole experts. At least "
+            "64 KiB: a chunk is one DMA copy (runtimes copy tensors of megabytes; a smaller copy "
+            "is mostly setup latency) and one event of the timing engine."
         ),
     )
     ideal: bool = Field(
@@ -352,18 +357,29 @@ class SimConfig(_Frozen):
         return MISS.parse_config(value)
 
 
-def build_config(data: dict[str, Any] | None = None, source: str = "config") -> SimConfig:
-    """Validate a config mapping, with one-line errors naming the field."""
+def build_config(
+    data: dict[str, Any] | None = None, source: str = "config", plugins: Iterable[str] = ()
+) -> SimConfig:
+    """Validate a config mapping, with one-line errors naming the field.
+
+    ``plugins``: modules of the user's own plug-ins to import first, so that the config may
+    name them by import path (``kind: "module:Class"``); reading a config imports nothing else.
+    """
+    load_plugins(plugins)
     try:
         return SimConfig.model_validate(data or {})
     except ValidationError as exc:
         raise from_validation_error(source, exc) from None
-    except SpecmdError as exc:
-        raise SpecmdError(f"{source}: {exc}") from None
+    except SpecmdError as exc:  # its kind kept (an UnloadedPlugin stays one)
+        raise type(exc)(f"{source}: {exc}") from None
 
 
-def apply_overrides(data: dict[str, Any], assignments: list[str]) -> dict[str, Any]:
-    """Apply ``key.path=value`` strings (value parsed as YAML) to a config mapping (a copy).
+def apply_overrides(
+    data: dict[str, Any], assignments: list[str], source: str = "--set"
+) -> dict[str, Any]:
+    """Apply ``key.path=value`` strings (value parsed as YAML, with the bounds of the file
+    loader; text that is not YAML is taken as is) to a config mapping (a copy); ``source``
+    names the assignments in errors.
 
     Setting a ``kind`` starts its section afresh (the old plug-in's parameters would not fit
     the new one); later assignments add parameters.
@@ -372,17 +388,17 @@ def apply_overrides(data: dict[str, Any], assignments: list[str]) -> dict[str, A
     for text in assignments:
         key, sep, raw = text.partition("=")
         if not sep or not key.strip():
-            raise SpecmdError(f"--set: expected KEY.PATH=VALUE, got {text!r}")
+            raise SpecmdError(f"{source}: expected KEY.PATH=VALUE, got {short_repr(text)}")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+            value = parse_yaml(raw, f"{source}: {key.strip()}") if raw.strip() else ""
+        except YamlSyntaxError:  # not YAML: the text itself (bounds still apply)
             value = raw
         parts = key.strip().split(".")
         node = out
         for part in parts[:-1]:
             child = node.get(part)
             if not isinstance(child, dict):
-                child = {} if child is None else _as_mapping(child, part)
+                child = {} if child is None else _as_mapping(child, part, source)
                 node[part] = child
             node = child
         if parts[-1] == "kind" and node.get("kind") != value:
@@ -391,10 +407,10 @@ def apply_overrides(data: dict[str, Any], assignments: list[str]) -> dict[str, A
     return out
 
 
-def _as_mapping(value: Any, part: str) -> dict[str, Any]:
+def _as_mapping(value: Any, part: str, source: str) -> dict[str, Any]:
     if isinstance(value, str):  # a plug-in given by kind only
         return {"kind": value}
-    raise SpecmdError(f"--set: expected {part!r} to be a section, got {value!r}")
+    raise SpecmdError(f"{source}: expected {part!r} to be a section, got {short_repr(value)}")
 
 
 def _deep_copy(data: Any) -> Any:

@@ -28,7 +28,7 @@ def from_validation_error(source: str, err: ValidationError) -> SpecmdError:
         text = f"{source}: {loc + ': ' if loc else ''}{msg.removeprefix('Value error, ')}"
     else:
         got = first.get("input")
-        text = f"{source}: {loc}: {msg[0].lower() + msg[1:]}, got {_short(got)}"
+        text = f"{source}: {loc}: {msg[0].lower() + msg[1:]}, got {short_repr(got)}"
     if len(problems) > 1:
         text += f" (and {len(problems) - 1} more problem{'s' if len(problems) > 2 else ''})"
     return SpecmdError(text)
@@ -47,6 +47,7 @@ def _bounded_repr() -> reprlib.Repr:
 _REPR = _bounded_repr()
 
 
-def _short(value: object, limit: int = 60) -> str:
+def short_repr(value: object, limit: int = 60) -> str:
+    """``repr(value)`` in at most ``limit`` characters, at a cost bounded whatever the value."""
     text = _REPR.repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -5,8 +5,9 @@ Installed with specmd-sim (entry point ``pytest11``), it gives every test suite 
 
     def test_my_policy_latency(specmd_latency):
         specmd_latency.check(
-            {"trace": "mixtral-synthetic", "eviction": {"kind": "my_policy:GuardedLRU"}},
-            baseline="baselines/guarded_lru.json",  # relative to this test file
+            {"trace": "mixtral-synthetic", "eviction": {"kind": "my_policy:FarthestLayer"}},
+            baseline="baselines/farthest_layer.json",  # relative to this test file
+            plugins=["my_policy"],  # the module of the plug-in named by import path
         )
 
 ``check`` runs the config (timing engine by default), compares its metrics with the baseline
@@ -24,6 +25,7 @@ it imports nothing of the simulator until the fixture is used: the simulator is 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,13 +56,19 @@ class LatencyChecker:
         self.test_dir = test_dir
         self.update = update
 
-    def run(self, config: SimConfig | dict[str, Any], engine: str = "simulate") -> RunResult:
-        """Run a config (a SimConfig or a mapping of its fields) with ``engine``."""
+    def run(
+        self,
+        config: SimConfig | dict[str, Any],
+        engine: str = "simulate",
+        plugins: Sequence[str] = (),
+    ) -> RunResult:
+        """Run a config (a SimConfig or a mapping of its fields) with ``engine``; ``plugins``
+        are the modules of plug-ins it names by import path (imported first)."""
         from specmd_sim import build_config, replay, simulate
 
         if engine not in ("simulate", "replay"):
             raise ValueError(f"engine: expected simulate or replay, got {engine!r}")
-        cfg = config if not isinstance(config, dict) else build_config(config)
+        cfg = config if not isinstance(config, dict) else build_config(config, plugins=plugins)
         return (simulate if engine == "simulate" else replay)(cfg)
 
     def check(
@@ -71,12 +79,13 @@ class LatencyChecker:
         engine: str = "simulate",
         key: str = "run",
         metrics: list[str] | None = None,
+        plugins: Sequence[str] = (),
     ) -> RunResult:
         """Run ``config`` and check its metrics against the point ``key`` of ``baseline``.
 
         ``baseline`` is relative to the test file's folder. ``metrics`` names the metrics a
-        new baseline checks (default: TTFT, TPOT, stall, makespan, hit rate, misses). Returns
-        the result, for further assertions.
+        new baseline checks (default: TTFT, TPOT, stall, makespan, hit rate, misses);
+        ``plugins`` as for :meth:`run`. Returns the result, for further assertions.
         """
         from specmd_sim import regress as rg
 
@@ -96,7 +105,7 @@ class LatencyChecker:
                     f"pytest {UPDATE_OPTION}",
                     pytrace=False,
                 )
-        result = self.run(config, engine)
+        result = self.run(config, engine, plugins)
         current = [rg.current_from_result(result.to_dict(), key)]
         if self.update or old is None:
             rg.save_baseline(rg.update_baseline(old, current, metrics, replace_all=False), path)

@@ -37,10 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from specmd_sim.errors import SpecmdError, from_validation_error
 from specmd_sim.metrics import METRICS
+from specmd_sim.schema_base import InputModel
 
 BASELINE_FORMAT = "specmd-baseline"
 RUN_KEY = "run"
@@ -59,10 +60,9 @@ DEFAULT_METRICS: dict[str, tuple[float, float]] = {
 }
 
 
-class Tolerance(BaseModel):
+class Tolerance(InputModel):
     """How a metric is checked."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
     better: Better = Field(description="Which direction is good: lower, higher or both.")
     rel: float = Field(default=0.0, ge=0, description="Allowed change, relative to |baseline|.")
     abs: float = Field(default=0.0, ge=0, description="Allowed change, in the metric's unit.")
@@ -71,16 +71,14 @@ class Tolerance(BaseModel):
         return max(self.abs, self.rel * abs(baseline))
 
 
-class BaselinePoint(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class BaselinePoint(InputModel):
     engine: str | None = None
     point_id: str | None = Field(default=None, description="<engine>-<config hash> it came from.")
     axes: dict[str, Any] = Field(default_factory=dict)
     values: dict[str, float | None] = Field(default_factory=dict)
 
 
-class Baseline(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class Baseline(InputModel):
     format: Literal["specmd-baseline"] = BASELINE_FORMAT
     version: Literal[1] = 1
     metrics: dict[str, Tolerance]
@@ -140,13 +138,10 @@ class Comparison:
 
 
 def load_baseline(path: Path | str) -> Baseline:
+    from specmd_sim.runs import read_json
+
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecmdError(f"baseline {path}: cannot read file ({exc.strerror})") from None
-    except ValueError as exc:
-        raise SpecmdError(f"baseline {path}: expected JSON, got malformed text ({exc})") from None
+    data = read_json(path, f"baseline {path}")
     try:
         return Baseline.model_validate(data)
     except ValidationError as exc:
@@ -166,37 +161,36 @@ def save_baseline(baseline: Baseline, path: Path | str) -> None:
 # --- present results -------------------------------------------------------------------------
 
 
-def current_from_result(result: dict[str, Any], key: str = RUN_KEY) -> Current:
-    """A ``result.json`` mapping (or ``RunResult.to_dict()``) as one point."""
+def current_from_result(
+    result: dict[str, Any], key: str = RUN_KEY, source: str = "result"
+) -> Current:
+    """A ``result.json`` mapping (or ``RunResult.to_dict()``) as one point; ``source`` names it
+    in errors. Its config names the point (its hash, as a sweep names points): a plug-in it
+    names by import path is never imported here, so a result naming one whose module is not
+    loaded (``--plugin``) is refused; a config this version no longer accepts gives no id
+    (the metrics are still compared)."""
     from specmd_sim.config import build_config
+    from specmd_sim.policies.registry import UnloadedPlugin
     from specmd_sim.runs import config_hash
 
-    engine = result.get("engine")
-    point_id = None
-    if isinstance(result.get("config"), dict):
-        try:
-            point_id = f"{engine}-{config_hash(build_config(result['config']))}"
-        except SpecmdError:  # a config this version no longer accepts: no id
-            point_id = None
-    return Current(key, dict(result.get("metrics") or {}), engine, point_id, {})
+    engine = result["engine"]
+    try:
+        point_id = f"{engine}-{config_hash(build_config(result['config'], f'{source}: config'))}"
+    except UnloadedPlugin:
+        raise
+    except SpecmdError:  # an older config: the point has no id
+        point_id = None
+    return Current(key, dict(result["metrics"]), engine, point_id, {})
 
 
 def current_from_run(run_dir: Path | str, key: str = RUN_KEY) -> Current:
-    """The point of a run folder (its ``result.json``), a complete one."""
-    from specmd_sim.runs import check_run_folder
+    """The point of a complete run folder (:func:`specmd_sim.runs.read_result`)."""
+    from specmd_sim.runs import read_result
 
-    path = Path(run_dir) / "result.json"
-    if path.is_file():
-        check_run_folder(Path(run_dir))
-    try:
-        result = json.loads(path.read_text(encoding="utf-8"))
-    except OSError:
-        raise SpecmdError(
-            f"--run {run_dir}: expected a run folder with result.json, got none"
-        ) from None
-    except ValueError as exc:
-        raise SpecmdError(f"{path}: expected JSON, got malformed text ({exc})") from None
-    return current_from_result(result, key)
+    run_dir = Path(run_dir)
+    if not (run_dir / "result.json").is_file():
+        raise SpecmdError(f"--run {run_dir}: expected a run folder with result.json, got none")
+    return current_from_result(read_result(run_dir), key, str(run_dir / "result.json"))
 
 
 def current_from_sweep(sweep_dir: Path | str) -> list[Current]:

@@ -12,14 +12,16 @@ same config and seed give byte-identical folders.
 This module writes the data files; ``timeline.html`` is a page, and pages are the report
 layer's, which sits above this one (it reads run folders with :func:`read_spans`). Whoever
 wants the page (``specmd run``) passes a writer of it to :func:`write_run` (``extra``), so that
-it is part of the folder before the folder is put in place. Readers check the folder with
-:func:`check_run_folder` first.
+it is part of the folder before the folder is put in place. Readers take ``result.json``
+from :func:`read_result`, which checks the folder (:func:`check_run_folder`) and the result's
+shape first.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import zipfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -30,8 +32,9 @@ import yaml
 
 from specmd_sim.atomic import atomic_file, atomic_folder, check_output, write_text
 from specmd_sim.config import SimConfig, config_to_dict
-from specmd_sim.errors import SpecmdError
-from specmd_sim.metrics import RunResult
+from specmd_sim.errors import SpecmdError, short_repr
+from specmd_sim.metric_spec import ENGINES
+from specmd_sim.metrics import RESULT_FORMAT, TABLES, RunResult
 from specmd_sim.timeline import (
     COUNTER_DTYPE,
     KINDS,
@@ -44,6 +47,12 @@ SPANS_FORMAT = "specmd-spans"
 SPANS_VERSION = 1
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 TIMELINE_FILE = "timeline.html"
+REPORT_FILE = "report.html"
+PAGES = (TIMELINE_FILE, REPORT_FILE)
+"""The pages ``specmd timeline`` and ``specmd report`` write into a run folder by default."""
+_PAGE_FILE = re.compile(
+    "|".join(rf"{re.escape(Path(p).stem)}(\.html|-\w+\.(png|svg))" for p in PAGES)
+)  # a page and its images (``--image``: ``report-ttft.png``)
 
 
 def config_hash(config: SimConfig) -> str:
@@ -116,32 +125,130 @@ def check_run_target(run_dir: Path, what: str = "--out") -> None:
 
 
 def check_run_folder(run_dir: Path) -> None:
-    """One clear line unless ``run_dir`` is a complete run folder: its manifest is there and
-    every file it lists has the size it lists (a folder written by :func:`write_run`)."""
+    """One clear line unless ``run_dir`` is a complete run folder as :func:`write_run` wrote
+    it: its manifest lists plain names of files in the folder, each of the size it lists, and
+    the folder holds no other file (a file added later makes a mixed folder).
+
+    Pages are no part of the check: ``specmd timeline`` and ``specmd report`` write
+    :data:`PAGES` and their images (``report-ttft.png``) into the folder by default and rewrite
+    them at will, so a page is neither required, nor size-checked, nor extra, whether
+    :data:`MANIFEST` lists it (the timeline page ``specmd run`` writes) or not. Hidden files (a
+    page being written, a file manager's ``.DS_Store``) are ignored.
+    """
     run_dir = Path(run_dir)
     if not (run_dir / "result.json").is_file():
         raise SpecmdError(f"{run_dir}: expected a run folder with result.json, got none")
     path = run_dir / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-        listed = dict(manifest["files"])
-        if manifest.get("format") != RUN_FOLDER_FORMAT:
-            raise ValueError(f"format {manifest.get('format')!r}")
-    except FileNotFoundError:
+    if not path.is_file():
         raise SpecmdError(
             f"{run_dir}: expected a complete run folder (with {MANIFEST}), got a folder without "
             "one: an older or interrupted run; rerun it"
-        ) from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise SpecmdError(f"{path}: expected a run-folder manifest, got {exc}") from None
+        )
+    manifest = read_json(path)
+    if not isinstance(manifest, dict):
+        raise SpecmdError(f"{path}: expected a run-folder manifest, got {short_repr(manifest)}")
+    if manifest.get("format") != RUN_FOLDER_FORMAT:
+        raise SpecmdError(
+            f"{path}: format: expected {RUN_FOLDER_FORMAT!r}, got {_got(manifest, 'format')}"
+        )
+    listed = manifest.get("files")
+    if not isinstance(listed, dict):
+        raise SpecmdError(
+            f"{path}: files: expected a mapping of file names to sizes, got "
+            f"{_got(manifest, 'files')}"
+        )
+    for name, size in listed.items():
+        if name in ("", ".", "..", MANIFEST) or Path(name).name != name:
+            raise SpecmdError(f"{path}: files: expected names of files in the folder, got {name!r}")
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise SpecmdError(f"{path}: files.{name}: expected a size in bytes, got {size!r}")
     for name, size in listed.items():
         file = run_dir / name
-        if not file.is_file() or file.stat().st_size != size:
-            raise SpecmdError(
-                f"{run_dir}: expected {name} of {size} bytes (as {MANIFEST} lists), got "
-                f"{file.stat().st_size if file.is_file() else 'no such file'}: the folder was "
-                "changed after it was written; rerun it"
-            )
+        if _PAGE_FILE.fullmatch(name) or (file.is_file() and file.stat().st_size == size):
+            continue
+        raise SpecmdError(
+            f"{run_dir}: expected {name} of {size} bytes (as {MANIFEST} lists), got "
+            f"{file.stat().st_size if file.is_file() else 'no such file'}: the folder was "
+            "changed after it was written; rerun it"
+        )
+    extra = sorted(
+        item.name
+        for item in run_dir.iterdir()
+        if item.name not in listed
+        and item.name != MANIFEST
+        and not item.name.startswith(".")
+        and not _PAGE_FILE.fullmatch(item.name)
+    )
+    if extra:
+        raise SpecmdError(
+            f"{run_dir}: expected only the files {MANIFEST} lists (and pages), got "
+            f"{', '.join(map(repr, extra))} as well: a folder mixed with other files; move "
+            "them out or rerun it"
+        )
+
+
+def read_json(path: Path, what: str | None = None) -> Any:
+    """The JSON value in the file ``path``, or one line naming ``what`` (default: the path)
+    if it cannot be read, is not UTF-8, is malformed or nests too deeply to read."""
+    what = what or str(path)
+    try:
+        return json.loads(Path(path).read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise SpecmdError(f"{what}: cannot read file ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise SpecmdError(
+            f"{what}: expected JSON in UTF-8, got undecodable bytes (at byte {exc.start})"
+        ) from None
+    except RecursionError:
+        raise SpecmdError(f"{what}: expected JSON, got nesting too deep to read") from None
+    except ValueError as exc:
+        raise SpecmdError(f"{what}: expected JSON, got malformed text ({exc})") from None
+
+
+def read_result(run_dir: Path) -> dict[str, Any]:
+    """The ``result.json`` of the complete run folder ``run_dir`` (:func:`check_run_folder`),
+    checked to have the shape every reader relies on: its ``format``, an ``engine`` of
+    :data:`~specmd_sim.metric_spec.ENGINES`, ``metrics``, ``inputs`` and ``config`` as
+    mappings, a ``hardware_grade`` (a name or null) and each of :data:`TABLES` present as
+    columns of equal length. One line naming the file and the field otherwise."""
+    run_dir = Path(run_dir)
+    check_run_folder(run_dir)
+    path = run_dir / "result.json"
+    result = read_json(path)
+    if not isinstance(result, dict):
+        raise SpecmdError(f"{path}: expected a specmd result, got {short_repr(result)}")
+    problem = _result_problem(result)
+    if problem:
+        raise SpecmdError(f"{path}: {problem}")
+    return result
+
+
+def _result_problem(result: dict[str, Any]) -> str | None:
+    """``<field>: expected ..., got ...`` for the first field of ``result`` of a wrong shape."""
+    if result.get("format") != RESULT_FORMAT:
+        return f"format: expected {RESULT_FORMAT!r}, got {_got(result, 'format')}"
+    if result.get("engine") not in ENGINES:
+        return f"engine: expected one of {', '.join(ENGINES)}, got {_got(result, 'engine')}"
+    for name in ("metrics", "inputs", "config"):
+        if not isinstance(result.get(name), dict):
+            return f"{name}: expected a mapping, got {_got(result, name)}"
+    if not isinstance(result.get("hardware_grade", 0), str | None):
+        return f"hardware_grade: expected a grade or null, got {_got(result, 'hardware_grade')}"
+    for name in TABLES:
+        table = result.get(name, {})
+        if not isinstance(table, dict):
+            return f"{name}: expected a table (a mapping of columns), got {short_repr(table)}"
+        for column, values in table.items():
+            if not isinstance(values, list):
+                return f"{name}.{column}: expected a list of values, got {short_repr(values)}"
+        lengths = sorted({len(values) for values in table.values()})
+        if len(lengths) > 1:
+            return f"{name}: expected columns of equal length, got lengths {lengths}"
+    return None
+
+
+def _got(data: dict[str, Any], key: str) -> str:
+    return short_repr(data[key]) if key in data else "none"
 
 
 def chrome_trace_options(result: dict[str, Any], recording: Recording) -> dict[str, Any]:

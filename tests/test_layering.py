@@ -13,8 +13,9 @@ Layer order, lowest first; a module may import modules of its own layer and of t
 (each top-level module or subpackage of ``specmd_sim`` is one layer, the package's own
 ``__init__`` is ``__init__``):
 
-- ``errors``, ``units``, ``_data`` — vocabulary every layer may use: the error type, the time
-  unit and byte helpers, where bundled data lies.
+- ``errors``, ``units``, ``_data``, ``schema_base`` — vocabulary every layer may use: the error
+  type, the time unit and byte helpers, where bundled data lies, the base of every input
+  schema.
 - ``hardware`` < ``models`` < ``traces`` — the inputs: the cost model of ``models`` reads the
   hardware schema; the synthetic trace generator reads a model's shape.
 - ``cache`` — the state machine; it knows an eviction policy only as an object with hooks.
@@ -65,7 +66,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / PACKAGE
 
 LAYERS = (
-    "errors", "units", "_data", "atomic",
+    "errors", "units", "_data", "schema_base", "atomic",
     "hardware", "runtime", "models", "traces",
     "cache", "policies", "config", "scenario",
     "metric_spec", "timeline", "metrics", "metric_docs",

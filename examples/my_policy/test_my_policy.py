@@ -15,5 +15,7 @@ CONFIG = {
 
 
 def test_farthest_layer_latency(specmd_latency):
-    result = specmd_latency.check(CONFIG, baseline="baselines/farthest_layer.json")
+    result = specmd_latency.check(
+        CONFIG, baseline="baselines/farthest_layer.json", plugins=["my_policy"]
+    )
     assert result.config["eviction"] == {"kind": "my_policy:FarthestLayer", "recency_ties": True}

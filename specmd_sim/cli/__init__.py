@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import sys
 
+import typer
+
 from specmd_sim.cli import (  # noqa: F401  (they register their commands)
     catalog,
     real,
@@ -24,18 +26,33 @@ from specmd_sim.errors import SpecmdError
 
 __all__ = ["app", "main"]
 
+# click's UsageError (a bad option value, an unknown option or command), as the click that typer
+# uses (typer >= 0.2x vendors its own) defines it: the base of BadParameter of that name
+_USAGE_ERROR: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
+)
+
 
 def main() -> None:
-    """Entry point: run the app, turning user errors into one line and exit code 2."""
+    """Entry point: run the app; a user error (ours, or a usage error of an option) is one line
+    and exit code 2, an interrupt says so and exits 130."""
     try:
-        app()
+        code = app(standalone_mode=False)
     except SpecmdError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except KeyboardInterrupt:  # outside a command (typer turns one inside into exit 130)
+        _fail(str(exc))
+    except _USAGE_ERROR as exc:
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+        _fail(exc.format_message() + hint)  # type: ignore[attr-defined]
+    except (KeyboardInterrupt, typer.Abort):  # outside a command, or while typer starts one
+        code = 130
+    if code == 130:
         print("interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
-    except SystemExit as exc:
-        if exc.code == 130:
-            print("interrupted", file=sys.stderr)
-        raise
+    raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _fail(message: str) -> None:
+    """Print ``error: message`` as one line (a line break in a value is shown escaped)."""
+    text = message.replace("\r", "\\r").replace("\n", "\\n")
+    print(f"error: {text}", file=sys.stderr)
+    raise SystemExit(2)

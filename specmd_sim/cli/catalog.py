@@ -11,7 +11,7 @@ from rich.table import Table
 
 from specmd_sim.cli.app import hardware_app, models_app, policies_app
 from specmd_sim.cli.common import JsonOpt, console, print_quantities
-from specmd_sim.units import format_bytes
+from specmd_sim.units import GB, format_bytes
 
 if TYPE_CHECKING:
     from specmd_sim.models import ModelSpec
@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 @hardware_app.command("list")
 def hardware_list() -> None:
-    """List the bundled profiles."""
+    """List the bundled profiles (HBM in the datasheet's GB and in GiB, the unit of the models
+    list and the run summary)."""
     from specmd_sim.hardware import host_path, list_profiles, load_profile
     from specmd_sim.hardware.schema import NVMeNode
 
@@ -36,7 +37,7 @@ def hardware_list() -> None:
             pid,
             str(len(p.gpus)),
             gpu.name,
-            format_bytes(gpu.hbm_bytes.value),
+            f"{gpu.hbm_bytes.value / GB:.3g} GB ({format_bytes(gpu.hbm_bytes.value)})",
             f"{gpu.hbm_bandwidth_bytes_per_s.value / 1e12:.2f} TB/s",
             f"{gpu.dense_bf16_flops.value / 1e12:.0f} TFLOP/s",
             f"{kinds} {path.bandwidth / 1e9:.0f} GB/s",
@@ -133,8 +134,11 @@ def models_import(
     """Derive a model spec from a config.json and show it like `models show`."""
     import yaml
 
+    from specmd_sim.atomic import check_output, write_text
     from specmd_sim.models.hf_config import load_hf_config
 
+    if out is not None:
+        check_output(out, "--out", folder=False)
     m = load_hf_config(config_json, model_id=id_, expert_dtype=expert_dtype)
     _print_model(m, json_)
     if out is not None:
@@ -143,7 +147,8 @@ def models_import(
             "# Fields: see ModelSpec in specmd_sim/models/spec.py; load it as --model PATH.\n"
         )
         body = yaml.safe_dump(m.model_dump(mode="json", exclude_none=True), sort_keys=False)
-        out.write_text(header + body, encoding="utf-8")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text(out, header + body)
         typer.echo(f"wrote {out}", err=json_)
 
 

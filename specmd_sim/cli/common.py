@@ -11,7 +11,8 @@ import typer
 from rich.console import Console
 
 from specmd_sim.config import SimConfig, apply_overrides, build_config, config_to_dict
-from specmd_sim.errors import SpecmdError
+from specmd_sim.errors import SpecmdError, short_repr
+from specmd_sim.policies.registry import load_plugins
 
 # --- shared run options --------------------------------------------------------------------
 
@@ -42,6 +43,14 @@ SetOpt = Annotated[
     list[str] | None,
     typer.Option("--set", help="Override any config field: KEY.PATH=VALUE (repeatable)."),
 ]
+PluginOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--plugin",
+        help="Import this module of your own plug-ins first, so that configs may name them by "
+        "import path (module:Class); repeatable. Nothing a config names is imported otherwise.",
+    ),
+]
 JsonOpt = Annotated[
     bool, typer.Option("--json", help="Print the metrics as one JSON object on stdout.")
 ]
@@ -58,7 +67,11 @@ def load_config(
     seed: int | None,
     overrides: list[str] | None,
     runtime: str | None = None,
+    plugins: list[str] | None = None,
 ) -> SimConfig:
+    """The config of the run options: ``--config``, the flags, then the ``--set`` overrides,
+    after importing the ``--plugin`` modules."""
+    load_plugins(plugins or (), "--plugin")
     data: dict[str, Any] = {}
     if config is not None:
         from specmd_sim.hardware.loader import load_yaml
@@ -69,13 +82,19 @@ def load_config(
         data = loaded or {}
     flags = {"model": model, "hardware": hardware, "runtime": runtime, "trace": trace, "seed": seed}
     data.update({k: v for k, v in flags.items() if v is not None})
+    source = str(config) if config else "config"
     if cache is not None:
-        data.setdefault("cache", {})["capacity"] = cache
+        section = data.get("cache", {})
+        if not isinstance(section, dict):  # null too: without --cache it is refused as well
+            raise SpecmdError(
+                f"{source}: cache: expected a section (a mapping) to set --cache in, got "
+                f"{short_repr(section)}"
+            )
+        data["cache"] = {**section, "capacity": cache}
     if eviction is not None:
         data["eviction"] = {"kind": eviction}
     if prefetch is not None:
         data["prefetch"] = {"kind": prefetch}
-    source = str(config) if config else "config"
     if overrides:  # on top of the full config, defaults included, so any field can be set
         data = apply_overrides(config_to_dict(build_config(data, source)), overrides)
     return build_config(data, source)

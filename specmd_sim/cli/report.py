@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from specmd_sim.atomic import check_output
 from specmd_sim.cli.app import app
 from specmd_sim.cli.common import console
 from specmd_sim.errors import SpecmdError
@@ -17,10 +18,23 @@ ImageOpt = Annotated[
     typer.Option(
         "--image",
         help="Also write every figure as a static image: png or svg (needs kaleido: "
-        "pip install 'specmd-sim[images]'; skipped with a note otherwise).",
+        "pip install 'specmd-sim\\[images]'; skipped with a note otherwise).",
     ),
 ]
 RunDirArg = Annotated[Path, typer.Argument(help="A run folder (written by specmd run).")]
+
+
+def _check_outputs(out: Path | None, default: Path, image: str | None) -> Path:
+    """The page to write: ``out`` (checked before any work, as ``--out``) or ``default``
+    (checked once its run folder is known to exist); and ``--image``'s format."""
+    if image is not None:
+        from specmd_sim.report.images import check_format
+
+        check_format(image)
+    if out is not None:
+        check_output(out, "--out", folder=False)
+        return out
+    return default
 
 
 def _images(figures: dict[str, Any], page: Path, fmt: str | None) -> None:
@@ -63,8 +77,9 @@ def report(
     from specmd_sim.report import RunData
     from specmd_sim.report.run_report import write_run_report
 
+    path = _check_outputs(out, run_dir / "report.html", image)
     run = RunData.load(run_dir)
-    path = out or run_dir / "report.html"
+    check_output(path, "report page", folder=False)
     figures = write_run_report(run, path)
     typer.echo(f"wrote {path}")
     _images(figures, path, image)
@@ -89,10 +104,12 @@ def timeline(
     spans.npz."""
     from specmd_sim.report import RunData, write_timeline
 
+    path = _check_outputs(out, run_dir / "timeline.html", image)
+    span = parse_window(window)
     run = RunData.load(run_dir)
     run.require_spans("specmd timeline")
-    path = out or run_dir / "timeline.html"
-    figures = write_timeline(run, path, max_spans, parse_window(window))
+    check_output(path, "timeline page", folder=False)
+    figures = write_timeline(run, path, max_spans, span)
     typer.echo(f"wrote {path}")
     _images(figures, path, image)
 
@@ -108,6 +125,7 @@ def compare(
     from specmd_sim.report.compare import compare_table, write_compare
     from specmd_sim.report.rows import load_rows, plan
 
+    _check_outputs(out, out, image)
     rows = load_rows(paths)
     layout = plan(rows)
     if not layout.rows:

@@ -22,6 +22,7 @@ from specmd_sim.cli.common import (
     JsonOpt,
     ModelOpt,
     OutOpt,
+    PluginOpt,
     PrefetchOpt,
     RuntimeOpt,
     SeedOpt,
@@ -93,6 +94,12 @@ _SUMMARY_ROWS: tuple[tuple[tuple[str, ...], str | None], ...] = (
     (("late_hits",), None),
     (("misses_compulsory", "misses_capacity", "misses_collision"),
      "misses compulsory / capacity / collision"),
+    (("belady_reference", "belady_hit_rate", "belady_gap_misses"),
+     "offline optimum / its hit rate / misses above it"),
+    (("bypassed",), None),
+    (("activations_substituted",), None),
+    (("activations_cpu",), None),
+    (("activations_dropped",), None),
     (("prefetch_issued", "prefetch_used", "prefetch_wasted"), "prefetch issued / used / wasted"),
     (("bytes_demand", "bytes_prefetch"), "bytes demand / prefetch"),
     (("bytes_written_back",), None),
@@ -105,17 +112,21 @@ _SUMMARY_ROWS: tuple[tuple[tuple[str, ...], str | None], ...] = (
     (("tpot_compute_s", "tpot_stall_s", "tpot_other_s"), "TPOT = compute / stall / other"),
     (("throughput_tok_s",), None),
 )  # fmt: skip
-_IF_NONZERO = {"bytes_written_back"}  # rows of mechanisms most runs do not have (memory parity)
+# rows of mechanisms most runs do not have (memory parity, bypassing, miss handlers)
+_IF_NONZERO = {"bytes_written_back", "bypassed", "activations_substituted", "activations_cpu",
+               "activations_dropped"}  # fmt: skip
+_SUMMED_OVER_GPUS = {"stall_s", "overlap_s"}  # summed over GPUs, they can exceed the makespan
 _GPU_COLUMNS = ("gpu", "requests", "hit_rate", "bytes_fetched", "stall_s", "ttft_s", "tpot_s")
 
 
 def _summary(out: Console, result: Any) -> None:
     m, inputs = result.metrics, result.inputs
     cfg = result.config
+    gpus = inputs.get("gpus", 1)
     table = Table(
         title=(
             f"{result.engine}: {inputs['model']} on {inputs['hardware']}"
-            f"{'' if inputs.get('gpus', 1) == 1 else ' x' + str(inputs['gpus']) + ' GPUs'}, cache "
+            f"{'' if gpus == 1 else f' x{gpus} GPUs'}, cache "
             f"{inputs['capacity_slots']} slots ({format_bytes(inputs['capacity_bytes'])}), "
             f"{cfg['eviction']['kind']} + {cfg['prefetch']['kind']}"
         ),
@@ -128,7 +139,10 @@ def _summary(out: Console, result: Any) -> None:
             if names[0] in _IF_NONZERO and not m[names[0]]:
                 continue
             values = " / ".join(METRICS[name].format(m[name]) for name in names)
-            table.add_row(label or METRICS[names[0]].label, values)
+            label = label or METRICS[names[0]].label
+            if gpus > 1 and names[0] in _SUMMED_OVER_GPUS:
+                label += f" (sum over {gpus} GPUs)"
+            table.add_row(label, values)
     if result.hardware_grade:
         table.add_row("lowest hardware grade used", result.hardware_grade)
     out.print(table)
@@ -140,19 +154,19 @@ def _summary(out: Console, result: Any) -> None:
 
         line = MemoryBudget.from_dict(inputs).describe()
         out.print(f"runtime {cfg['runtime']}; GPU memory: {line}", highlight=False)
-    gpus = result.per_gpu
-    if len(gpus.get("gpu", [])) > 1:
+    by_gpu = result.per_gpu
+    if len(by_gpu.get("gpu", [])) > 1:
         columns = TABLES["per_gpu"].columns
         shown = [columns[c] for c in _GPU_COLUMNS]
         per_gpu = Table(*(c.label for c in shown))
-        for i in range(len(gpus["gpu"])):
-            per_gpu.add_row(*(c.format(gpus[c.name][i]) for c in shown))
+        for i in range(len(by_gpu["gpu"])):
+            per_gpu.add_row(*(c.format(by_gpu[c.name][i]) for c in shown))
         out.print(per_gpu)
-        idle = gpus["requests"].count(0)
+        idle = by_gpu["requests"].count(0)
         if idle:
             out.print(
-                f"note: {idle} of {len(gpus['gpu'])} GPUs served no request (the run has "
-                f"{sum(gpus['requests'])} requests)"
+                f"note: {idle} of {len(by_gpu['gpu'])} GPUs served no request (the run has "
+                f"{sum(by_gpu['requests'])} requests)"
             )
 
 
@@ -186,10 +200,11 @@ def _engine_command(engine: str, doc: str) -> Any:
         seed: SeedOpt = None,
         out: OutOpt = None,
         set_: SetOpt = None,
+        plugin: PluginOpt = None,
         json_: JsonOpt = False,
     ) -> None:
         cfg = load_config(
-            config, model, hardware, trace, cache, eviction, prefetch, seed, set_, runtime
+            config, model, hardware, trace, cache, eviction, prefetch, seed, set_, runtime, plugin
         )
         _execute(engine, cfg, out, json_)
 

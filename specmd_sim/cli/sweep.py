@@ -1,11 +1,22 @@
 """``specmd sweep`` (run a sweep spec into a results table) and ``specmd regress`` (check runs
-against a baseline)."""
+against a baseline).
+
+``specmd sweep`` checks its outputs and the size of the grid before any work, and stops cleanly
+on SIGINT or SIGTERM: the workers are stopped, the rows stored so far kept (a rerun with
+``--resume`` goes on), "interrupted" printed, and the exit code is 130 or 143 (128 + the
+signal). A second signal while it stops exits at once.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -19,8 +30,9 @@ from rich.progress import (
 )
 
 from specmd_sim.cli.app import app
-from specmd_sim.cli.common import console
+from specmd_sim.cli.common import PluginOpt, console
 from specmd_sim.errors import SpecmdError
+from specmd_sim.policies.registry import load_plugins
 
 
 @app.command(
@@ -53,12 +65,33 @@ def sweep(
     csv: Annotated[
         Path | None, typer.Option("--csv", help="Also export the table as CSV to this file.")
     ] = None,
+    plugin: PluginOpt = None,
+    max_points: Annotated[
+        int | None,
+        typer.Option(
+            "--max-points",
+            help="Refuse a grid of more points than this (default 10,000): a larger sweep must be "
+            "confirmed.",
+        ),
+    ] = None,
 ) -> None:
     """Run a sweep spec into a results table (the help text is in the decorator)."""
-    from specmd_sim.sweep import PointDone, export_csv, run_sweep
+    from specmd_sim.atomic import check_output
+    from specmd_sim.sweep import PointDone, export_csv, load_spec, run_sweep
+    from specmd_sim.sweep.grid import MAX_POINTS, count_points
+    from specmd_sim.sweep.store import part_files
 
     if retry_errors and not resume:
         raise SpecmdError("--retry-errors: expected together with --resume, got it alone")
+    load_plugins(plugin or (), "--plugin")
+    if csv is not None:  # run_sweep checks --out and the size of the grid before any work
+        check_output(csv, "--csv", folder=False)
+        if out.resolve() in csv.resolve().parents:
+            raise SpecmdError(
+                f"--csv: expected a file outside the sweep folder, got {str(csv)!r} (the table "
+                "is every file of that folder)"
+            )
+    loaded = load_spec(spec)  # run_sweep loads it again, naming the file in its errors
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     bar = Progress(
         TextColumn("[progress.description]{task.description}"),
@@ -84,21 +117,60 @@ def sweep(
             message = f"point {done.point.index} ({done.point.key}): {done.row['error']}"
             bar.console.print(message, markup=False)
 
-    with bar:
-        summary = run_sweep(
-            spec, out, executor=executor, workers=workers, address=address, resume=resume,
-            retry_errors=retry_errors, on_start=on_start, on_point=on_point,
-        )  # fmt: skip
-    line = (
-        f"{summary.points} points: {summary.ok} ok, {summary.errors} failed "
-        f"({summary.ran} run now, {summary.skipped} done before) in {summary.seconds:.1f} s; "
-        f"table: {out} (pandas.read_parquet)"
-    )
-    typer.echo(line)
-    if csv is not None:
-        typer.echo(f"csv: {export_csv(out, csv)}")
+    limit = MAX_POINTS if max_points is None else max_points
+    received: list[int] = []
+    try:
+        with _stop_on_signals(received):
+            with bar:
+                summary = run_sweep(
+                    spec, out, executor=executor, workers=workers, address=address,
+                    resume=resume, retry_errors=retry_errors, max_points=limit,
+                    plugins=plugin or (), on_start=on_start, on_point=on_point,
+                )  # fmt: skip
+            typer.echo(
+                f"{summary.points} points: {summary.ok} ok, {summary.errors} failed "
+                f"({summary.ran} run now, {summary.skipped} done before) in "
+                f"{summary.seconds:.1f} s; table: {out} (pandas.read_parquet)"
+            )
+            if csv is not None:
+                typer.echo(f"csv: {export_csv(out, csv)}")
+    except KeyboardInterrupt:
+        stored = len(part_files(out)) if out.is_dir() else 0
+        total = count_points(loaded)
+        err.print(f"stopped: {stored} of {total} points are stored in {out}; run the same "
+                  "command with --resume to go on", markup=False)  # fmt: skip
+        if received != [signal.SIGTERM]:
+            raise  # typer exits 130 and the entry point prints "interrupted"
+        err.print("interrupted", markup=False)
+        raise typer.Exit(128 + signal.SIGTERM) from None
     if summary.errors:
         raise typer.Exit(1)
+
+
+@contextmanager
+def _stop_on_signals(received: list[int]) -> Iterator[None]:
+    """While the block runs, SIGTERM (and SIGINT, unless it is ignored, as in a background job)
+    raises ``KeyboardInterrupt`` in the main thread, as Ctrl-C does, and is appended to
+    ``received``. A second signal exits at once."""
+    if threading.current_thread() is not threading.main_thread():  # signals go to the main one
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        if received:
+            os._exit(128 + signum)
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    handled = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        handled.append(signal.SIGINT)
+    previous = {number: signal.signal(number, stop) for number in handled}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 @app.command(
@@ -126,8 +198,10 @@ def regress(
         typer.Option("--metric", help="With --update: also check this metric (repeatable)."),
     ] = None,
     show_all: Annotated[bool, typer.Option("--all", help="Show unchanged metrics too.")] = False,
+    plugin: PluginOpt = None,
 ) -> None:
     """Check runs or a sweep against a baseline (the help text is in the decorator)."""
+    load_plugins(plugin or (), "--plugin")
     from specmd_sim import regress as rg
 
     if (run is None) == (sweep_dir is None):

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from specmd_sim.cli.app import trace_app
-from specmd_sim.cli.common import JsonOpt, SetOpt, console
+from specmd_sim.cli.common import JsonOpt, PluginOpt, SetOpt, console
 from specmd_sim.config import apply_overrides
 from specmd_sim.errors import SpecmdError
 
@@ -58,14 +58,17 @@ def trace_info(
     ] = None,
     lookahead: Annotated[int, typer.Option(help="Deepest lookahead measured.")] = 2,
     set_: SetOpt = None,
+    plugin: PluginOpt = None,
     json_: JsonOpt = False,
 ) -> None:
     """Shape, requests and routing statistics of a trace, and how good a predictor is on it."""
     import numpy as np
 
+    from specmd_sim.policies.registry import load_plugins
     from specmd_sim.traces import load_trace
     from specmd_sim.traces.stats import popularity_skew, repeat_share
 
+    load_plugins(plugin or (), "--plugin")
     t = load_trace(trace)
     info = {
         "model": t.model,

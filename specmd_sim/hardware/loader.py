@@ -26,12 +26,12 @@ def list_profiles() -> list[str]:
 
 
 MAX_YAML_NODES = 1_000_000  # after aliases are expanded; a hand-written file has thousands
+MAX_YAML_DEPTH = 100  # levels of nesting; a hand-written file has fewer than 10
 
 
 def load_yaml(path: Path, what: str) -> object:
-    """Read a YAML file with a one-line error on missing files, bad encodings or bad syntax,
-    and on a document that aliases expand beyond :data:`MAX_YAML_NODES` nodes (an "alias
-    bomb": a few lines that stand for billions of values)."""
+    """Read a YAML file with a one-line error naming ``what`` and the file on a missing file,
+    a bad encoding, or any refusal of :func:`parse_yaml`."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -39,7 +39,19 @@ def load_yaml(path: Path, what: str) -> object:
     except UnicodeDecodeError as exc:
         raise SpecmdError(f"{what} {path}: expected UTF-8 text, got {exc.reason} at byte "
                           f"{exc.start}") from None  # fmt: skip
-    loader = yaml.SafeLoader(text)
+    return parse_yaml(text, f"{what} {path}")
+
+
+class YamlSyntaxError(SpecmdError):
+    """A document that is not YAML (as opposed to one beyond the bounds)."""
+
+
+def parse_yaml(text: str, source: str) -> object:
+    """The YAML document ``text``, with a one-line error naming ``source`` on bad syntax, on
+    nesting deeper than :data:`MAX_YAML_DEPTH` levels (composing a document recurses once per
+    level), and on a document that aliases expand beyond :data:`MAX_YAML_NODES` nodes (an
+    "alias bomb": a few lines that stand for billions of values)."""
+    loader = _BoundedLoader(text, source)
     try:
         node = loader.get_single_node()
         if node is None:
@@ -47,7 +59,7 @@ def load_yaml(path: Path, what: str) -> object:
         size = _expanded_size(node)
         if size > MAX_YAML_NODES:
             raise SpecmdError(
-                f"{what} {path}: expected at most {MAX_YAML_NODES:,} values once aliases are "
+                f"{source}: expected at most {MAX_YAML_NODES:,} values once aliases are "
                 f"expanded, got {'a recursive alias' if size == math.inf else f'{size:,}'}"
             )
         return loader.construct_document(node)
@@ -55,9 +67,32 @@ def load_yaml(path: Path, what: str) -> object:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise SpecmdError(f"{what} {path}: malformed YAML{where}: {problem}") from None
+        raise YamlSyntaxError(f"{source}: malformed YAML{where}: {problem}") from None
     finally:
         loader.dispose()
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """A safe loader that refuses nesting deeper than :data:`MAX_YAML_DEPTH` levels."""
+
+    def __init__(self, text: str, source: str) -> None:
+        super().__init__(text)
+        self.source, self.depth = source, 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self.depth == MAX_YAML_DEPTH and self.check_event(
+            yaml.SequenceStartEvent, yaml.MappingStartEvent
+        ):
+            mark = self.peek_event().start_mark
+            raise SpecmdError(
+                f"{self.source}: expected at most {MAX_YAML_DEPTH} levels of nesting, got more "
+                f"at line {mark.line + 1}, column {mark.column + 1}"
+            )
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 def _expanded_size(root: yaml.Node) -> float:
@@ -108,6 +143,12 @@ def load_bundled(
                 f"{what}: expected a bundled id ({', '.join(bundled)}) or a path to a .yaml "
                 f"file, got {str(ref)!r}"
             )
+    return load_validated(path, schema, what)
+
+
+def load_validated(path: Path, schema: type[M], what: str) -> M:
+    """A YAML file holding one mapping, validated as ``schema``; one-line errors naming
+    ``what`` and the file."""
     data = load_yaml(path, what)
     if not isinstance(data, dict):
         raise SpecmdError(

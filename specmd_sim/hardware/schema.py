@@ -16,21 +16,21 @@ in :mod:`specmd_sim.hardware.topology`.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from typing import Annotated, ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from specmd_sim.errors import short_repr
+from specmd_sim.schema_base import InputModel
 
 Grade = Literal["A", "B", "C", "D"]
 GRADE_ORDER: tuple[Grade, ...] = ("A", "B", "C", "D")  # best first
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class Quantity(_Frozen):
+class Quantity(InputModel):
     """A number with provenance. Subclasses constrain ``value``."""
 
     value: float = Field(description="The value, in the SI unit named by the field.")
@@ -54,7 +54,19 @@ class Count(Quantity):
     value: int = Field(ge=1, description="A whole number >= 1.")
 
 
-class _Curve(_Frozen):
+# CUDA reports a GPU's concurrent DMA copy engines (asyncEngineCount) as a single-digit number;
+# 64 leaves room for any GPU and bounds what engines cost: a slot and a timeline lane each in
+# the timing engine, a thread each in the real executor.
+MAX_COPY_ENGINES = 64
+
+
+class CopyEngineCount(Count):
+    value: int = Field(
+        ge=1, le=MAX_COPY_ENGINES, description=f"Copy engines, 1..{MAX_COPY_ENGINES}."
+    )
+
+
+class _Curve(InputModel):
     """Measured points (``points``, strictly increasing in their ``_key``), with provenance."""
 
     _key: ClassVar[str]  # the points' field they are ordered by
@@ -70,7 +82,7 @@ class _Curve(_Frozen):
         return self
 
 
-class TokensPoint(_Frozen):
+class TokensPoint(InputModel):
     """One measured point: the bandwidth fraction an operation over ``tokens`` tokens reaches."""
 
     tokens: int = Field(ge=1, description="Tokens the operation multiplies (its GEMM's m).")
@@ -92,7 +104,7 @@ class TokensCurve(_Curve):
         return float(np.interp(np.log(max(tokens, 1)), xs, [p.efficiency for p in self.points]))
 
 
-class GPUNode(_Frozen):
+class GPUNode(InputModel):
     """A GPU: HBM (the expert cache lives here), tensor cores and DMA copy engines."""
 
     kind: Literal["gpu"]
@@ -116,11 +128,15 @@ class GPUNode(_Frozen):
         ),
     )
     kernel_launch_overhead_s: NonNegative = Field(description="Fixed cost per kernel launch, s.")
-    copy_engines_h2d: Count = Field(description="DMA copy engines usable host-to-device at once.")
-    copy_engines_d2h: Count = Field(description="DMA copy engines usable device-to-host at once.")
+    copy_engines_h2d: CopyEngineCount = Field(
+        description="DMA copy engines usable host-to-device at once."
+    )
+    copy_engines_d2h: CopyEngineCount = Field(
+        description="DMA copy engines usable device-to-host at once."
+    )
 
 
-class HostNode(_Frozen):
+class HostNode(InputModel):
     """A host: DRAM holding the offloaded experts, and CPU cores."""
 
     kind: Literal["host"]
@@ -142,7 +158,7 @@ class HostNode(_Frozen):
     )
 
 
-class SwitchNode(_Frozen):
+class SwitchNode(InputModel):
     """A PCIe switch or similar fabric element: only routes; its links carry the bandwidth."""
 
     kind: Literal["switch"]
@@ -150,7 +166,7 @@ class SwitchNode(_Frozen):
     name: str = Field(default="", description="Free-form label.")
 
 
-class QueueDepthPoint(_Frozen):
+class QueueDepthPoint(InputModel):
     """One measured point of a drive's read bandwidth at a queue depth (e.g. from fio)."""
 
     queue_depth: int = Field(ge=1, description="Outstanding read requests.")
@@ -165,7 +181,7 @@ class QueueDepthCurve(_Curve):
     points: list[QueueDepthPoint] = Field(min_length=1, description="Points, by queue depth.")
 
 
-class NVMeNode(_Frozen):
+class NVMeNode(InputModel):
     """An NVMe SSD tier holding experts that do not fit in DRAM.
 
     Its read bandwidth depends on the queue depth ``q`` (reads outstanding on the drive): with
@@ -217,7 +233,7 @@ LinkKind = Literal[
 ]  # emulated: the real executor's throttled slow tier (specmd calibrate)
 
 
-class Link(_Frozen):
+class Link(InputModel):
     """A full-duplex link; ``bandwidth_bytes_per_s`` is per direction."""
 
     id: str = Field(min_length=1, description="Unique link id, e.g. 'pcie-gpu0'.")
@@ -230,7 +246,7 @@ class Link(_Frozen):
     latency_s: NonNegative = Field(description="Fixed per-transfer latency (setup + DMA), s.")
 
 
-class HardwareProfile(_Frozen):
+class HardwareProfile(InputModel):
     """A machine: nodes and the links between them. See ``docs/hardware.md``."""
 
     schema_version: Literal[1] = Field(description="Profile schema version; currently 1.")
@@ -242,14 +258,14 @@ class HardwareProfile(_Frozen):
 
     @model_validator(mode="after")
     def _check_topology(self) -> HardwareProfile:
-        ids = [n.id for n in self.nodes]
-        dup = sorted({i for i in ids if ids.count(i) > 1})
+        ids = Counter(n.id for n in self.nodes)
+        dup = sorted(i for i, count in ids.items() if count > 1)
         if dup:
-            raise ValueError(f"nodes: expected unique node ids, got duplicates {dup}")
-        link_ids = [link.id for link in self.links]
-        dup = sorted({i for i in link_ids if link_ids.count(i) > 1})
+            raise ValueError(f"nodes: expected unique node ids, got duplicates {short_repr(dup)}")
+        link_ids = Counter(link.id for link in self.links)
+        dup = sorted(i for i, count in link_ids.items() if count > 1)
         if dup:
-            raise ValueError(f"links: expected unique link ids, got duplicates {dup}")
+            raise ValueError(f"links: expected unique link ids, got duplicates {short_repr(dup)}")
         known = set(ids)
         for link in self.links:
             if link.a == link.b:
@@ -260,7 +276,7 @@ class HardwareProfile(_Frozen):
                 if end not in known:
                     raise ValueError(
                         f"links[{link.id}].{side}: expected one of the node ids "
-                        f"{sorted(known)}, got {end!r}"
+                        f"{short_repr(sorted(known))}, got {short_repr(end)}"
                     )
         if not self.gpus:
             raise ValueError("nodes: expected at least one node of kind 'gpu', got none")

@@ -7,12 +7,14 @@ a flow from ``a`` to ``b`` uses the link's ``(a, b)`` direction, which has its o
 
 from __future__ import annotations
 
+import heapq
 import itertools
+import math
 from dataclasses import dataclass, replace
 
 import networkx as nx
 
-from specmd_sim.errors import SpecmdError
+from specmd_sim.errors import SpecmdError, short_repr
 from specmd_sim.hardware.schema import HardwareProfile, HostNode, Link, NVMeNode, Quantity
 
 
@@ -51,35 +53,61 @@ def find_path(profile: HardwareProfile, graph: nx.Graph, src: str, dst: str) -> 
     NVMe drive (a peer GPU's copy engines do not forward another GPU's DMA). Among the simple
     paths it picks the one whose narrowest link is widest, breaking ties by fewer hops and then
     by the node ids along the path (so the choice is deterministic).
+
+    Without listing the paths (their number grows exponentially with the switches of a
+    mesh): the widest narrowest link ``w`` comes from a max-min Dijkstra; the paths of width
+    ``w`` are the paths over links at least ``w`` wide, whose fewest hops a breadth-first search
+    from ``dst`` counts; walking from ``src`` to the smallest neighbour one hop nearer at each
+    step gives the first such path in node-id order. ``O(links log nodes)``.
     """
     for end in (src, dst):
         if end not in graph:
             raise SpecmdError(
                 f"hardware profile {profile.id}: expected one of the node ids "
-                f"{sorted(graph.nodes)}, got {end!r}"
+                f"{short_repr(sorted(graph.nodes))}, got {short_repr(end)}"
             )
     relays = [n for n, d in graph.nodes(data=True) if d["spec"].kind in _RELAYS]
     routable = graph.subgraph({src, dst, *relays})
-    candidates = list(nx.all_simple_paths(routable, src, dst, cutoff=8))
-    if not candidates:
+    width = _widest(routable, src, dst) if src != dst else None
+    if width is None:
         raise SpecmdError(
             f"hardware profile {profile.id}: expected a path of links from {src!r} to {dst!r}, "
             "got none (only switch and host nodes relay transfers)"
         )
-
-    def rank(path: list[str]) -> tuple[float, int, list[str]]:
-        width = min(graph.edges[u, v]["spec"].bandwidth_bytes_per_s.value for u, v in _pairs(path))
-        return (-width, len(path), path)
-
-    best = min(candidates, key=rank)
-    return [Hop(graph.edges[u, v]["spec"], u, v) for u, v in _pairs(best)]
+    wide = nx.subgraph_view(routable, filter_edge=lambda u, v: _width(routable, u, v) >= width)
+    hops_to_dst = nx.single_source_shortest_path_length(wide, dst)
+    path = [src]
+    while path[-1] != dst:
+        nearer = hops_to_dst[path[-1]] - 1
+        path.append(min(v for v in wide[path[-1]] if hops_to_dst.get(v) == nearer))
+    return [Hop(graph.edges[u, v]["spec"], u, v) for u, v in itertools.pairwise(path)]
 
 
 _RELAYS = ("switch", "host")
 
 
-def _pairs(path: list[str]) -> list[tuple[str, str]]:
-    return list(itertools.pairwise(path))
+def _width(graph: nx.Graph, u: str, v: str) -> float:
+    return graph.edges[u, v]["spec"].bandwidth_bytes_per_s.value
+
+
+def _widest(graph: nx.Graph, src: str, dst: str) -> float | None:
+    """The largest narrowest-link bandwidth of a path from ``src`` to ``dst`` (None: no path)."""
+    best = {src: math.inf}
+    heap = [(-math.inf, src)]
+    done: set[str] = set()
+    while heap:
+        neg, u = heapq.heappop(heap)
+        if u in done:
+            continue
+        if u == dst:
+            return -neg
+        done.add(u)
+        for v in graph[u]:
+            w = min(-neg, _width(graph, u, v))
+            if v not in done and w > best.get(v, -math.inf):
+                best[v] = w
+                heapq.heappush(heap, (-w, v))
+    return None
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import InitErrorDetails
 
 from specmd_sim.errors import SpecmdError, from_validation_error
 from specmd_sim.models.spec import ModelSpec
@@ -55,10 +56,12 @@ MXFP4 = "w4g128"
 
 
 class _Config:
-    """A config.json mapping with typed, one-line-error accessors."""
+    """A config.json mapping with typed, one-line-error accessors; it remembers the key each
+    spec field was copied from, so that an error of the spec names the key."""
 
     def __init__(self, data: Mapping[str, Any], source: str) -> None:
         self.data, self.source = data, source
+        self.origins: dict[str, str] = {}  # spec field -> the config.json key it copies
 
     def error(self, key: str, expected: str, got: str) -> SpecmdError:
         return SpecmdError(f"model: {self.source}: {key}: expected {expected}, got {got}")
@@ -73,10 +76,14 @@ class _Config:
             raise self.error(key, "a non-negative integer", repr(value))
         return value
 
-    def first_int(self, *keys: str) -> int:
-        """The first of ``keys`` present (aliases of one setting)."""
+    def field(self, name: str, *keys: str, default: int | None = None) -> int:
+        """The spec field ``name``, copied from the first of ``keys`` present (aliases of one
+        setting; no keys: the key ``name``)."""
+        keys = keys or (name,)
         key = next((k for k in keys if self.data.get(k) is not None), keys[0])
-        return self.integer(key)
+        if key in self.data:
+            self.origins[name] = key
+        return self.integer(key, default)
 
     def int_list(self, key: str) -> list[int]:
         value = self.data.get(key) or []
@@ -98,10 +105,10 @@ class Family:
 def _all_moe(c: _Config, experts_key: str) -> dict[str, Any]:
     """Every layer an MoE layer whose experts are ``intermediate_size`` wide."""
     return {
-        "moe_layers": c.integer("num_hidden_layers"),
+        "moe_layers": c.field("moe_layers", "num_hidden_layers"),
         "dense_layers": 0,
-        "num_experts": c.integer(experts_key),
-        "moe_intermediate_size": c.integer("intermediate_size"),
+        "num_experts": c.field("num_experts", experts_key),
+        "moe_intermediate_size": c.field("moe_intermediate_size", "intermediate_size"),
     }
 
 
@@ -119,17 +126,18 @@ def _gpt_oss(c: _Config) -> dict[str, Any]:
 
 def _with_dense(c: _Config, moe_layers: int) -> dict[str, Any]:
     dense = c.integer("num_hidden_layers") - moe_layers
+    width = c.field("dense_intermediate_size", "intermediate_size") if dense else 0
     return {
         "moe_layers": moe_layers,
         "dense_layers": dense,
-        "dense_intermediate_size": c.integer("intermediate_size") if dense else 0,
-        "moe_intermediate_size": c.integer("moe_intermediate_size"),
+        "dense_intermediate_size": width,
+        "moe_intermediate_size": c.field("moe_intermediate_size"),
     }
 
 
 def _qwen_layers(c: _Config) -> dict[str, Any]:
     # transformers >= 5 writes Qwen3-MoE's num_experts as num_local_experts
-    experts = c.first_int("num_experts", "num_local_experts")
+    experts = c.field("num_experts", "num_experts", "num_local_experts")
     step = c.integer("decoder_sparse_step", 1)
     if step < 1:
         raise c.error("decoder_sparse_step", "an integer >= 1", str(step))
@@ -143,7 +151,7 @@ def _qwen_layers(c: _Config) -> dict[str, Any]:
 
 
 def _qwen2_moe(c: _Config) -> dict[str, Any]:
-    shared = c.integer("shared_expert_intermediate_size")
+    shared = c.field("shared_intermediate_size", "shared_expert_intermediate_size")
     return _qwen_layers(c) | {
         "num_shared_experts": 1 if shared else 0,
         "shared_intermediate_size": shared,
@@ -160,11 +168,12 @@ def _deepseek(c: _Config) -> dict[str, Any]:
         raise c.error("moe_layer_freq", "an integer >= 1", str(freq))
     layers = c.integer("num_hidden_layers")
     moe = [i for i in range(layers) if i >= first_dense and i % freq == 0]
-    shared = c.integer("n_shared_experts", 0)
+    shared = c.field("num_shared_experts", "n_shared_experts", default=0)
+    width = c.field("shared_intermediate_size", "moe_intermediate_size") if shared else 0
     experts = {
-        "num_experts": c.integer("n_routed_experts"),
+        "num_experts": c.field("num_experts", "n_routed_experts"),
         "num_shared_experts": shared,
-        "shared_intermediate_size": c.integer("moe_intermediate_size") if shared else 0,
+        "shared_intermediate_size": width,
     }
     return _with_dense(c, len(moe)) | _mla(c) | experts
 
@@ -173,7 +182,7 @@ def _mla(c: _Config) -> dict[str, Any]:
     """DeepSeek's multi-head latent attention: parameters and the latent KV cache."""
     hidden, heads = c.integer("hidden_size"), c.integer("num_attention_heads")
     kv_lora, rope = c.integer("kv_lora_rank"), c.integer("qk_rope_head_dim")
-    nope, v = c.integer("qk_nope_head_dim"), c.integer("v_head_dim")
+    nope, v = c.integer("qk_nope_head_dim"), c.field("head_dim", "v_head_dim")
     q_out = heads * (nope + rope)
     q_lora = c.data.get("q_lora_rank")
     q = hidden * q_out if q_lora is None else c.integer("q_lora_rank") * (hidden + q_out)
@@ -247,16 +256,16 @@ def _family(c: _Config) -> Family:
 
 
 def _attention(c: _Config) -> dict[str, Any]:
-    hidden, heads = c.integer("hidden_size"), c.integer("num_attention_heads")
+    hidden, heads = c.field("hidden_size"), c.field("num_attention_heads")
     if heads < 1:
         raise c.error("num_attention_heads", "an integer >= 1", str(heads))
     return {
         "hidden_size": hidden,
         "num_attention_heads": heads,
-        "num_kv_heads": c.integer("num_key_value_heads", heads),  # transformers: None means MHA
-        "head_dim": c.integer("head_dim", hidden // heads),
-        "vocab_size": c.integer("vocab_size"),
-        "top_k": c.first_int("num_experts_per_tok", "experts_per_token"),  # GPT-OSS has both
+        "num_kv_heads": c.field("num_kv_heads", "num_key_value_heads", default=heads),  # None: MHA
+        "head_dim": c.field("head_dim", default=hidden // heads),
+        "vocab_size": c.field("vocab_size"),
+        "top_k": c.field("top_k", "num_experts_per_tok", "experts_per_token"),  # GPT-OSS has both
     }
 
 
@@ -330,7 +339,20 @@ def spec_from_hf_config(
             **fields,
         )
     except ValidationError as exc:
-        raise from_validation_error(f"model: {source}", exc) from None
+        raise from_validation_error(f"model: {source}", _renamed(exc, c.origins)) from None
+
+
+def _renamed(exc: ValidationError, origins: Mapping[str, str]) -> ValidationError:
+    """``exc`` with each spec field copied from a config.json key named by that key."""
+    errors = []
+    for e in exc.errors(include_url=False):
+        loc = e["loc"]
+        if loc and loc[0] in origins:
+            loc = (origins[str(loc[0])], *loc[1:])
+        errors.append(
+            InitErrorDetails(type=e["type"], loc=loc, input=e["input"], ctx=e.get("ctx", {}))
+        )
+    return ValidationError.from_exception_data(exc.title, errors)
 
 
 def read_hf_config(path: Path) -> Any:
@@ -343,6 +365,8 @@ def read_hf_config(path: Path) -> Any:
         ) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise SpecmdError(f"model: {path}: expected JSON, got a parse error ({exc})") from None
+    except RecursionError:
+        raise SpecmdError(f"model: {path}: expected JSON, got nesting too deep to parse") from None
 
 
 def load_hf_config(

@@ -15,43 +15,91 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Annotated
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, Field, model_validator
 
 from specmd_sim.models.precision import check_precision, precision
+from specmd_sim.schema_base import InputModel
+from specmd_sim.units import format_bytes
 
 # a precision name (bf16, fp8, int4, hqq-2bit, q4_k_m, w3g64, ...), checked where it is given
 Dtype = Annotated[str, BeforeValidator(check_precision)]
 
+MAX_EXPERTS_PER_LAYER = 32_767  # traces store expert ids as int16
+# Flat keys (layer x expert), each with a slot in the cache's and the placement's arrays: 70
+# times DeepSeek-V3's 58 x 256.
+MAX_ROUTED_EXPERTS = 1 << 20
+# Any other dimension: 64 times or more the largest real ones (16,384 hidden, 53,248 FFN units,
+# a 256k vocabulary), so that the sizes computed from dimensions stay finite floats.
+MAX_DIMENSION = 1 << 24
+MAX_WEIGHT_BYTES = 1 << 50  # 1 PiB: 250 times the largest models' (~4 TB); sizes fit int64
 
-class ModelSpec(BaseModel):
+
+class ModelSpec(InputModel):
     """Dimensions of an MoE transformer, as in its ``config.json``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     id: str = Field(description="Catalog id, e.g. 'olmoe-1b-7b'.")
     name: str = Field(description="Published model name.")
     source: str = Field(description="Where the dimensions come from.")
     moe_layers: int = Field(ge=1, description="Number of MoE layers (trace layers).")
-    dense_layers: int = Field(ge=0, description="Number of layers with a dense FFN instead.")
-    num_experts: int = Field(ge=1, description="Routed experts per MoE layer.")
-    top_k: int = Field(ge=1, description="Experts selected per token per MoE layer.")
-    num_shared_experts: int = Field(default=0, ge=0, description="Always-resident shared experts.")
-    shared_intermediate_size: int = Field(default=0, ge=0, description="Per shared expert.")
-    dense_intermediate_size: int = Field(default=0, ge=0, description="FFN width of dense layers.")
-    hidden_size: int = Field(ge=1, description="Model width.")
-    moe_intermediate_size: int = Field(ge=1, description="Routed expert FFN width.")
-    num_attention_heads: int = Field(ge=1)
-    num_kv_heads: int = Field(ge=1)
-    head_dim: int = Field(ge=1)
+    dense_layers: int = Field(
+        ge=0, le=MAX_DIMENSION, description="Number of layers with a dense FFN instead."
+    )
+    num_experts: int = Field(
+        ge=1, le=MAX_EXPERTS_PER_LAYER, description="Routed experts per MoE layer."
+    )
+    top_k: int = Field(
+        ge=1, description="Experts selected per token per MoE layer (<= num_experts)."
+    )
+    num_shared_experts: int = Field(
+        default=0, ge=0, le=MAX_DIMENSION, description="Always-resident shared experts."
+    )
+    shared_intermediate_size: int = Field(
+        default=0, ge=0, le=MAX_DIMENSION, description="Per shared expert."
+    )
+    dense_intermediate_size: int = Field(
+        default=0, ge=0, le=MAX_DIMENSION, description="FFN width of dense layers."
+    )
+    hidden_size: int = Field(ge=1, le=MAX_DIMENSION, description="Model width.")
+    moe_intermediate_size: int = Field(
+        ge=1, le=MAX_DIMENSION, description="Routed expert FFN width."
+    )
+    num_attention_heads: int = Field(ge=1, le=MAX_DIMENSION)
+    num_kv_heads: int = Field(ge=1, le=MAX_DIMENSION)
+    head_dim: int = Field(ge=1, le=MAX_DIMENSION)
     attention_params_per_layer: int | None = Field(
-        default=None, ge=1, description="Override for non-standard attention (MLA)."
+        default=None,
+        ge=1,
+        le=MAX_WEIGHT_BYTES,
+        description="Override for non-standard attention (MLA).",
     )
     kv_bytes_per_token_per_layer: int | None = Field(
-        default=None, ge=1, description="Override of KV-cache bytes per token and layer (MLA)."
+        default=None,
+        ge=1,
+        le=MAX_WEIGHT_BYTES,
+        description="Override of KV-cache bytes per token and layer (MLA).",
     )
-    vocab_size: int = Field(ge=1)
+    vocab_size: int = Field(ge=1, le=MAX_DIMENSION)
     expert_dtype: Dtype = Field(description="Storage precision of routed experts.")
     dense_dtype: Dtype = Field(default="bf16", description="Precision of all non-expert weights.")
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> ModelSpec:
+        if self.top_k > self.num_experts:
+            raise ValueError(
+                f"top_k: expected at most num_experts ({self.num_experts}), got {self.top_k}"
+            )
+        if self.num_routed_experts > MAX_ROUTED_EXPERTS:
+            raise ValueError(
+                f"moe_layers x num_experts: expected at most {MAX_ROUTED_EXPERTS:,} routed "
+                f"experts, got {self.moe_layers:,} x {self.num_experts:,}"
+            )
+        weights = self.routed_bytes + self.non_expert_bytes
+        if weights > MAX_WEIGHT_BYTES:
+            raise ValueError(
+                f"dimensions: expected at most {format_bytes(MAX_WEIGHT_BYTES)} of weights, got "
+                f"{format_bytes(weights)}"
+            )
+        return self
 
     # --- derived quantities -------------------------------------------------------------
 

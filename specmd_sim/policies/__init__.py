@@ -10,6 +10,7 @@ from specmd_sim.policies.registry import (
     PREFETCH,
     PluginConfig,
     Registry,
+    load_plugins,
 )
 
-__all__ = ["EVICTION", "MISS", "PREDICTORS", "PREFETCH", "PluginConfig", "Registry"]
+__all__ = ["EVICTION", "MISS", "PREDICTORS", "PREFETCH", "PluginConfig", "Registry", "load_plugins"]

@@ -21,17 +21,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from specmd_sim.policies.context import AccessSequence, PassTable
 from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.schema_base import InputModel
 
 
-class FitOn(BaseModel):
+class FitOn(InputModel):
     """Training routing: a trace (path or bundled name; None = the evaluated trace) and which of
     its requests (None = all)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     trace: str | None = Field(default=None, description="Training trace; null = the run's own.")
     requests: tuple[int, ...] | None = Field(

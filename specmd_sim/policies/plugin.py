@@ -18,15 +18,13 @@ from __future__ import annotations
 import typing
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict
-
 from specmd_sim.policies.context import OfflineContext, RunContext
+from specmd_sim.schema_base import InputModel
 
 
-class PluginConfig(BaseModel):
+class PluginConfig(InputModel):
     """Base of every plug-in config: ``kind`` selects the plug-in."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     kind: str
 
 

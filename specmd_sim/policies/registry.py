@@ -23,15 +23,23 @@ Modules of a family package are imported on first use, so adding a plug-in is ad
 module.
 
 A plug-in outside the package is named in a config by its import path, ``kind:
-"my_module:MyEviction"``: :meth:`Registry.get` imports the module (whose decorator registers the
-class) and registers the class again under that path, so the resolved config names it in a way
+"my_module:MyEviction"``: :meth:`Registry.get` finds the class in the module (whose decorator
+registered it) and registers it again under that path, so the resolved config names it in a way
 any process (a sweep worker, a CI job) can resolve.
+
+Trust: reading a config never imports code. The module of an import path must already be
+loaded, by the user's own program or by :func:`load_plugins` (``--plugin MODULE`` on the
+command line, ``plugins=[...]`` in the API); a config, a sweep spec or someone else's
+``result.json`` that names a module nobody loaded is refused (docs/design.md, "Trust").
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
+import sys
+from collections.abc import Iterable
 from typing import Any, Generic, Literal, TypeVar, cast
 
 from pydantic import ValidationError, create_model
@@ -44,7 +52,17 @@ from specmd_sim.policies.plugin import Plugin, PluginConfig
 from specmd_sim.policies.predictors.base import Predictor
 from specmd_sim.policies.prefetch.base import PrefetchPolicy
 
-__all__ = ["EVICTION", "MISS", "PREDICTORS", "PREFETCH", "Plugin", "PluginConfig", "Registry"]
+__all__ = [
+    "EVICTION",
+    "MISS",
+    "PREDICTORS",
+    "PREFETCH",
+    "Plugin",
+    "PluginConfig",
+    "Registry",
+    "UnloadedPlugin",
+    "load_plugins",
+]
 
 P = TypeVar("P", bound=Plugin[Any])  # the family's base
 K = TypeVar("K", bound=type[Plugin[Any]])  # a class being registered
@@ -91,26 +109,31 @@ class Registry(Generic[P]):
     def get(self, kind: str) -> type[P]:
         self._load()
         if kind not in self._entries and ":" in kind:
-            self.register(self._import(kind))
+            self.register(self._resolve(kind))
         if kind not in self._entries:
             raise SpecmdError(
                 f"{self.family}.kind: expected one of {', '.join(self.kinds())}, got {kind!r}"
             )
         return self._entries[kind]
 
-    def _import(self, path: str) -> type[P]:
+    def _resolve(self, path: str) -> type[P]:
         """The plug-in class named ``module:Class``, as a subclass whose kind is ``path``.
 
-        The class must be registered in this family (its module's ``@register`` decorator ran
-        on import); the subclass only renames it, its Config accepting ``kind: path``.
+        The module must be loaded (nothing is imported here: see "Trust" above) and the class
+        registered in this family (its module's ``@register`` decorator ran on import); the
+        subclass only renames it, its Config accepting ``kind: path``.
         """
         module_name, _, name = path.partition(":")
-        try:
-            cls = getattr(importlib.import_module(module_name), name)
-        except (ImportError, AttributeError, ValueError) as exc:
-            raise SpecmdError(
-                f"{self.family}.kind: expected an importable 'module:Class', got {path!r} ({exc})"
-            ) from None
+        if not _MODULE.fullmatch(module_name) or not name.isidentifier():
+            raise SpecmdError(f"{self.family}.kind: expected 'module:Class', got {path!r}")
+        module = sys.modules.get(module_name)
+        if module is None:
+            raise UnloadedPlugin(
+                f"{self.family}.kind: expected a plug-in of a loaded module (plug-in code is "
+                f"imported only on request: --plugin {module_name}, or plugins="
+                f"[{module_name!r}] in the API), got {path!r}"
+            )
+        cls = getattr(module, name, None)
         kind = getattr(cls, "kind", None)
         registered = self._entries.get(kind) if isinstance(kind, str) else None
         if registered is None or registered is not cls:
@@ -150,6 +173,29 @@ class Registry(Generic[P]):
             return cls.Config.model_validate(data)
         except ValidationError as exc:
             raise SpecmdError(str(from_validation_error(self.family, exc))) from None
+
+
+class UnloadedPlugin(SpecmdError):
+    """A kind names a plug-in by import path whose module nobody loaded (it is not imported)."""
+
+
+_MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def load_plugins(modules: Iterable[str], source: str = "plugins") -> None:
+    """Import the user's plug-in modules, whose decorators register their classes: the one way
+    specmd-sim runs code named by the user (``--plugin MODULE``, ``plugins=[...]``); ``source``
+    names the input in errors."""
+    for module in modules:
+        if not _MODULE.fullmatch(module):
+            raise SpecmdError(f"{source}: expected a module name (a.b.c), got {module!r}")
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # the user's code: any failure of its import is one line
+            raise SpecmdError(
+                f"{source}: expected an importable module, got {module!r} "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
 
 
 EVICTION: Registry[EvictionPolicy[Any]] = Registry(

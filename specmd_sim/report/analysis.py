@@ -6,10 +6,12 @@
 - :func:`request_parts` — each request's TTFT or TPOT split into compute, stall (exposed
   transfer) and other, as the engine reports them (``per_request``);
 - :func:`ttft_breakdown` — those TTFT rows, and the same split per layer (from the spans),
-  averaged over requests.
+  averaged over requests;
+- :func:`layer_totals` — compute and stall seconds per layer over the run, of one GPU.
 
 Stall spans count by the phase of the pass they belong to (``per_pass``); the per-layer TTFT
-split counts the time of each span inside each request's window ``[arrival, first token]``.
+split counts the time of each span of the request's GPU inside its window ``[arrival, first
+token]`` (on a run of several GPUs the others work for other requests meanwhile).
 """
 
 from __future__ import annotations
@@ -106,19 +108,35 @@ def covered(spans: np.ndarray, t0: float, t1: float, num_layers: int) -> np.ndar
 
 def ttft_breakdown(run: RunData) -> TTFTBreakdown:
     """Each request's TTFT split as the engine reports it, and per layer the compute
-    (attention, experts) and stall spans inside each request's window ``[arrival, first
-    token]``, averaged over the requests."""
+    (attention, experts) and stall spans of its GPU inside each request's window
+    ``[arrival, first token]``, averaged over the requests."""
     spans = run.spans
     parts = request_parts(run, "ttft")
     req = run.requests
     arrival = dict(zip(req["request"].tolist(), req["arrival"].tolist(), strict=True))
+    gpu_of = dict(zip(req["request"].tolist(), run.request_gpu.tolist(), strict=True))
     n = run.num_layers
     layer_compute, layer_stall = np.zeros(n + 1), np.zeros(n + 1)
-    compute = spans[np.isin(spans["kind"], _COMPUTE_IDS)]
-    stall = spans[spans["kind"] == KIND["stall"]]
+    is_compute = np.isin(spans["kind"], _COMPUTE_IDS)
+    is_stall = spans["kind"] == KIND["stall"]
     for r, ttft in zip(parts["request"].tolist(), parts["total"].tolist(), strict=True):
-        a = arrival[r]
-        layer_compute += covered(compute, a, a + ttft, n)
-        layer_stall += covered(stall, a, a + ttft, n)
+        a, mine = arrival[r], run.span_gpu == gpu_of[r]
+        layer_compute += covered(spans[is_compute & mine], a, a + ttft, n)
+        layer_stall += covered(spans[is_stall & mine], a, a + ttft, n)
     count = max(parts.size, 1)
     return TTFTBreakdown(parts, layer_compute[:n] / count, layer_stall[:n] / count)
+
+
+def layer_totals(run: RunData, gpu: int) -> tuple[np.ndarray, np.ndarray]:
+    """Compute (attention, experts) and stall seconds per layer over the whole run, of the
+    spans of GPU ``gpu`` (an index into ``run.gpus``); summed over the GPUs, ``per_layer``'s
+    ``compute_s`` and ``stall_s``."""
+    spans = run.spans
+    spans = spans[(run.span_gpu == gpu) & (spans["layer"] >= 0)]
+    layer = spans["layer"].astype(np.int64)
+    n = run.num_layers
+
+    def total(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(layer[mask], weights=_duration(spans[mask]), minlength=n)
+
+    return total(np.isin(spans["kind"], _COMPUTE_IDS)), total(spans["kind"] == KIND["stall"])

@@ -207,17 +207,26 @@ def window_shapes(detail: Detail, bins: Bins | None, yref: str = "y") -> list[di
 
 
 def ttft_marks(
-    run: RunData, y: float, yanchor: str = "middle", limit: int = 24
+    run: RunData,
+    y: float | np.ndarray,
+    yanchor: str = "middle",
+    limit: int = 24,
+    gpu: int | None = None,
 ) -> tuple[list[dict], list[dict]]:
     """Dashed vertical lines (shapes) at each request's first token, labelled with its TTFT at
-    height ``y`` of the first y axis; none beyond ``limit`` requests (the timeline's request
-    lane still shows where each prefill ends)."""
+    height ``y`` of the first y axis (one height, or one per row of ``run.requests``); only
+    the requests of GPU ``gpu`` (an index into ``run.gpus``) when given; none beyond ``limit``
+    requests (the timeline's request lane still shows where each prefill ends)."""
     req = run.requests
-    req = req[np.isfinite(req["first_token"])]
+    heights = np.broadcast_to(np.asarray(y, dtype=np.float64), req.shape)
+    keep = np.isfinite(req["first_token"])
+    if gpu is not None:
+        keep &= run.request_gpu == gpu
+    req, heights = req[keep], heights[keep]
     if not req.size or req.size > limit:
         return [], []
     shapes, notes = [], []
-    for r in req:
+    for r, height in zip(req, heights.tolist(), strict=True):
         x = float(r["first_token"]) * 1e3
         shapes.append(
             {
@@ -236,7 +245,7 @@ def ttft_marks(
             {
                 "x": x,
                 "xref": "x",
-                "y": y,
+                "y": height,
                 "yref": "y",
                 "yanchor": yanchor,
                 "xanchor": "left",

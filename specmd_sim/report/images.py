@@ -11,10 +11,17 @@ from pathlib import Path
 
 import plotly.graph_objects as go
 
+from specmd_sim.atomic import atomic_file
 from specmd_sim.errors import SpecmdError
 
 FORMATS = ("png", "svg")
 WIDTH = 1400
+
+
+def check_format(fmt: str) -> None:
+    """One line unless ``fmt`` is an image format this module writes."""
+    if fmt not in FORMATS:
+        raise SpecmdError(f"--image: expected one of {', '.join(FORMATS)}, got {fmt!r}")
 
 
 def export_images(
@@ -22,8 +29,7 @@ def export_images(
 ) -> tuple[list[Path], str | None]:
     """Write each figure as ``out_dir/<stem>-<name>.<fmt>``; returns the files written and,
     when export is not possible, why (one line)."""
-    if fmt not in FORMATS:
-        raise SpecmdError(f"--image: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+    check_format(fmt)
     try:
         import kaleido  # noqa: F401
     except ImportError:
@@ -32,7 +38,8 @@ def export_images(
     for name, fig in figures.items():
         path = out_dir / f"{stem}-{name}.{fmt}"
         try:
-            fig.write_image(path, format=fmt, width=WIDTH, scale=2 if fmt == "png" else 1)
+            with atomic_file(path) as tmp:  # a failed export leaves the old file
+                fig.write_image(tmp, format=fmt, width=WIDTH, scale=2 if fmt == "png" else 1)
         except Exception as exc:  # kaleido's failures (no Chrome, a crash) have many types
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             return written, f"kaleido could not export images: {type(exc).__name__}: {reason}"

@@ -8,7 +8,7 @@ table (``pandas.read_parquet(DIR)``, which needs pandas and pyarrow).
 :func:`plan` then decides how to show the rows: the numeric columns that vary become x axes
 (cache capacity as a share of the routed-expert bytes; the host-to-GPU bandwidth of each
 hardware profile; any other numeric config field such as ``predictor.accuracy``), the
-plug-in sections that vary name the *policy* of each row (``least-stale + top-k``), other
+plug-in sections name the *policy* of each row (``least-stale(order=layer) + top-k``), other
 categorical fields that vary form the *setting* (``hardware=l4``), and seeds are averaged.
 """
 
@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from specmd_sim.errors import SpecmdError
-from specmd_sim.metrics import load_result, result_row
-from specmd_sim.runs import check_run_folder
+from specmd_sim.metrics import result_row
+from specmd_sim.policies.registry import EVICTION, MISS, PREDICTORS, PREFETCH, Registry
+from specmd_sim.runs import read_result
 
 Row = dict[str, Any]
 CAPACITY = "capacity_pct"
@@ -39,8 +40,7 @@ def load_rows(paths: Sequence[Path]) -> list[Row]:
     for path in paths:
         path = Path(path)
         if (path / "result.json").is_file():
-            check_run_folder(path)
-            row = result_row(load_result(path / "result.json"))
+            row = result_row(read_result(path))
             rows.append({"status": "ok", "source": str(path), **row})
         elif path.is_dir() and any(path.glob("*.parquet")):
             rows.extend(_sweep_rows(path))
@@ -192,21 +192,44 @@ def plan(rows: list[Row]) -> Plan:
     return result
 
 
+_REGISTRIES: dict[str, Registry[Any]] = {
+    "eviction": EVICTION,
+    "prefetch": PREFETCH,
+    "predictor": PREDICTORS,
+    "miss": MISS,
+}
+
+
+@cache
+def _defaults(section: str, kind: str) -> dict[str, Any]:
+    """The parameters a plug-in of ``kind`` takes by default (none known for a section or kind
+    this process cannot load, such as a plug-in module not imported)."""
+    registry = _REGISTRIES.get(section)
+    if registry is None:
+        return {}
+    try:
+        return registry.parse_config({"kind": kind}).model_dump(mode="json")
+    except (SpecmdError, ValueError):
+        return {}
+
+
 def _policy_label(row: Row, sections: list[str], varying: list[str], axes: set[str]) -> str:
-    """``least-stale + top-k``, with the varying parameters of a section in brackets; the
-    eviction and prefetch sections always, other plug-in sections when they vary."""
+    """``least-stale + top-k``; a section's parameters in brackets where they vary among the
+    rows or differ from the kind's defaults (``least-stale(order=layer)``, as the sweep's
+    ``axis.<name>`` columns write them), unless they are an x axis. The eviction and prefetch
+    sections always, other plug-in sections when they vary."""
     parts = []
     for section in sections:
         prefix = f"config.{section}."
-        params = [c for c in varying if c.startswith(prefix) and not c.endswith(".kind")]
-        if (
-            section not in ("eviction", "prefetch")
-            and f"{prefix}kind" not in varying
-            and not (params)
-        ):
-            continue
-        text = str(row.get(f"{prefix}kind"))
-        shown = [f"{c.removeprefix(prefix)}={row[c]}" for c in params
-                 if row.get(c) is not None and c not in axes]  # fmt: skip
-        parts.append(text + (f" ({', '.join(shown)})" if shown else ""))
+        kind = str(row.get(f"{prefix}kind"))
+        defaults = _defaults(section, kind)
+        shown = []
+        for column in sorted(c for c in row if c.startswith(prefix) and c != f"{prefix}kind"):
+            name, value = column.removeprefix(prefix), row[column]
+            if value is None or column in axes:
+                continue
+            if column in varying or (name in defaults and value != defaults[name]):
+                shown.append(f"{name}={value}")
+        if section in ("eviction", "prefetch") or any(c.startswith(prefix) for c in varying):
+            parts.append(kind + (f"({', '.join(shown)})" if shown else ""))
     return " + ".join(parts) or "run"

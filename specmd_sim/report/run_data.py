@@ -18,7 +18,7 @@ import numpy as np
 
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import METRICS, TABLES, RunResult
-from specmd_sim.timeline import Recording, served_class
+from specmd_sim.timeline import Recording, lane_process, served_class
 from specmd_sim.units import format_bytes
 
 PASS_DTYPE = np.dtype(
@@ -52,17 +52,12 @@ class RunData:
 
     @classmethod
     def load(cls, run_dir: Path, spans: bool = True) -> RunData:
-        """Read a run folder; ``spans=False`` skips ``spans.npz`` even where it exists."""
-        from specmd_sim.runs import check_run_folder, read_spans
+        """Read a run folder (:func:`~specmd_sim.runs.read_result`); ``spans=False`` skips
+        ``spans.npz`` even where it exists."""
+        from specmd_sim.runs import read_result, read_spans
 
         path = Path(run_dir) / "result.json"
-        check_run_folder(Path(run_dir))
-        try:
-            result = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise SpecmdError(f"{path}: expected JSON, got {exc}") from None
-        if result.get("format") != "specmd-result":
-            raise SpecmdError(f"{path}: expected a specmd result, got {result.get('format')!r}")
+        result = read_result(Path(run_dir))
         if "per_pass" not in result:
             raise SpecmdError(
                 f"{path}: expected a result with its pass table (per_pass), got one written by "
@@ -175,6 +170,52 @@ class RunData:
             out["first_token"] = out["arrival"] + np.asarray(ttft, dtype=np.float64)
             out["end"], out["decode_tokens"] = table["finish_s"], table["decode_tokens"]
         return out
+
+    @cached_property
+    def gpus(self) -> list[str]:
+        """The GPUs that ran passes (``per_pass.gpu``), in order of their first pass; one
+        unnamed GPU for a result without that column."""
+        return list(dict.fromkeys(self.result["per_pass"].get("gpu", []))) or [""]
+
+    @cached_property
+    def pass_gpu(self) -> np.ndarray:
+        """Per row of :attr:`passes`: the index in :attr:`gpus` of the GPU that ran it."""
+        index = {g: i for i, g in enumerate(self.gpus)}
+        gpu = self.result["per_pass"].get("gpu")
+        return np.array([index[g] for g in gpu] if gpu else np.zeros(self.passes.size), np.int64)
+
+    @cached_property
+    def request_gpu(self) -> np.ndarray:
+        """Per row of :attr:`requests`: the index in :attr:`gpus` of the GPU that ran its
+        passes (a request runs on one GPU); 0 for a request without passes."""
+        first: dict[int, int] = {}
+        for r, g in zip(self.passes["request"].tolist(), self.pass_gpu.tolist(), strict=True):
+            first.setdefault(r, g)
+        return np.array([first.get(r, 0) for r in self.requests["request"].tolist()], np.int64)
+
+    @cached_property
+    def span_gpu(self) -> np.ndarray:
+        """Per span: the index in :attr:`gpus` of the GPU it worked for: that of its pass, else
+        of its lane's device; -1 for a span of no pass on a lane of no GPU. All 0 on one GPU."""
+        rec = self.require_spans("this view")
+        spans = rec.spans
+        if len(self.gpus) == 1:
+            return np.zeros(spans.size, np.int64)
+        index = {g: i for i, g in enumerate(self.gpus)}
+        of_lane = np.array([index.get(lane_process(n), -1) for n in rec.lanes] or [-1])
+        out = of_lane[spans["lane"].astype(np.int64)] if spans.size else np.zeros(0, np.int64)
+        passes = self.passes
+        has = spans["pass_"] >= 0
+        if passes.size and has.any():
+            row = np.clip(np.searchsorted(passes["pass_"], spans["pass_"][has]), 0, passes.size - 1)
+            found = passes["pass_"][row] == spans["pass_"][has]
+            out[np.flatnonzero(has)[found]] = self.pass_gpu[row[found]]
+        return out
+
+    def gpu_label(self, gpu: int) -> str:
+        """``"gpu1 · "`` on a run of several GPUs, ``""`` on one: the prefix that names a
+        GPU's rows, panels and axes."""
+        return f"{self.gpus[gpu]} · " if len(self.gpus) > 1 else ""
 
     @cached_property
     def classes(self) -> np.ndarray:

@@ -158,8 +158,8 @@ def stall_figure(run: RunData) -> go.Figure:
     fig.update_layout(
         **base_layout(
             "Stall breakdown",
-            f"The compute stream waited {ms(total)} in all ({ms(late)} for prefetches still "
-            "in flight, the rest for demand fetches of missed experts); "
+            f"The compute stream{_of_gpus(run)} waited {ms(total)} in all ({ms(late)} for "
+            "prefetches still in flight, the rest for demand fetches of missed experts); "
             f"{ms(run.metrics.get('overlap_s'))} of transfer time was hidden behind compute.",
             plot_height=330,
             subplot_titles=True,
@@ -171,6 +171,19 @@ def stall_figure(run: RunData) -> go.Figure:
     fig.update_yaxes(title_text="stall (ms)", row=1, col=1)
     fig.update_yaxes(title_text="stall (ms)", row=1, col=2)
     return fig
+
+
+def _of_gpus(run: RunData) -> str:
+    """``"s of the 4 GPUs"`` (summed) on a run of several GPUs, else ``""``."""
+    return f"s of the {len(run.gpus)} GPUs" if len(run.gpus) > 1 else ""
+
+
+def _request_labels(run: RunData, requests: np.ndarray) -> list[str]:
+    """``request 3``, or ``request 3 · gpu1`` on a run of several GPUs."""
+    if len(run.gpus) == 1:
+        return [f"request {int(x)}" for x in requests]
+    gpu_of = dict(zip(run.requests["request"].tolist(), run.request_gpu.tolist(), strict=True))
+    return [f"request {int(x)} · {run.gpus[gpu_of[int(x)]]}" for x in requests]
 
 
 def ttft_figure(run: RunData) -> go.Figure:
@@ -188,7 +201,7 @@ def ttft_figure(run: RunData) -> go.Figure:
     )  # fmt: skip
     parts = (("compute", kind_colour("expert")), ("stall", kind_colour("stall")),
              ("other", _OTHER_COLOUR))  # fmt: skip
-    labels = [f"request {int(x)}" for x in r["request"]]
+    labels = _request_labels(run, r["request"])
     for name, colour in parts:
         fig.add_bar(
             y=labels, x=r[name] * 1e3, orientation="h", name=name, marker_color=colour,
@@ -200,7 +213,7 @@ def ttft_figure(run: RunData) -> go.Figure:
     if tpot.size:
         for name, colour in parts:
             fig.add_bar(
-                y=[f"request {int(x)}" for x in tpot["request"]], x=tpot[name] * 1e3,
+                y=_request_labels(run, tpot["request"]), x=tpot[name] * 1e3,
                 orientation="h", name=name, marker_color=colour, legendgroup=name,
                 showlegend=False, row=1, col=2,
                 hovertemplate=f"%{{y}}: {name} %{{x:.4g}} ms per output token<extra></extra>",

@@ -76,14 +76,26 @@ def ms(seconds: float | None) -> str:
 
 
 def base_layout(
-    title: str, subtitle: str = "", plot_height: int = 400, subplot_titles: bool = False
+    title: str,
+    subtitle: str = "",
+    plot_height: int = 400,
+    subplot_titles: bool = False,
+    legend: str = "top",
 ) -> dict:
     """Layout settings every figure shares: the title and subtitle (lines joined by ``<br>``)
-    at the top left, the legend in its own row right above the plot (above the subplot titles
-    where there are some), ``plot_height`` pixels of plot area."""
+    at the top left, ``plot_height`` pixels of plot area, and the legend either in its own
+    row right above the plot (``"top"``, above the subplot titles where there are some: for a
+    few short entries) or in a column right of the plot (``"right"``: any number of entries,
+    never over the title)."""
     lines = subtitle.count("<br>") + 1 if subtitle else 0
     titles = 24 if subplot_titles else 0
-    top = 48 + 17 * lines + 30 + titles
+    top = 48 + 17 * lines + (30 if legend == "top" else 0) + titles
+    place = (
+        {"orientation": "h", "yanchor": "bottom", "y": 1.0 + titles / plot_height, "x": 0.0,
+         "xanchor": "left"}
+        if legend == "top"
+        else {"orientation": "v", "yanchor": "top", "y": 1.0, "x": 1.02, "xanchor": "left"}
+    )  # fmt: skip
     return {
         "title": {
             "text": title,
@@ -101,13 +113,5 @@ def base_layout(
         "height": plot_height + top + 60,
         "margin": {"l": 120, "r": 30, "t": top, "b": 60},
         "hoverlabel": {"font": {"family": FONT, "size": 12}, "align": "left"},
-        "legend": {
-            "orientation": "h",
-            "yanchor": "bottom",
-            "y": 1.0 + titles / plot_height,
-            "yref": "paper",
-            "x": 0.0,
-            "xanchor": "left",
-            "font": {"size": 11},
-        },
+        "legend": {**place, "yref": "paper", "font": {"size": 11}},
     }

@@ -3,16 +3,20 @@
 Rows, top to bottom: ``requests`` (each request's prefill, ending at its first token, then its
 decode), ``passes`` (one bar per forward pass, coloured by phase, with its stall share), then
 one lane per resource, grouped by device (:func:`specmd_sim.timeline.lane_process`); a lane
-whose spans overlap is split into sub-lanes. Spans are coloured by kind; hovering one shows its
-pass, request, token, layer, expert, bytes and access class. Dashed lines mark each request's
-first token (TTFT). Under the lanes, one small plot per counter (cache occupancy, bytes in
-flight). Beyond ``max_spans`` spans the view follows :mod:`specmd_sim.report.lod` and says so.
+whose spans overlap is split into sub-lanes. On a run of several GPUs each GPU has its own
+request and pass rows (``gpu1/requests``, ``gpu1/passes``) above its lanes. Spans are coloured
+by kind; hovering one shows its pass, request, token, layer, expert, bytes and access class.
+Dashed lines mark each request's first token (TTFT), labelled on its GPU's request row. Under
+the lanes, one small plot per counter (cache occupancy, bytes in flight), its axis naming the
+counter's GPU. Beyond ``max_spans`` spans the view follows :mod:`specmd_sim.report.lod` and
+says so.
 
 :func:`write_timeline` writes ``timeline.html``: this view, then the per-layer view.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -38,24 +42,51 @@ MAX_PASS_BARS = 3_000
 MAX_COUNTER_POINTS = 4_000
 
 
-def lane_rows(run: RunData) -> tuple[np.ndarray, list[str]]:
-    """Row of each span and the row names: lanes in order of their device's first appearance,
-    a lane whose spans overlap split into ``"<lane> #k"`` sub-lanes."""
+@dataclass(frozen=True, eq=False)
+class Tracks:
+    """The rows of the timeline, top to bottom (row ``y`` is named ``names[y]``): each GPU's
+    request and pass rows, then its lanes; ``row`` is the lane row of each span (an index into
+    ``lane_names`` and ``lane_y``), ``request_y`` and ``pass_y`` the rows of each GPU
+    (:attr:`RunData.gpus`)."""
+
+    names: list[str]
+    row: np.ndarray
+    lane_names: list[str]
+    lane_y: np.ndarray
+    request_y: np.ndarray
+    pass_y: np.ndarray
+
+
+def tracks(run: RunData) -> Tracks:
+    """Lanes grouped by device, in order of the device's first appearance. One GPU: the
+    ``requests`` and ``passes`` rows on top. Several: each GPU's own (``gpu1/requests``,
+    ``gpu1/passes``) right above its lanes. A lane whose spans overlap is split into
+    ``"<lane> #k"`` sub-lanes."""
     rec = run.require_spans("the timeline")
     spans = rec.spans
+    gpus = run.gpus if len(run.gpus) > 1 else []
     devices = list(dict.fromkeys(lane_process(n) for n in rec.lanes))
-    order = sorted(
-        range(len(rec.lanes)), key=lambda i: (devices.index(lane_process(rec.lanes[i])), i)
-    )
+    devices += [g for g in gpus if g not in devices]
+    names = [] if gpus else ["requests", "passes"]
     row = np.zeros(len(spans), np.int64)
-    names: list[str] = []
-    for lane_id in order:
-        idx = np.flatnonzero(spans["lane"] == lane_id)
-        sub, n_sub = track_rows(spans["start"][idx], spans["end"][idx])
-        row[idx] = len(names) + sub
-        lane = rec.lanes[lane_id]
-        names.extend([lane] if n_sub <= 1 else [f"{lane} #{k}" for k in range(n_sub)])
-    return row, names
+    lane_names: list[str] = []
+    lane_y: list[int] = []
+    request_y, pass_y = np.zeros(len(run.gpus), np.int64), np.ones(len(run.gpus), np.int64)
+    for device in devices:
+        if device in gpus:
+            g = gpus.index(device)
+            request_y[g], pass_y[g] = len(names), len(names) + 1
+            names += [f"{device}/requests", f"{device}/passes"]
+        for lane_id in (i for i, n in enumerate(rec.lanes) if lane_process(n) == device):
+            idx = np.flatnonzero(spans["lane"] == lane_id)
+            sub, n_sub = track_rows(spans["start"][idx], spans["end"][idx])
+            row[idx] = len(lane_names) + sub
+            lane = rec.lanes[lane_id]
+            subs = [lane] if n_sub <= 1 else [f"{lane} #{k}" for k in range(n_sub)]
+            lane_y += range(len(names), len(names) + len(subs))
+            lane_names += subs
+            names += subs
+    return Tracks(names, row, lane_names, np.array(lane_y, np.float64), request_y, pass_y)
 
 
 def timeline_figure(
@@ -67,12 +98,10 @@ def timeline_figure(
     """The per-resource timeline of a timing-engine run (``window`` in seconds)."""
     rec = run.require_spans("the timeline")
     spans = rec.spans
-    row, lane_names = lane_rows(run)
-    top = ["requests", "passes"]
-    names = top + lane_names
-    y_of_row = np.arange(len(top), len(names), dtype=np.float64)
+    t = tracks(run)
+    names = t.names
     detail = choose_detail(spans, max_spans, window)
-    bins = bin_spans(spans, row, len(lane_names), detail, bar_budget)
+    bins = bin_spans(spans, t.row, len(t.lane_names), detail, bar_budget)
     counters = {n: c for n, c in sorted(rec.counters.items()) if c.size}
     n_plots = 1 + len(counters)
     lane_px = 30 * len(names) + 40
@@ -85,25 +114,25 @@ def timeline_figure(
     )
     legend: set[str] = set()
     exact = np.flatnonzero(detail.exact)
-    for trace in span_traces(run, exact, y_of_row[row[exact]], 0.8, legend):
+    for trace in span_traces(run, exact, t.lane_y[t.row[exact]], 0.8, legend):
         fig.add_trace(trace, row=1, col=1)
     if bins is not None:
-        for trace in bin_traces(bins, y_of_row, 0.8, lane_names, legend):
+        for trace in bin_traces(bins, t.lane_y, 0.8, t.lane_names, legend):
             fig.add_trace(trace, row=1, col=1)
-    for trace in _request_traces(run) + _pass_traces(run, detail.window):
+    request_traces = _request_traces(run, t.request_y[run.request_gpu])
+    for trace in request_traces + _pass_traces(run, t.pass_y[run.pass_gpu], detail.window):
         fig.add_trace(trace, row=1, col=1)
     for i, (name, samples) in enumerate(counters.items(), start=2):
         for trace in _counter_traces(name, samples, run, detail.window):
             fig.add_trace(trace, row=i, col=1)
-        label, unit = counter_label(name)
         fig.update_yaxes(
-            title_text=f"{label}<br>({'MiB' if unit == 'bytes' else unit})",
+            title_text=_counter_title(name),
             title_font_size=10,
             row=i,
             col=1,
             fixedrange=True,
         )
-    shapes, notes = ttft_marks(run, y=0.0)
+    shapes, notes = ttft_marks(run, y=t.request_y[run.request_gpu])
     layout = base_layout(
         f"Per-resource timeline — {run.title}",
         detail_note(detail, bins) + "<br>Drag to zoom in time, double-click to reset; "
@@ -136,7 +165,16 @@ def timeline_figure(
     return fig
 
 
-def _request_traces(run: RunData) -> list[go.Bar]:
+def _counter_title(name: str) -> str:
+    """A counter's axis title: its device (``gpu1/...`` counters of a run of several GPUs),
+    label and unit."""
+    label, unit = counter_label(name)
+    device = name.rpartition("/")[0]
+    return f"{device + ' · ' if device else ''}{label}<br>({'MiB' if unit == 'bytes' else unit})"
+
+
+def _request_traces(run: RunData, y: np.ndarray) -> list[go.Bar]:
+    """The prefill and decode bars of each request, at row ``y[i]`` for request row ``i``."""
     req = run.requests
     if not req.size:
         return []
@@ -153,12 +191,13 @@ def _request_traces(run: RunData) -> list[go.Bar]:
             [req["request"], (first - req["arrival"]) * 1e3, req["decode_tokens"], lo * 1e3],
             axis=1,
         )[keep]
+        gpu = np.array([run.gpu_label(g) for g in run.request_gpu], dtype=object)[keep]
         hover = (
-            "<b>request %{customdata[0]}: prefill</b><br>arrives %{customdata[3]:.4f} ms, "
-            "first token after %{customdata[1]:.4f} ms (TTFT)"
+            "<b>%{hovertext}request %{customdata[0]}: prefill</b><br>arrives "
+            "%{customdata[3]:.4f} ms, first token after %{customdata[1]:.4f} ms (TTFT)"
             if name == "prefill"
-            else "<b>request %{customdata[0]}: decode</b><br>%{customdata[2]} decode tokens, "
-            "%{x:.4f} ms"
+            else "<b>%{hovertext}request %{customdata[0]}: decode</b><br>%{customdata[2]} "
+            "decode tokens, %{x:.4f} ms"
         )
         traces.append(
             go.Bar(
@@ -168,17 +207,20 @@ def _request_traces(run: RunData) -> list[go.Bar]:
                 showlegend=False,
                 base=lo[keep] * 1e3,
                 x=(hi - lo)[keep] * 1e3,
-                y=np.zeros(int(keep.sum())),
+                y=y[keep],
                 width=0.8,
                 marker={"color": colour, "line": {"width": 0.5, "color": "#FFFFFF"}},
                 customdata=custom,
+                hovertext=gpu,
                 hovertemplate=hover + "<extra></extra>",
             )
         )
     return traces
 
 
-def _pass_traces(run: RunData, window: tuple[float, float] | None) -> list[go.Bar]:
+def _pass_traces(run: RunData, y: np.ndarray, window: tuple[float, float] | None) -> list[go.Bar]:
+    """A bar per pass (at row ``y[i]`` for pass row ``i``), coloured by phase; beyond
+    ``MAX_PASS_BARS`` only those of the detail window."""
     passes = run.passes
     if not passes.size:
         return []
@@ -196,6 +238,7 @@ def _pass_traces(run: RunData, window: tuple[float, float] | None) -> list[go.Ba
     names = ("prefill", "decode")
     colour = np.array([PHASE_COLOURS[k] for k in names], dtype=object)[passes["phase"]]
     phase_name = np.array(names, dtype=object)[passes["phase"]]
+    gpu = np.array([run.gpu_label(g) for g in range(len(run.gpus))], dtype=object)[run.pass_gpu]
     token_word = "token" if run.token_serial else "step"
     custom = np.stack(
         [
@@ -215,13 +258,15 @@ def _pass_traces(run: RunData, window: tuple[float, float] | None) -> list[go.Ba
             showlegend=False,
             base=passes["start"][keep] * 1e3,
             x=dur[keep] * 1e3,
-            y=np.ones(int(keep.sum())),
+            y=y[keep],
             width=0.8,
             marker={"color": colour[keep], "line": {"width": 0.5, "color": "#FFFFFF"}},
             customdata=custom[keep],
             hovertext=phase_name[keep],
+            text=gpu[keep],
+            textposition="none",
             hovertemplate=(
-                "<b>pass %{customdata[0]}</b> · request %{customdata[1]} · %{hovertext} · "
+                "<b>%{text}pass %{customdata[0]}</b> · request %{customdata[1]} · %{hovertext} · "
                 f"{token_word} %{{customdata[2]}}<br>"
                 "%{customdata[3]:.4f} ms + %{x:.4f} ms<br>"
                 "stall %{customdata[4]:.4f} ms (%{customdata[5]:.1f}% of the pass)"
@@ -237,6 +282,7 @@ def _counter_traces(
     """A counter as a step line: exact inside the detail window (and everywhere when it has
     few changes), elsewhere its min-max band and time-weighted mean per bin."""
     label, unit = counter_label(name)
+    label = f"{name.rpartition('/')[0]} {label}".lstrip()  # "gpu1 cache used"
     scale = 1 / 2**20 if unit == "bytes" else 1.0
     t, v = samples["time"], samples["value"] * scale
     hover = f"{label}: %{{y:.1f}} {'MiB' if unit == 'bytes' else ''}<extra></extra>"
@@ -342,7 +388,8 @@ def write_timeline(
                 "Per layer",
                 "Each layer's row: compute (attention, experts, stalls) above, the transfers "
                 "that fetch its experts below; the right panel totals each layer's compute and "
-                "stall over the run.",
+                "stall over the run."
+                + (" One GPU at a time: choose it in the menu." if len(run.gpus) > 1 else ""),
                 figures["layers"],
             ),
         ],

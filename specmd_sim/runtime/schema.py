@@ -32,16 +32,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from specmd_sim.hardware.schema import Count, Fraction, Grade, NonNegative, Quantity
+from specmd_sim.schema_base import InputModel
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-class Setting(_Frozen):
+class Setting(InputModel):
     """A setting that is not a number, with provenance (subclasses constrain ``value``)."""
 
     value: str | bool
@@ -72,7 +69,7 @@ class CopyStream(Setting):
     )
 
 
-class Kernels(_Frozen):
+class Kernels(InputModel):
     """Kernels launched per operation (each pays ``dispatch_overhead_s``)."""
 
     attention: Count = Field(
@@ -88,7 +85,7 @@ class Kernels(_Frozen):
     )
 
 
-class RuntimeProfile(_Frozen):
+class RuntimeProfile(InputModel):
     """A software stack: dispatch costs, dequantization, copies, CPU kernels, workspace."""
 
     schema_version: Literal[1] = Field(description="Runtime schema version; currently 1.")

@@ -65,7 +65,9 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
     profile = load_profile(config.hardware)
     runtime = load_runtime(config.runtime)
     trace = load_trace(config.trace)
-    model = trace_model(config.model, trace).with_dtypes(config.expert_dtype, config.dense_dtype)
+    model = trace_model(config.model, trace, f"trace {config.trace}").with_dtypes(
+        config.expert_dtype, config.dense_dtype
+    )
     _check_shapes(model, trace)
     check_requests(config.workload.requests, trace, "workload.requests")
     passes = build_passes(trace, config.workload)
@@ -74,6 +76,7 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
     training = build_training(config, trace, passes)
     demand = build_demand(trace, passes)
     sizes = expert_sizes(config, model, trace)
+    _check_chunks(config.timing.chunk_bytes, sizes.largest)
     gpu_nodes = _resolve_gpus(config, profile)
     _check_gpus(config, gpu_nodes)
     parity = runtime.memory_parity.value
@@ -106,18 +109,34 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
     )  # fmt: skip
 
 
-def trace_model(model: str | None, trace: Trace) -> ModelSpec:
+MAX_CHUNKS_PER_EXPERT = 256
+"""Chunks of one expert copy (``timing.chunk_bytes``): each is one DMA copy and a few timing
+events, so a demand fetch already waits at most 1/256 of an expert copy behind a prefetch; more
+chunks only cost time (OLMoE at 64 KiB chunks, 192 per expert: 45x slower per request)."""
+
+
+def _check_chunks(chunk_bytes: int | None, largest: int) -> None:
+    if chunk_bytes is not None and -(-largest // chunk_bytes) > MAX_CHUNKS_PER_EXPERT:
+        floor = -(-largest // MAX_CHUNKS_PER_EXPERT)
+        raise SpecmdError(
+            f"timing.chunk_bytes: expected at least {floor:,} bytes (at most "
+            f"{MAX_CHUNKS_PER_EXPERT} chunks per expert of {largest:,} bytes), got {chunk_bytes:,}"
+        )
+
+
+def trace_model(model: str | None, trace: Trace, source: str) -> ModelSpec:
     """The run's model: ``model`` if given, else the spec a recorded trace carries in
-    ``meta.model_spec``, else the catalog entry (or model file) the trace names."""
+    ``meta.model_spec``, else the catalog entry (or model file) the trace names; ``source``
+    names the trace in errors of the model it names."""
     if model is not None:
         return load_model(model)
     embedded = trace.meta.get("model_spec")
     if embedded is None:
-        return load_model(trace.model)
+        return load_model(trace.model, what=f"{source}: meta.model")
     try:
         return ModelSpec.model_validate(embedded)
     except ValidationError as exc:
-        raise from_validation_error(f"trace {trace.model}: meta.model_spec", exc) from None
+        raise from_validation_error(f"{source}: meta.model_spec", exc) from None
 
 
 def _budget(

@@ -143,10 +143,9 @@ def place(
     fits = np.cumsum(nbytes[order]) <= budget
     tier[order[~fits]] = TIER_NVME
     nvme = None
-    if (~fits).any():
-        nvme = _nvme(profile, memory.nvme, int(nbytes[order[~fits]].sum()), budget)
-    elif memory.nvme is not None:
-        nvme = _nvme(profile, memory.nvme, 0, budget)
+    spill = int(nbytes[order[~fits]].sum())
+    if spill or memory.nvme is not None:
+        nvme = _nvme(profile, memory.nvme, spill, budget, sizes.routed_bytes, budget < dram)
     return Placement(sizes.dtype, nbytes, tier, nvme, sizes.num_experts, sizes.dtype_hot)
 
 
@@ -164,17 +163,29 @@ def _dtypes(config: SimConfig, model: ModelSpec, counts: np.ndarray) -> list[str
     return out
 
 
-def _nvme(profile: HardwareProfile, wanted: str | None, spill: int, budget: float) -> NVMeNode:
+def _nvme(
+    profile: HardwareProfile,
+    wanted: str | None,
+    spill: int,
+    budget: float,
+    total: int,
+    capped: bool,
+) -> NVMeNode:
+    """The drive for the ``spill`` of the ``total`` bytes of experts that do not fit the
+    ``budget`` bytes of DRAM (0: none spill, a drive was named); ``capped``: the budget is a
+    ``memory.dram_capacity`` below the host's DRAM."""
     drives = [n for n in profile.nodes if isinstance(n, NVMeNode)]
     why = (
-        f"{format_bytes(spill)} of experts do not fit the {format_bytes(budget)} of DRAM"
+        f"{format_bytes(spill)} of the {format_bytes(total)} of experts do not "
+        f"fit the {format_bytes(budget)} of DRAM for experts"
         if spill
         else "memory.nvme is set"
     )
     if not drives:
         raise SpecmdError(
             f"memory: expected an NVMe node in hardware profile {profile.id} ({why}), got none; "
-            "raise memory.dram_capacity or use a profile with an NVMe drive"
+            + ("raise memory.dram_capacity, " if capped else "")
+            + "use a smaller expert_dtype or a profile with more DRAM or an NVMe drive"
         )
     if wanted is None:
         drive = drives[0]

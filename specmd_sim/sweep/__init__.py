@@ -1,16 +1,18 @@
 """Sweeps: many runs over a grid of configs, resumable, on this machine or on Ray.
 
 - :mod:`.spec` — the sweep spec (YAML): base config, axes (product) and zip groups, engine;
-- :mod:`.grid` — its expansion into points: resolved configs, axis values, content-hash ids;
+- :mod:`.grid` — its expansion into points: resolved configs, axis values, content-hash ids,
+  counted before they are built and built one at a time;
 - :mod:`.store` — the results table: one parquet file per finished point, written atomically,
   read with ``pandas.read_parquet(DIR)``;
 - :mod:`.executors` — where points run: a local process pool or a Ray cluster;
-- :mod:`.runner` — :func:`run_sweep`: skip what is done, run the rest, store each row at once.
+- :mod:`.runner` — :func:`run_sweep`: check the grid's size and the folder, skip what is done,
+  run the rest, store each row at once.
 
 ``docs/sweeps.md`` describes the spec, the table and the guarantees.
 """
 
-from specmd_sim.sweep.grid import Point, expand
+from specmd_sim.sweep.grid import Point, count_points, expand, iter_points
 from specmd_sim.sweep.runner import PointDone, SweepSummary, point_row, run_sweep
 from specmd_sim.sweep.spec import SweepSpec, load_spec, parse_spec
 from specmd_sim.sweep.store import export_csv, load_table, read_rows
@@ -20,8 +22,10 @@ __all__ = [
     "PointDone",
     "SweepSpec",
     "SweepSummary",
+    "count_points",
     "expand",
     "export_csv",
+    "iter_points",
     "load_spec",
     "load_table",
     "parse_spec",

@@ -1,34 +1,45 @@
 """Where the points of a sweep run: a local process pool, or a Ray cluster.
 
-An executor takes tasks (a point index, the engine and the resolved config as a mapping) and
+An executor takes tasks (a point index, the engine and the resolved config as a mapping), an
+iterable that it draws from only as workers free up (a large grid is streamed, not held), and
 calls ``on_done(task, outcome)`` in the calling thread as each one finishes, in completion
 order; the runner turns outcomes into rows. A task never raises: :func:`run_point` returns an
 error outcome for an exception in the run, and the executors turn a worker that dies (a
 crash, ``os._exit``, the OOM killer) into an error outcome for the point that killed it.
 
+An exception in the calling thread (``KeyboardInterrupt`` from Ctrl-C or, in ``specmd
+sweep``, SIGTERM; an error raised by ``on_done``) stops the run: the points in flight are
+abandoned, the workers stopped and the pool closed before it propagates, so nothing is left
+running and no resource is leaked.
+
 Local pool (:class:`LocalExecutor`): ``spawn``-started worker processes (no fork of a parent
 that holds threads), each watching its parent and exiting if the parent dies (a ``kill -9`` of
-the sweep leaves no orphans running). When a worker dies, Python's pool is broken and every
-point then in flight fails with it; those points are run again one at a time in a new pool, so
-only the point that really kills its worker is recorded as an error.
+the sweep leaves no orphans running). Workers ignore SIGINT and SIGTERM: a Ctrl-C or a SIGTERM
+sent to the whole process group is the sweep's to handle (it stops them), and a worker killed
+by it would be taken for a point that crashed its worker. When a worker dies, Python's pool is
+broken and every point then in flight fails with it; those points are run again one at a time
+in a new pool, so only the point that really kills its worker is recorded as an error.
 
 Ray (:class:`RayExecutor`): one task per point (``max_retries=0``); a task whose worker dies
 gives an error outcome for that point. Without an address a local Ray instance is started for
 the sweep (``workers`` CPUs) and stopped afterwards; its workers inherit this process's
 environment, so a plug-in module found through ``PYTHONPATH`` here is found there. With an
-address the sweep joins that cluster, whose nodes must have specmd-sim (and any plug-in module
-named in the configs) installed.
+address the sweep joins that cluster, whose nodes must have specmd-sim (and the modules of
+the sweep's ``plugins``) installed. A worker imports exactly the sweep's ``plugins`` before a
+point, never a module a config names (docs/design.md, "Trust").
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -42,6 +53,7 @@ class Task:
     index: int  # the point's index in the sweep
     engine: str  # "replay" or "simulate"
     config: dict[str, Any]  # resolved config (config_to_dict)
+    plugins: tuple[str, ...] = ()  # modules the worker imports first (the sweep's --plugin)
 
 
 Outcome = dict[str, Any]  # {"status": "ok"|"error", "error": str|None, "result": dict|None}
@@ -50,15 +62,16 @@ OnDone = Callable[[Task, Outcome], None]
 WORKER_DIED = "worker process died while running this point (crash, os._exit or killed)"
 
 
-def run_point(engine: str, config: dict[str, Any]) -> Outcome:
-    """Run one point (in a worker); never raises. The result is the ``result.json`` mapping."""
+def run_point(engine: str, config: dict[str, Any], plugins: tuple[str, ...] = ()) -> Outcome:
+    """Run one point (in a worker) after importing ``plugins``; never raises. The result is
+    the ``result.json`` mapping."""
     try:
         from specmd_sim.config import build_config
         from specmd_sim.engine.replay import replay
         from specmd_sim.engine.sim import simulate
 
         run = simulate if engine == "simulate" else replay
-        result = run(build_config(config))
+        result = run(build_config(config, plugins=plugins))
         return {"status": "ok", "error": None, "result": json.loads(result.to_json())}
     except Exception as exc:  # any failure of one point is recorded, the sweep goes on
         return error_outcome(describe(exc))
@@ -77,7 +90,7 @@ def describe(exc: BaseException) -> str:
 
 
 class Executor(Protocol):
-    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
+    def run(self, tasks: Iterable[Task], on_done: OnDone) -> None:
         """Run every task, calling ``on_done`` as each finishes."""
 
 
@@ -85,7 +98,10 @@ class Executor(Protocol):
 
 
 def _watch_parent(parent: int) -> None:
-    """Worker initializer: exit when the sweep process that started this worker is gone."""
+    """Worker initializer: leave SIGINT and SIGTERM to the sweep process, and exit when it is
+    gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
     def watch() -> None:
         while True:
@@ -112,42 +128,41 @@ class LocalExecutor:
             initargs=(os.getpid(),),
         )
 
-    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
-        if not tasks:
+    def run(self, tasks: Iterable[Task], on_done: OnDone) -> None:
+        source = iter(tasks)
+        pending: deque[Task] = deque(itertools.islice(source, self.workers))
+        if not pending:
             return
-        workers = min(self.workers, len(tasks))
-        pending: deque[Task] = deque(tasks)
+        workers = min(self.workers, len(pending))
         suspects: deque[Task] = deque()  # in flight when a worker died: rerun one at a time
         inflight: dict[Future[Outcome], Task] = {}
         pool = self._pool(workers)
         try:
-            while pending or suspects or inflight:
+            while True:
                 queue, limit = (suspects, 1) if suspects else (pending, workers)
                 broken = False
-                while queue and len(inflight) < limit:
+                while len(inflight) < limit:
+                    if queue is pending and not pending:
+                        pending.extend(itertools.islice(source, 1))
+                    if not queue:
+                        break
                     task = queue.popleft()
                     try:
-                        inflight[pool.submit(run_point, task.engine, task.config)] = task
+                        future = pool.submit(run_point, task.engine, task.config, task.plugins)
+                        inflight[future] = task
                     except BrokenProcessPool:  # a worker died since the last wait
                         queue.appendleft(task)
                         broken = True
                         break
+                if not inflight and not broken:
+                    break
                 if not broken:
                     done, _ = wait(inflight, return_when=FIRST_COMPLETED)
                     broken = any(isinstance(f.exception(), BrokenProcessPool) for f in done)
                 if broken:  # every future of a broken pool fails: collect them all
                     done, _ = wait(inflight)
                 alone = len(inflight) == 1
-                died: list[Task] = []
-                for future in sorted(done, key=lambda f: inflight[f].index):
-                    task = inflight.pop(future)
-                    error = future.exception()
-                    if isinstance(error, BrokenProcessPool):
-                        died.append(task)
-                    elif error is not None:
-                        on_done(task, error_outcome(describe(error)))
-                    else:
-                        on_done(task, future.result())
+                died = _collect(done, inflight, on_done)
                 if broken:
                     pool.shutdown(wait=True, cancel_futures=True)
                     pool = self._pool(workers)
@@ -156,8 +171,38 @@ class LocalExecutor:
                             on_done(task, error_outcome(WORKER_DIED))
                         else:
                             suspects.append(task)
+        except BaseException:
+            _stop_workers(pool)
+            raise
         finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _collect(
+    done: Iterable[Future[Outcome]], inflight: dict[Future[Outcome], Task], on_done: OnDone
+) -> list[Task]:
+    """Hand the finished futures' outcomes to ``on_done`` (in point order) and take them out of
+    ``inflight``; the tasks lost with a broken pool are returned instead."""
+    died: list[Task] = []
+    for future in sorted(done, key=lambda f: inflight[f].index):
+        task = inflight.pop(future)
+        error = future.exception()
+        if isinstance(error, BrokenProcessPool):
+            died.append(task)
+        elif error is not None:
+            on_done(task, error_outcome(describe(error)))
+        else:
+            on_done(task, future.result())
+    return died
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill the pool's workers (they ignore SIGTERM), abandoning the points they run, so that
+    closing the pool does not wait for them. ``ProcessPoolExecutor`` has no public way to do
+    this before Python 3.14 (``terminate_workers``)."""
+    for process in list((getattr(pool, "_processes", None) or {}).values()):
+        if process.is_alive():
+            process.kill()
 
 
 # --- Ray -------------------------------------------------------------------------------------
@@ -193,16 +238,26 @@ class RayExecutor:
             ray.init(num_cpus=cpus, include_dashboard=False, **quiet)
         return True
 
-    def run(self, tasks: Sequence[Task], on_done: OnDone) -> None:
-        if not tasks:
+    def run(self, tasks: Iterable[Task], on_done: OnDone) -> None:
+        source = iter(tasks)
+        first = next(source, None)
+        if first is None:
             return
         import ray
 
         started = self._init()
+        refs: dict[Any, Task] = {}
         try:
             remote = ray.remote(num_cpus=1, max_retries=0)(run_point)
-            refs = {remote.remote(task.engine, task.config): task for task in tasks}
-            while refs:
+            # a few tasks per CPU of the cluster queued ahead: enough to keep it busy, and a
+            # grid of any size is submitted as it runs, not all at once
+            ahead = 4 * max(1, int(ray.cluster_resources().get("CPU", 1)))
+            pending = itertools.chain([first], source)
+            while True:
+                for task in itertools.islice(pending, max(0, ahead - len(refs))):
+                    refs[remote.remote(task.engine, task.config, task.plugins)] = task
+                if not refs:
+                    break
                 ready, _ = ray.wait(list(refs), num_returns=1)
                 for ref in ready:
                     task = refs.pop(ref)
@@ -211,6 +266,10 @@ class RayExecutor:
                     except ray.exceptions.RayError as exc:  # the worker died, or Ray failed
                         outcome = error_outcome(f"{WORKER_DIED}: {describe(exc)}")
                     on_done(task, outcome)
+        except BaseException:
+            for ref in refs:  # on a cluster, nothing else would stop them
+                ray.cancel(ref, force=True)
+            raise
         finally:
             if started:
                 ray.shutdown()

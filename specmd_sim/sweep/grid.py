@@ -13,12 +13,18 @@ Values are applied shallowest first (a kind before the parameters of its section
 ``eviction`` and ``eviction.order`` may be axes of the same sweep. A point's id is
 ``<engine>-<hash of its resolved config>``, the name ``specmd run`` gives its run folder; two
 points with the same id are an error.
+
+A grid is counted from the lengths of its factors (:func:`count_points`) before any point is
+built, and :func:`iter_points` builds its points one at a time, so that a grid of millions of
+points is refused (:func:`check_size`) or streamed, never held whole by accident.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +34,7 @@ from specmd_sim.runs import config_hash
 from specmd_sim.sweep.spec import SweepSpec
 
 AXIS_ALIASES = {"capacity": "cache.capacity", "cache": "cache.capacity"}
+MAX_POINTS = 10_000  # a sweep larger than this must be confirmed (--max-points)
 PLUGIN_SECTIONS = frozenset({"eviction", "prefetch", "predictor", "miss"})
 
 
@@ -80,7 +87,8 @@ def base_config(spec: SweepSpec, source: str = "sweep spec") -> dict[str, Any]:
     """The full resolved base config (``base`` then ``set``), as a mapping."""
     base = config_to_dict(build_config(spec.base, f"{source}: base"))
     if spec.set:
-        base = config_to_dict(build_config(apply_overrides(base, spec.set), f"{source}: set"))
+        where = f"{source}: set"
+        base = config_to_dict(build_config(apply_overrides(base, spec.set, where), where))
     return base
 
 
@@ -91,27 +99,56 @@ def apply_axes(base: dict[str, Any], axes: dict[str, Any]) -> dict[str, Any]:
     return apply_overrides(base, [f"{path}={json.dumps(value)}" for path, value in assignments])
 
 
-def expand(spec: SweepSpec, source: str = "sweep spec") -> list[Point]:
-    """Every point of the spec, in order, each with a validated config."""
+def count_points(spec: SweepSpec) -> int:
+    """The number of points of the spec, from the lengths of its factors (nothing is built)."""
+    return math.prod(_lengths(spec))
+
+
+def _lengths(spec: SweepSpec) -> list[int]:
+    return [len(next(iter(factor.values()))) for factor in spec.factors()]
+
+
+def check_size(spec: SweepSpec, max_points: int = MAX_POINTS, source: str = "sweep spec") -> int:
+    """The number of points; one line if it exceeds ``max_points``, saying how to confirm."""
+    count = count_points(spec)
+    if count > max_points:
+        shape = " x ".join(str(n) for n in _lengths(spec))
+        raise SpecmdError(
+            f"{source}: axes: expected at most {max_points:,} points, got {count:,} ({shape}); "
+            f"pass --max-points {count} to run them all"
+        )
+    return count
+
+
+def iter_points(spec: SweepSpec, source: str = "sweep spec") -> Iterator[Point]:
+    """Every point of the spec, in order, each with a validated config, built one at a time."""
     base = base_config(spec, source)
-    factors = spec.factors()
     # each factor contributes one "row" per value: {axis: value} for all its axes
     rows = [
         [dict(zip(factor, values, strict=True)) for values in zip(*factor.values(), strict=True)]
-        for factor in factors
+        for factor in spec.factors()
     ]
-    points: list[Point] = []
-    seen: dict[str, Point] = {}
+
+    def axes_of(combo: tuple[dict[str, Any], ...]) -> dict[str, Any]:
+        return {name: value for row in combo for name, value in row.items()}
+
+    seen: dict[str, int] = {}  # point id -> index of the point that has it
     for index, combo in enumerate(itertools.product(*rows)):
-        axes = {name: value for row in combo for name, value in row.items()}
+        axes = axes_of(combo)
         where = f"{source}: point {index} ({point_key(axes)})"
         config = build_config(apply_axes(base, axes), where)
         point = Point(index, axes, config, f"{spec.engine}-{config_hash(config)}")
         if point.point_id in seen:
+            first = seen[point.point_id]
+            other = axes_of(next(itertools.islice(itertools.product(*rows), first, None)))
             raise SpecmdError(
-                f"{where}: expected distinct configs, got the same config as point "
-                f"{seen[point.point_id].index} ({seen[point.point_id].key})"
+                f"{where}: expected distinct configs, got the same config as point {first} "
+                f"({point_key(other)})"
             )
-        seen[point.point_id] = point
-        points.append(point)
-    return points
+        seen[point.point_id] = index
+        yield point
+
+
+def expand(spec: SweepSpec, source: str = "sweep spec") -> list[Point]:
+    """Every point of the spec, in order, as a list (:func:`iter_points` streams them)."""
+    return list(iter_points(spec, source))

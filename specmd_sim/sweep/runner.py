@@ -5,31 +5,47 @@ columns ``point_index``, ``point_id`` (``<engine>-<config hash>``), ``status`` (
 ``error``), ``error`` (the message) and ``axis.<name>`` for each axis. A failed point's row
 has its config columns and no metrics.
 
-Without ``resume`` the output folder must be new or empty; with it, the folder must have been
-made by the same spec (the same points), and the points whose row exists are skipped
-(``retry_errors`` runs the failed ones again). A lock in ``_meta/`` keeps two sweeps from
-writing to one folder.
+Before any work the grid is counted (more than ``max_points`` is refused) and the output folder
+checked (:func:`check_sweep_folder`). Without ``resume`` it must be new or empty; with it, it
+must have been made by the same spec (the same points), and the points whose row exists and
+reads are skipped (``retry_errors`` runs the failed ones again; a part that does not read is run
+again and replaced). A folder that holds anything else is refused either way. A lock in
+``_meta/`` keeps two sweeps from writing to one folder.
+
+The grid is streamed twice, one point at a time: once to list the points and find the table's
+columns, once to run those not done; only the listing and the points in flight are held.
+An interruption (``KeyboardInterrupt``) stops the executor's workers and propagates; every row
+stored until then stays, and a rerun with ``resume`` goes on from there.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import yaml
 
-from specmd_sim.atomic import write_text
-from specmd_sim.config import config_to_dict
+from specmd_sim.atomic import check_output, write_text
+from specmd_sim.config import SimConfig, config_to_dict
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import result_row
+from specmd_sim.policies.registry import load_plugins
 from specmd_sim.sweep.executors import Outcome, Task, make_executor
-from specmd_sim.sweep.grid import Point, axis_label, expand
+from specmd_sim.sweep.grid import MAX_POINTS, Point, axis_label, check_size, iter_points
 from specmd_sim.sweep.spec import SweepSpec, load_spec
-from specmd_sim.sweep.store import META_DIR, ResultStore, Row, table_columns
+from specmd_sim.sweep.store import (
+    META_DIR,
+    Kind,
+    ResultStore,
+    Row,
+    is_part,
+    part_files,
+    table_columns,
+)
 
 POINTS_FORMAT = "specmd-sweep-points"
 
@@ -88,91 +104,130 @@ def run_sweep(
     address: str | None = None,
     resume: bool = False,
     retry_errors: bool = False,
+    max_points: int = MAX_POINTS,
+    plugins: Sequence[str] = (),
     on_start: Callable[[int, int], None] | None = None,
     on_point: Callable[[PointDone], None] | None = None,
 ) -> SweepSummary:
     """Run a sweep into the folder ``out``; see the module docstring.
 
-    ``on_start(to_run, skipped)`` is called once before the first point runs and
-    ``on_point`` after each finished point (both in this process).
+    ``plugins``: modules of the user's plug-ins that the spec names by import path, imported
+    here and in every worker (a spec never imports code itself). ``on_start(to_run,
+    skipped)`` is called once before the first point runs and ``on_point`` after each
+    finished point (both in this process).
     """
     started = time.monotonic()
+    load_plugins(plugins, "plugins")
+    source = "sweep spec"
     if not isinstance(spec, SweepSpec):
+        source = f"sweep spec {spec}"
         spec = load_spec(spec)
     out = Path(out)
-    points = expand(spec)
+    total = check_size(spec, max_points, source)
+    check_sweep_folder(out, resume)
     runner = make_executor(executor, workers, address)
-    lock = _prepare_folder(out, spec, points, resume)
+    listing, columns = _survey(spec, source)
+    lock = _prepare_folder(out, spec, listing)
     try:
-        axes = {name: [axis_label(p.axes[name]) for p in points] for name in spec.axis_names()}
-        columns = table_columns(spec.engine, axes, [p.config for p in points])
-        store = ResultStore(out, columns, len(points))
+        store = ResultStore(out, columns, total)
         store.scan()
         done = store.done_ids()
         if retry_errors:
             done -= store.error_ids()
-        todo = [p for p in points if p.point_id not in done]
+        to_run = sum(entry["point_id"] not in done for entry in listing)
         if on_start is not None:
-            on_start(len(todo), len(points) - len(todo))
+            on_start(to_run, total - to_run)
+        running: dict[int, Point] = {}  # by index: the points handed to the executor
         finished = 0
+
+        def tasks() -> Iterator[Task]:
+            for point in iter_points(spec, source):
+                if point.point_id not in done:
+                    running[point.index] = point
+                    yield Task(
+                        point.index, spec.engine, config_to_dict(point.config), tuple(plugins)
+                    )
 
         def record(task: Task, outcome: Outcome) -> None:
             nonlocal finished
-            point = points[task.index]
+            point = running.pop(task.index)
             row = point_row(point, spec.engine, outcome)
             store.append(row)
             finished += 1
             if on_point is not None:
-                on_point(PointDone(point, row, finished, len(todo)))
+                on_point(PointDone(point, row, finished, to_run))
 
-        tasks = [Task(p.index, spec.engine, config_to_dict(p.config)) for p in todo]
-        runner.run(tasks, record)
+        runner.run(tasks(), record)
         statuses = [row["status"] for row in store.read_rows()]
     finally:
         lock.close()
     return SweepSummary(
         out=out,
-        points=len(points),
-        skipped=len(points) - len(todo),
-        ran=len(todo),
+        points=total,
+        skipped=total - to_run,
+        ran=to_run,
         ok=statuses.count("ok"),
         errors=len(statuses) - statuses.count("ok"),
         seconds=time.monotonic() - started,
     )
 
 
-def _prepare_folder(out: Path, spec: SweepSpec, points: list[Point], resume: bool) -> IO[Any]:
-    """Check the folder may be used, take its lock, and write the spec and the point list."""
-    if out.exists() and not out.is_dir():
-        raise SpecmdError(f"--out {out}: expected a folder, got a file")
+def check_sweep_folder(out: Path, resume: bool) -> None:
+    """One line, before any work, unless ``out`` can take the sweep: a writable location that is
+    new, empty (of results: ``_meta`` and names that readers skip, starting with ``.`` or ``_``,
+    do not count) or, with ``resume``, a sweep folder that holds nothing but result files."""
+    check_output(out, "--out", folder=True)
+    if not out.is_dir():
+        return
+    names = sorted(p.name for p in out.iterdir() if not p.name.startswith((".", "_")))
+    others = [name for name in names if not ((out / name).is_file() and is_part(out / name))]
+    if others:
+        listed = ", ".join(repr(name) for name in others[:3]) + (", ..." if others[3:] else "")
+        raise SpecmdError(
+            f"--out: expected a new folder, an empty one or a sweep folder, got {str(out)!r}, "
+            f"which holds other files ({listed})"
+        )
+    if names and not resume:
+        raise SpecmdError(
+            f"--out: expected a new or empty folder, got the sweep folder {str(out)!r} with "
+            f"{len(names)} result files (add --resume to continue the sweep in it)"
+        )
+
+
+def _survey(spec: SweepSpec, source: str) -> tuple[list[dict[str, Any]], dict[str, Kind]]:
+    """One pass over the grid: the listing of its points (``points.json``) and the columns of
+    its table."""
+    listing: list[dict[str, Any]] = []
+
+    def configs() -> Iterator[SimConfig]:
+        for p in iter_points(spec, source):
+            axes = {name: axis_label(v) for name, v in p.axes.items()}
+            listing.append({"index": p.index, "point_id": p.point_id, "key": p.key, "axes": axes})
+            yield p.config
+
+    # every value of an axis is the value of some point: its column's kind needs no points
+    axes = {name: [axis_label(v) for v in values]
+            for factor in spec.factors() for name, values in factor.items()}  # fmt: skip
+    columns = table_columns(spec.engine, axes, configs())
+    return listing, columns
+
+
+def _prepare_folder(out: Path, spec: SweepSpec, listing: list[dict[str, Any]]) -> IO[Any]:
+    """Check a folder being resumed has the same points, take its lock, and write the spec and
+    the point list."""
     meta = out / META_DIR
-    entries = sorted(out.iterdir()) if out.is_dir() else []
-    if entries:
-        if not resume:
-            raise SpecmdError(
-                f"--out {out}: expected a new or empty folder, got one with {len(entries)} "
-                "entries (add --resume to continue the sweep in it)"
-            )
-        _check_same_points(out, points)
+    if out.is_dir() and part_files(out):  # without results (killed before the first), any spec
+        _check_same_points(out, [entry["point_id"] for entry in listing])
     meta.mkdir(parents=True, exist_ok=True)
     lock = _lock(meta / "lock", out)
-    listing = {
-        "format": POINTS_FORMAT,
-        "version": 1,
-        "engine": spec.engine,
-        "points": [
-            {"index": p.index, "point_id": p.point_id, "key": p.key,
-             "axes": {name: axis_label(v) for name, v in p.axes.items()}}
-            for p in points
-        ],
-    }  # fmt: skip
-    _write_text(meta / "points.json", json.dumps(listing, indent=1, sort_keys=True) + "\n")
+    document = {"format": POINTS_FORMAT, "version": 1, "engine": spec.engine, "points": listing}
+    write_text(meta / "points.json", json.dumps(document, indent=1, sort_keys=True) + "\n")
     spec_text = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
-    _write_text(meta / "spec.yaml", spec_text)
+    write_text(meta / "spec.yaml", spec_text)
     return lock
 
 
-def _check_same_points(out: Path, points: list[Point]) -> None:
+def _check_same_points(out: Path, new: list[str]) -> None:
     listing = out / META_DIR / "points.json"
     try:
         stored = json.loads(listing.read_text())
@@ -182,7 +237,6 @@ def _check_same_points(out: Path, points: list[Point]) -> None:
             f"--out {out}: expected a sweep folder to resume (with {META_DIR}/points.json), "
             "got a folder without a readable one"
         ) from None
-    new = [p.point_id for p in points]
     if old != new:
         differ = len(set(old) ^ set(new)) or sum(a != b for a, b in zip(old, new, strict=False))
         raise SpecmdError(
@@ -208,7 +262,3 @@ def _lock(path: Path, out: Path) -> IO[Any]:
             "locked by a running sweep"
         ) from None
     return handle
-
-
-def _write_text(path: Path, text: str) -> None:
-    write_text(path, text)

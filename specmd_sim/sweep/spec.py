@@ -25,17 +25,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from specmd_sim.errors import SpecmdError, from_validation_error
+from specmd_sim.schema_base import InputModel
 
 Engine = Literal["replay", "simulate"]
 
 
-class SweepSpec(BaseModel):
+class SweepSpec(InputModel):
     """One sweep: the base config, its axes and the engine."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     name: str | None = Field(default=None, description="A label for the sweep.")
     engine: Engine = Field(
@@ -91,10 +90,6 @@ class SweepSpec(BaseModel):
         """The factors of the product, in order: one per entry of ``axes``, then the zip
         groups."""
         return [{name: values} for name, values in self.axes.items()] + list(self.zip)
-
-    def axis_names(self) -> list[str]:
-        """Every axis, in the order of the factors."""
-        return [name for factor in self.factors() for name in factor]
 
 
 def parse_spec(data: object, source: str = "sweep spec") -> SweepSpec:

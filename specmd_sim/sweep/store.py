@@ -12,8 +12,12 @@ Layout of a sweep folder ``DIR``::
 ``.``), its rows in point order because the file names start with the point index.
 
 Nothing is lost and nothing is duplicated: a row is written to a hidden temporary file, flushed
-and renamed into place, so a file either holds a whole row or does not exist, and a point has
-exactly one file name. A resumed sweep skips the points whose file exists.
+and renamed into place (:func:`specmd_sim.atomic.atomic_file`), so a file either holds a whole
+row or does not exist, and a point has exactly one file name. A resumed sweep skips the points
+whose file exists and reads. A part that does not read (damaged after it was written: a full
+disk, a bad copy) is not done: a resumed sweep runs its point again, which replaces it; until
+then every reader (:func:`read_rows`, :func:`load_table`, ``specmd regress --sweep``) refuses
+the table with one line naming that file.
 
 Every file has the same schema, so that pyarrow reads them as one table, and it is known before
 the first point runs (:func:`table_columns`), from the spec rather than from the rows:
@@ -46,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
+from specmd_sim.atomic import atomic_file
 from specmd_sim.config import SimConfig, config_to_dict
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import INPUTS, METRICS, reported, value_type
@@ -77,13 +82,14 @@ def table_columns(
         columns[f"axis.{name}"] = _axis_kind(values)
     columns.update(engine="string", hardware_grade="string")
     config_kinds: dict[str, Kind] = {}
-    dumps = []
-    for config in configs:
+    metrics: dict[str, Any] = {}
+    for config in configs:  # one at a time: ``configs`` may be a stream of a large grid
         _add_model_kinds(config, "config", config_kinds)
-        dumps.append(config_to_dict(config))
-    metrics = [m for m in METRICS.values() if any(reported(m, engine, d) for d in dumps)]
-    columns.update((m.name, _KIND_OF_TYPE[value_type(m.unit)]) for m in sorted(
-        metrics, key=lambda m: m.name))  # fmt: skip
+        dump = config_to_dict(config)
+        metrics.update((m.name, m) for m in METRICS.values()
+                       if m.name not in metrics and reported(m, engine, dump))  # fmt: skip
+    columns.update((name, _KIND_OF_TYPE[value_type(m.unit)]) for name, m in sorted(
+        metrics.items()))  # fmt: skip
     columns.update(
         (f"inputs.{name}", _KIND_OF_TYPE[value_type(m.unit)]) for name, m in sorted(INPUTS.items())
     )
@@ -161,6 +167,7 @@ class ResultStore:
         self.columns = dict(columns)
         self.width = max(6, len(str(max(total - 1, 0))))
         self._parts: dict[str, Path] = {}  # point id -> file
+        self.unreadable: list[Path] = []  # parts that do not read: not done
 
     # -- files --
 
@@ -168,16 +175,21 @@ class ResultStore:
         return f"{index:0{self.width}d}-{point_id}{PART_SUFFIX}"
 
     def scan(self) -> None:
-        """Find the parts on disk, delete leftover temporary files, and check that every part
-        has this table's schema."""
-        self._parts = {}
+        """Find the parts on disk and delete leftover temporary files. A part of another schema
+        is refused; one that does not read is listed in :attr:`unreadable` and not done."""
+        self._parts, self.unreadable = {}, []
         self.root.mkdir(parents=True, exist_ok=True)
         schema = _arrow_schema(self.columns)
         for path in sorted(self.root.iterdir()):
-            if path.name.startswith(".") and path.name.endswith(".tmp"):
+            if is_temporary(path) and path.is_file():
                 path.unlink()
             elif path.is_file() and is_part(path):
-                if not _read_schema(path).equals(schema):
+                try:
+                    table = read_part(path)
+                except SpecmdError:
+                    self.unreadable.append(path)
+                    continue
+                if not table.schema.equals(schema):
                     raise SpecmdError(
                         f"{path}: expected a result file with this sweep's columns, got one "
                         "with other columns (written by another version of specmd-sim); use "
@@ -204,11 +216,9 @@ class ResultStore:
 
     def read_rows(self) -> list[Row]:
         """Every row, in point order, as Python values."""
-        import pyarrow.parquet as pq
-
         rows: list[Row] = []
         for path in sorted(self._parts.values()):
-            rows.extend(pq.read_table(path).to_pylist())
+            rows.extend(read_part(path).to_pylist())
         return rows
 
     def _write(self, path: Path, row: Row) -> None:
@@ -217,24 +227,31 @@ class ResultStore:
 
         data = {name: [cell(row.get(name), kind)] for name, kind in self.columns.items()}
         table = pa.Table.from_pydict(data, schema=_arrow_schema(self.columns))
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "wb") as handle:
+        with atomic_file(path) as tmp, open(tmp, "wb") as handle:
             pq.write_table(table, handle)
             handle.flush()
             os.fsync(handle.fileno())
-        tmp.replace(path)
 
 
-def _read_schema(path: Path) -> pa.Schema:
+def read_part(path: Path) -> pa.Table:
+    """One part as a table; one line naming the file if it does not read."""
     import pyarrow.parquet as pq
 
     try:
-        return pq.read_schema(path)
+        return pq.read_table(path)
     except Exception as exc:  # pyarrow raises several types for a damaged file
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = reason.removeprefix(f"Could not open Parquet input source '{path}': ")
         raise SpecmdError(
-            f"{path}: expected a parquet result file, got an unreadable one ({exc}); "
-            "delete it to run that point again"
+            f"{path}: expected a parquet result file, got an unreadable one ({reason}); "
+            "resume the sweep (--resume) to run that point again"
         ) from None
+
+
+def is_temporary(path: Path) -> bool:
+    """A part's temporary file (``.NAME.parquet.tmp-PID``, :func:`specmd_sim.atomic.atomic_file`;
+    ``.NAME.parquet.tmp`` before it), left by a writer that was killed."""
+    return path.name.startswith(".") and f"{PART_SUFFIX}.tmp" in path.name
 
 
 def is_part(path: Path) -> bool:
@@ -258,20 +275,19 @@ def part_files(root: Path) -> list[Path]:
 
 
 def load_table(root: Path | str) -> pd.DataFrame:
-    """The results table of a sweep folder as a DataFrame (``pandas.read_parquet(DIR)``)."""
-    import pandas as pd
-
-    root = Path(root)
-    if not root.is_dir():
-        raise SpecmdError(f"sweep folder {root}: expected a folder, got none")
-    if not part_files(root):
-        raise SpecmdError(f"sweep folder {root}: expected result files, got none")
-    return pd.read_parquet(root)
+    """The results table of a sweep folder as a DataFrame (as ``pandas.read_parquet(DIR)``)."""
+    return _read_table(root).to_pandas()
 
 
 def read_rows(root: Path | str) -> list[Row]:
     """The results table of a sweep folder as rows of Python values, in point order."""
-    import pyarrow.parquet as pq
+    return _read_table(root).to_pylist()
+
+
+def _read_table(root: Path | str) -> pa.Table:
+    """Every part, each read and checked on its own so that a damaged one or one of another
+    schema is named in one line (a dataset read of the folder would raise from deep inside)."""
+    import pyarrow as pa
 
     root = Path(root)
     if not root.is_dir():
@@ -279,13 +295,20 @@ def read_rows(root: Path | str) -> list[Row]:
     parts = part_files(root)
     if not parts:
         raise SpecmdError(f"sweep folder {root}: expected result files, got none")
-    return pq.read_table(root).to_pylist()
+    tables = [read_part(path) for path in parts]
+    for path, table in zip(parts, tables, strict=True):
+        if not table.schema.equals(tables[0].schema):
+            raise SpecmdError(
+                f"{path}: expected the columns of {parts[0].name}, got other columns (a part "
+                "of another sweep or another version of specmd-sim); move it out of the folder"
+            )
+    return pa.concat_tables(tables)
 
 
 def export_csv(root: Path | str, path: Path | str) -> Path:
     """Write the results table of a sweep folder as CSV (atomically); returns the path."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    load_table(root).to_csv(tmp, index=False)
-    tmp.replace(path)
+    table = load_table(root)
+    with atomic_file(path) as tmp:
+        table.to_csv(tmp, index=False)
     return path

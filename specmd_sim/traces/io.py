@@ -2,13 +2,17 @@
 
 Files are written with fixed zip timestamps, so the same arrays always give the same bytes.
 ``compress=False`` stores members uncompressed, and such members are then memory-mapped on
-load instead of being read into memory: that is how large traces stay cheap.
+load instead of being read into memory: that is how large traces stay cheap. Before a member's
+data is read, its ``.npy`` header is checked against the member's sizes in the zip directory, so
+that a header claiming a huge shape allocates nothing.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +22,7 @@ from specmd_sim._data import data_dir
 from specmd_sim.atomic import atomic_file, check_output
 from specmd_sim.errors import SpecmdError
 from specmd_sim.traces.trace import Trace, validate_trace
+from specmd_sim.units import format_bytes
 
 ARRAY_NAMES = ("experts", "gates", "pred_scores", "request", "phase", "arrival_s")
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
@@ -69,56 +74,117 @@ def load_trace(ref: str | Path) -> Trace:
     """Load and validate a trace; uncompressed members are memory-mapped."""
     path = resolve_trace_path(ref)
     source = f"trace {path}"
-    try:
-        arrays = _read_members(path)
-    except (OSError, zipfile.BadZipFile, ValueError) as exc:
-        raise SpecmdError(f"{source}: expected a readable .npz archive, got {exc}") from None
+    arrays = _read_members(path, source)
     if "experts" not in arrays or "meta" not in arrays:
         raise SpecmdError(f"{source}: expected arrays 'experts' and 'meta', got {sorted(arrays)}")
     try:
         meta = json.loads(str(arrays.pop("meta")[()]))
     except (json.JSONDecodeError, IndexError) as exc:
         raise SpecmdError(f"{source}: meta: expected a JSON string, got {exc}") from None
+    except RecursionError:
+        raise SpecmdError(
+            f"{source}: meta: expected a JSON string, got nesting too deep to parse"
+        ) from None
     required = {"request", "phase"} - set(arrays)
     if required:
         raise SpecmdError(f"{source}: expected arrays {sorted(required)}, got {sorted(arrays)}")
     return validate_trace(arrays, meta, source)
 
 
-def _read_members(path: Path) -> dict[str, Any]:
+# What a damaged archive raises while it is read: zipfile's own errors, zlib's for a corrupt
+# deflate stream, EOFError for one cut short, RuntimeError for a member flagged encrypted,
+# NotImplementedError for an unknown compression method, ValueError for a bad .npy header.
+_DAMAGED = (
+    OSError, EOFError, ValueError, RuntimeError, NotImplementedError, zipfile.BadZipFile,
+    zlib.error,
+)  # fmt: skip
+# The most bytes one stored byte of a member gives: deflate emits at most 258 bytes per 2 bits
+# (a longest match at distance 1), zlib's documented limit of 1032:1.
+_MAX_RATIO = {zipfile.ZIP_STORED: 1, zipfile.ZIP_DEFLATED: 1032}
+
+
+def _read_members(path: Path, source: str) -> dict[str, Any]:
+    """Every member's array; one line naming the archive (and the member) if one is damaged."""
+    try:
+        zf = zipfile.ZipFile(path)
+    except _DAMAGED as exc:
+        raise SpecmdError(f"{source}: expected a readable .npz archive, got {exc}") from None
     out: dict[str, Any] = {}
-    with zipfile.ZipFile(path) as zf:
+    with zf:
         for info in zf.infolist():
             name = info.filename.removesuffix(".npy")
-            if info.compress_type == zipfile.ZIP_STORED and name != "meta":
-                out[name] = _memmap_member(path, zf, info)
-            else:
-                with zf.open(info) as fh:
-                    out[name] = np.lib.format.read_array(fh, allow_pickle=False)
+            where = f"{source}: {name}"
+            try:
+                out[name] = _read_member(path, zf, info, name, where)
+            except MemoryError:
+                raise SpecmdError(
+                    f"{where}: expected an array that fits in memory, got "
+                    f"{format_bytes(info.file_size)} (save the trace uncompressed to "
+                    "memory-map it)"
+                ) from None
+            except _DAMAGED as exc:
+                raise SpecmdError(f"{where}: expected a readable .npy member, got {exc}") from None
     return out
 
 
-def _memmap_member(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> np.ndarray:
-    """Memory-map an uncompressed ``.npy`` member of a zip archive."""
-    with open(path, "rb") as raw:
-        raw.seek(info.header_offset)
-        local = raw.read(30)
-        name_len = int.from_bytes(local[26:28], "little")
-        extra_len = int.from_bytes(local[28:30], "little")
-        start = info.header_offset + 30 + name_len + extra_len
-        raw.seek(start)
-        version = np.lib.format.read_magic(raw)
+def _read_member(
+    path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, name: str, where: str
+) -> Any:
+    """A member's array, once its header agrees with its size in the zip directory; the
+    uncompressed ones but ``meta`` memory-mapped."""
+    with zf.open(info) as fh:
+        version = np.lib.format.read_magic(fh)
         read_header = (
             np.lib.format.read_array_header_1_0
             if version == (1, 0)
             else np.lib.format.read_array_header_2_0
         )
-        shape, fortran, dtype = read_header(raw)
-        if dtype.hasobject:
-            raise ValueError(f"member {info.filename} holds Python objects")
-        offset = raw.tell()
-    if int(np.prod(shape)) == 0:
+        shape, fortran, dtype = read_header(fh)
+        header_bytes = fh.tell()
+    if dtype.hasobject:
+        expected = "a JSON string" if name == "meta" else "a numeric array"
+        raise SpecmdError(f"{where}: expected {expected}, got an object (pickled) array")
+    _check_size(info, shape, dtype, header_bytes, path.stat().st_size, where)
+    if info.compress_type != zipfile.ZIP_STORED or name == "meta":
+        with zf.open(info) as fh:
+            return np.lib.format.read_array(fh, allow_pickle=False)
+    if math.prod(shape) == 0:
         return np.zeros(shape, dtype)
     return np.memmap(
-        path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C"
+        path,
+        dtype=dtype,
+        mode="r",
+        offset=_data_start(path, info) + header_bytes,
+        shape=shape,
+        order="F" if fortran else "C",
     )
+
+
+def _check_size(info: zipfile.ZipInfo, shape: tuple[int, ...], dtype: np.dtype,
+                header_bytes: int, archive_bytes: int, where: str) -> None:  # fmt: skip
+    """A member's header claims the data bytes the zip directory says it holds, and no more
+    than its bytes in the archive expand to: nothing is allocated for a shape the file cannot
+    hold. (A compression method other than stored or deflated is read as it comes.)"""
+    claimed, held = math.prod(shape) * dtype.itemsize, info.file_size - header_bytes
+    if claimed != held:
+        raise SpecmdError(
+            f"{where}: expected a header matching the member's {held:,} bytes of data, got "
+            f"shape {list(shape)} of {dtype} ({claimed:,} bytes)"
+        )
+    ratio = _MAX_RATIO.get(info.compress_type)
+    stored = min(info.compress_size, archive_bytes)
+    if ratio is not None and info.file_size > ratio * stored:
+        raise SpecmdError(
+            f"{where}: expected at most {ratio * stored:,} bytes from {stored:,} bytes in the "
+            f"archive (at most {ratio}:1), got a zip directory claiming {info.file_size:,}"
+        )
+
+
+def _data_start(path: Path, info: zipfile.ZipInfo) -> int:
+    """Offset in the file of an uncompressed member's first byte (after its local header)."""
+    with open(path, "rb") as raw:
+        raw.seek(info.header_offset)
+        local = raw.read(30)
+    name_len = int.from_bytes(local[26:28], "little")
+    extra_len = int.from_bytes(local[28:30], "little")
+    return info.header_offset + 30 + name_len + extra_len

@@ -75,21 +75,23 @@ import math
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from specmd_sim.errors import SpecmdError
+from specmd_sim.errors import SpecmdError, short_repr
 from specmd_sim.models.loader import load_model
+from specmd_sim.schema_base import InputModel
 from specmd_sim.traces.trace import DECODE, PREFILL, Trace, make_trace
 
 GENERATOR = "specmd-sim synthetic v1"
 _LOW_SCORE_MAX = 0.45  # non-predicted experts score in [0, 0.45); predicted ones in (0.5, 1]
 _CHUNK_CELLS = 1 << 22  # rows x layers x experts per pred_scores draw (part of the RNG stream)
+# tokens x layers x experts (x lookahead): pred_scores in at most 1 GiB (float16); the
+# per-request weights (float64) in at most 4 GiB even with one token per request
+MAX_CELLS = 1 << 29
 
 
-class SyntheticParams(BaseModel):
+class SyntheticParams(InputModel):
     """Knobs of the synthetic trace generator; the shape comes from the catalog model."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     model: str = Field(
         description="Catalog model id (e.g. 'olmoe-1b-7b'); gives moe_layers, num_experts, top_k."
@@ -175,6 +177,12 @@ class SyntheticParams(BaseModel):
             raise ValueError(
                 f"lookahead must be <= moe_layers - 1 ({spec.moe_layers - 1}) of {self.model}"
             )
+        cells = self.num_tokens * spec.moe_layers * spec.num_experts * max(self.lookahead, 1)
+        if cells > MAX_CELLS:
+            raise ValueError(
+                f"num_requests x (prompt_tokens + decode_tokens): expected at most {MAX_CELLS:,} "
+                f"token x layer x expert cells (x lookahead) with {self.model}, got {cells:,}"
+            )
         return self
 
     @property
@@ -235,6 +243,8 @@ def zipf_exponent(skew: float, num_experts: int) -> float:
 
 def generate(params: SyntheticParams, seed: int) -> Trace:
     """A synthetic trace for ``params``; the same ``params`` and ``seed`` give identical arrays."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise SpecmdError(f"generator: seed: expected an integer >= 0, got {short_repr(seed)}")
     spec = load_model(params.model)
     num_layers, num_experts = spec.moe_layers, spec.num_experts
     k = spec.top_k if params.top_k is None else params.top_k

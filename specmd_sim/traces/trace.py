@@ -94,7 +94,7 @@ def make_trace(
     **meta: Any,
 ) -> Trace:
     """Build and validate a trace from arrays; defaults: one request, all decode."""
-    experts = np.asarray(experts)
+    experts = _array(source, "experts", experts)
     if experts.ndim != 3:
         raise SpecmdError(
             f"{source}: experts: expected a 3-D array [tokens, layers, k], "
@@ -128,8 +128,16 @@ def _fail(source: str, name: str, expected: str, got: object) -> SpecmdError:
     return SpecmdError(f"{source}: {name}: expected {expected}, got {got}")
 
 
+def _array(source: str, name: str, value: Any) -> np.ndarray:
+    """``value`` as an array; nested lists of unequal lengths are refused in one line."""
+    try:
+        return np.asarray(value)
+    except ValueError:  # numpy: "... has an inhomogeneous shape after N dimensions ..."
+        raise _fail(source, name, "an array (lists of equal lengths)", "ragged lists") from None
+
+
 def _as(source: str, name: str, arr: Any, kinds: str, dtype: type, ndim: int) -> np.ndarray:
-    arr = np.asarray(arr)
+    arr = _array(source, name, arr)
     if arr.dtype.kind not in kinds:
         raise _fail(source, name, f"a {np.dtype(dtype).name} array", f"dtype {arr.dtype}")
     if arr.ndim != ndim:
@@ -178,26 +186,7 @@ def validate_trace(arrays: dict[str, Any], meta: Any, source: str) -> Trace:
             f"shape {list(experts.shape)}",
         )
     num_experts = meta["num_experts"]
-    bad = (experts < -1) | (experts >= num_experts)
-    if bad.any():
-        tok, layer, slot = (int(i) for i in np.argwhere(bad)[0])
-        raise _fail(
-            source,
-            "experts",
-            f"expert ids in [-1, {num_experts - 1}] (meta num_experts = {num_experts})",
-            f"{int(experts[tok, layer, slot])} at token {tok}, layer {layer}, slot {slot}",
-        )
-    if k > 1:
-        ordered = np.sort(experts, axis=2)
-        dup = (ordered[:, :, 1:] == ordered[:, :, :-1]) & (ordered[:, :, 1:] >= 0)
-        if dup.any():
-            tok, layer, _ = (int(i) for i in np.argwhere(dup)[0])
-            raise _fail(
-                source,
-                "experts",
-                "distinct expert ids within a token's layer",
-                f"{experts[tok, layer].tolist()} at token {tok}, layer {layer}",
-            )
+    _check_expert_ids(experts, num_experts, source)
 
     request = _as(source, "request", arrays["request"], "iu", np.int32, 1)
     phase = _as(source, "phase", arrays["phase"], "iu", np.uint8, 1)
@@ -231,6 +220,32 @@ def validate_trace(arrays: dict[str, Any], meta: Any, source: str) -> Trace:
     if arrival is not None:
         arrival = _check_arrivals(arrival, request, source)
     return Trace(experts, request, phase, meta, gates, pred, arrival)
+
+
+def _check_expert_ids(experts: np.ndarray, num_experts: int, source: str) -> None:
+    """Ids in ``[-1, num_experts - 1]``, distinct within a row, and at least one routed."""
+    bad = (experts < -1) | (experts >= num_experts)
+    if bad.any():
+        tok, layer, slot = (int(i) for i in np.argwhere(bad)[0])
+        raise _fail(
+            source,
+            "experts",
+            f"expert ids in [-1, {num_experts - 1}] (meta num_experts = {num_experts})",
+            f"{int(experts[tok, layer, slot])} at token {tok}, layer {layer}, slot {slot}",
+        )
+    if int(experts.max()) < 0:  # -1 pads missing records; a trace of nothing but padding
+        raise _fail(source, "experts", "at least one routed expert (ids >= 0)", "none (all -1)")
+    if experts.shape[2] > 1:
+        ordered = np.sort(experts, axis=2)
+        dup = (ordered[:, :, 1:] == ordered[:, :, :-1]) & (ordered[:, :, 1:] >= 0)
+        if dup.any():
+            tok, layer, _ = (int(i) for i in np.argwhere(dup)[0])
+            raise _fail(
+                source,
+                "experts",
+                "distinct expert ids within a token's layer",
+                f"{experts[tok, layer].tolist()} at token {tok}, layer {layer}",
+            )
 
 
 def _first_rows(request: np.ndarray) -> np.ndarray:

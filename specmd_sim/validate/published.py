@@ -23,33 +23,30 @@ from typing import Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from specmd_sim.config import build_config
 from specmd_sim.engine.sim.run import simulate
 from specmd_sim.errors import SpecmdError
 from specmd_sim.runtime import load_runtime
+from specmd_sim.schema_base import InputModel
 from specmd_sim.traces.io import save_trace
 from specmd_sim.traces.synthetic import SyntheticParams, generate
 
 Progress = Callable[[str], None]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Targets(_Frozen):
+class Targets(InputModel):
     row_error: float = Field(gt=0, description="Largest |simulated/published - 1| of a row.")
     median_error: float = Field(gt=0, description="Largest median error over validation rows.")
 
 
-class TraceSpec(_Frozen):
+class TraceSpec(InputModel):
     bundled: str | None = None
     synthetic: SyntheticParams | None = None
 
 
-class Row(_Frozen):
+class Row(InputModel):
     setup: str = Field(description="The row's setup within its group (e.g. 'no-prefetch').")
     published: float = Field(gt=0, description="The published figure, in the group's metric.")
     role: Literal["calibration", "validation"] = "validation"
@@ -75,7 +72,7 @@ class Row(_Frozen):
     )
 
 
-class Group(_Frozen):
+class Group(InputModel):
     id: str
     citation: str
     hardware: str
@@ -90,7 +87,7 @@ class Group(_Frozen):
     ordered: bool = Field(default=True, description="Preserve the published ordering.")
 
 
-class Fit(_Frozen):
+class Fit(InputModel):
     """A runtime constant fitted on the calibration rows of the groups that use the runtime."""
 
     runtime: str
@@ -99,7 +96,7 @@ class Fit(_Frozen):
     high: float = Field(gt=0, description="Search range, high end.")
 
 
-class DataSet(_Frozen):
+class DataSet(InputModel):
     targets: Targets
     fits: list[Fit] = Field(default_factory=list, description="The constants fitted, and where.")
     traces: dict[str, TraceSpec]

@@ -1,13 +1,20 @@
-"""The run summary explains late hits in one line when they outnumber hits."""
+"""The run summary: late hits explained in one line when they outnumber hits, times summed over
+GPUs labelled as sums, and rows for the Belady gap and the mechanisms that resolve or bypass
+misses when a run has them."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
+import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from specmd_sim.cli import app
 from specmd_sim.cli.run import late_hit_note
+from specmd_sim.metrics import METRICS
 
 
 def test_late_hits_are_explained_when_they_dominate(tmp_path: Path) -> None:
@@ -25,3 +32,83 @@ def test_no_note_when_hits_dominate_or_in_replay() -> None:
     assert late_hit_note({"hits": 5, "accesses": 120}) is None  # replay has no late hits
     note = late_hit_note({"late_hits": 80, "hits": 10, "accesses": 100})
     assert note is not None and "80.0% of accesses" in note and "here: 90.0%)" in note
+
+
+def _trace(write_trace) -> str:
+    """Two requests of 4 tokens on OLMoE's shape (16 layers, 8 of 64 experts), seeded."""
+    rng = np.random.default_rng(0)
+    experts = np.stack([[rng.choice(64, 8, replace=False) for _ in range(16)]
+                        for _ in range(8)]).astype(np.int16)  # fmt: skip
+    request = np.repeat(np.arange(2, dtype=np.int32), 4)
+    return str(write_trace(experts, "olmoe-1b-7b", 64, request=request))
+
+
+def _summary(folder: Path, *args: str) -> tuple[str, dict[str, Any]]:
+    """What ``specmd ARGS --out FOLDER`` prints, and the metrics of the run it wrote."""
+    result = CliRunner().invoke(
+        app, [*args, "--out", str(folder)], env={"COLUMNS": "200"}, catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.output
+    return result.output, json.loads((folder / "result.json").read_text())["metrics"]
+
+
+def _row(text: str, label: str) -> str:
+    """The value cell of the summary row ``label``."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("│")]
+        if len(cells) > 2 and cells[1] == label:
+            return cells[2]
+    raise AssertionError(f"no row {label!r} in:\n{text}")
+
+
+def test_times_summed_over_gpus_say_so(tmp_path: Path, write_trace) -> None:
+    """Two GPUs stall for longer than the makespan: the row says it is a sum."""
+    args = ("run", "--trace", _trace(write_trace), "--cache", "16", "--set",
+            "timing.record_spans=false")  # fmt: skip
+    text, m = _summary(tmp_path / "two", *args, "--hardware", "hgx-h100-8gpu", "--set",
+                       "parallel.gpus=2")  # fmt: skip
+    assert m["stall_s"] > m["makespan_s"]
+    assert _row(text, "stall (sum over 2 GPUs)") == METRICS["stall_s"].format(m["stall_s"])
+    assert _row(text, "transfer hidden behind compute (sum over 2 GPUs)") == (
+        METRICS["overlap_s"].format(m["overlap_s"])
+    )
+    single, _ = _summary(tmp_path / "one", *args)
+    assert _row(single, "stall") and "sum over" not in single
+
+
+def test_belady_gap_has_a_row(tmp_path: Path, write_trace) -> None:
+    text, m = _summary(tmp_path / "r", "replay", "--trace", _trace(write_trace), "--cache", "16",
+                       "--set", "belady_gap=true")  # fmt: skip
+    assert _row(text, "offline optimum / its hit rate / misses above it") == (
+        f"{m['belady_reference']} / {m['belady_hit_rate']:.2%} / {m['belady_gap_misses']:,}"
+    )
+
+
+_MECHANISMS = {
+    "bypassed": "bypassed fetches",
+    "activations_substituted": "activations substituted",
+    "activations_cpu": "activations on the CPU",
+    "activations_dropped": "activations dropped",
+}
+
+
+@pytest.mark.parametrize(
+    ("options", "used"),
+    [
+        (("--eviction", "static-hot", "--set", "miss.kind=substitute"),
+         {"bypassed", "activations_substituted"}),
+        (("--set", "miss.kind=cpu-execute"), {"activations_cpu"}),
+        (("--set", "miss.kind=drop"), {"activations_dropped"}),
+    ],
+)  # fmt: skip
+def test_misses_bypassed_or_resolved_otherwise_are_counted(
+    tmp_path: Path, write_trace, options: tuple[str, ...], used: set[str]
+) -> None:
+    """A row for each mechanism a run used, none for the others."""
+    text, m = _summary(tmp_path / "r", "replay", "--trace", _trace(write_trace), "--cache", "16",
+                       *options)  # fmt: skip
+    for name, label in _MECHANISMS.items():
+        if name in used:
+            assert m[name] > 0 and _row(text, label) == f"{m[name]:,}"
+        else:
+            assert m[name] == 0 and label not in text

@@ -96,6 +96,34 @@ def test_overrides() -> None:
     assert cfg.prefetch.kind == "none"
 
 
+def test_chunks_are_at_least_64_kib() -> None:
+    """A chunk is one DMA copy and one event of the timing engine: 4 KiB chunks made a
+    request take minutes."""
+    assert build_config({"timing": {"chunk_bytes": 64 * 1024}}).timing.chunk_bytes == 65536
+    with pytest.raises(SpecmdError) as info:
+        build_config({"timing": {"chunk_bytes": 4096}})
+    assert str(info.value) == (
+        "config: timing.chunk_bytes: input should be greater than or equal to 65536, got 4096"
+    )
+
+
+def test_an_expert_is_at_most_256_chunks() -> None:
+    """64 KiB chunks of a 336 MiB Mixtral expert would be 5,376 copies per fetch."""
+    from specmd_sim.scenario import build_scenario
+
+    mixtral = {"trace": "mixtral-synthetic", "workload": {"max_requests": 1}}
+    with pytest.raises(SpecmdError) as info:
+        build_scenario(build_config({**mixtral, "timing": {"chunk_bytes": 64 * 1024}}))
+    largest = build_scenario(build_config(mixtral)).placement.largest
+    floor = -(-largest // 256)
+    assert str(info.value) == (
+        f"timing.chunk_bytes: expected at least {floor:,} bytes (at most 256 chunks per expert "
+        f"of {largest:,} bytes), got 65,536"
+    )
+    ok = build_scenario(build_config({**mixtral, "timing": {"chunk_bytes": floor}}))
+    assert ok.config.timing.chunk_bytes == floor
+
+
 def test_an_enormous_value_gets_a_short_error_at_once() -> None:
     """A YAML alias bomb expands to 10**31 elements: the error names it in a bounded line (an
     unbounded repr would never return)."""
@@ -146,6 +174,16 @@ def test_yaml_files_are_bounded_and_decoded_in_one_line(tmp_path) -> None:
     latin.write_bytes("seed: 1 # caf\xe9\n".encode("latin-1"))
     with pytest.raises(SpecmdError, match=r"latin.yaml: expected UTF-8 text"):
         load_yaml(latin, "config")
+    deep = tmp_path / "deep.yaml"  # composing recurses once per level
+    deep.write_text("workload: " + "[" * 20_000 + "]" * 20_000 + "\n")
+    with pytest.raises(SpecmdError) as info:
+        load_yaml(deep, "config")
+    assert str(info.value) == (
+        f"config {deep}: expected at most 100 levels of nesting, got more at line 1, column 110"
+    )
+    nested = tmp_path / "nested.yaml"  # 100 levels: the mapping and 99 lists
+    nested.write_text("a: " + "[" * 99 + "]" * 99 + "\n")
+    assert "a" in load_yaml(nested, "config")
     shared = tmp_path / "shared.yaml"  # aliases that stay small load as usual
     shared.write_text("base: &b {capacity: 5%}\ncache: *b\n")
     assert load_yaml(Path(shared), "config") == {"base": {"capacity": "5%"},

@@ -426,6 +426,20 @@ def test_fraction_above_one(tmp_path: Path, base_profile: dict) -> None:
     assert "got 1.5" in message
 
 
+@pytest.mark.parametrize("field", ["copy_engines_h2d", "copy_engines_d2h"])
+def test_copy_engines_are_bounded(tmp_path: Path, base_profile: dict, field: str) -> None:
+    """At most 64 (real GPUs have a handful): the timing engine keeps a slot and a lane per
+    engine, the real executor a thread."""
+    data = copy.deepcopy(base_profile)
+    data["nodes"][0][field]["value"] = 64
+    assert getattr(load_profile(write(tmp_path, data)).gpus[0], field).value == 64
+    data["nodes"][0][field]["value"] = 10**9
+    message = load_error(write(tmp_path, data))
+    assert message.endswith(
+        f"nodes.0.gpu.{field}.value: input should be less than or equal to 64, got 1000000000"
+    )
+
+
 def test_unknown_grade(tmp_path: Path, base_profile: dict) -> None:
     data = copy.deepcopy(base_profile)
     data["links"][0]["bandwidth_bytes_per_s"]["grade"] = "E"

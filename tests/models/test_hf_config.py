@@ -6,6 +6,7 @@ them, and bad configs give one-line errors."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -334,6 +335,41 @@ def test_errors() -> None:
         spec_from_hf_config(MIXTRAL_8X7B_V01, expert_dtype="fp3")
 
 
+@pytest.mark.parametrize(
+    ("config", "key"),
+    [
+        (MIXTRAL_8X7B_V01, "num_local_experts"),  # the spec's num_experts
+        (OLMOE_1B_7B_0924, "num_experts"),
+        (DEEPSEEK_V2_LITE, "n_routed_experts"),
+        (MIXTRAL_8X7B_V01, "intermediate_size"),  # moe_intermediate_size
+        (DEEPSEEK_V2_LITE, "v_head_dim"),  # head_dim
+        (MIXTRAL_8X7B_V01, "num_key_value_heads"),  # num_kv_heads
+    ],
+)
+def test_a_spec_error_names_the_config_key(config: dict[str, Any], key: str) -> None:
+    """A value the spec refuses is named by the config.json key it was copied from."""
+    with pytest.raises(SpecmdError) as info:
+        spec_from_hf_config(config | {key: 10**12}, source="c.json")
+    assert re.fullmatch(
+        rf"model: c.json: {key}: input should be less than or equal to \d+, got 1000000000000"
+        r"( \(and 1 more problem\))?",
+        str(info.value),
+    )
+
+
+def test_a_derived_field_keeps_its_spec_name() -> None:
+    with pytest.raises(SpecmdError, match=r"^model: c.json: moe_layers: input should be greater"):
+        spec_from_hf_config(QWEN15_MOE_A27B | {"decoder_sparse_step": 100}, source="c.json")
+
+
+def test_config_json_nested_too_deep(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"model_type": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(SpecmdError) as info:
+        load_model(str(path))
+    assert str(info.value) == f"model: {path}: expected JSON, got nesting too deep to parse"
+
+
 def test_file_errors(tmp_path: Path) -> None:
     with pytest.raises(SpecmdError, match=r"^model: expected a readable config.json, got '.*"):
         load_model(str(tmp_path / "config.json"))
@@ -389,6 +425,27 @@ def test_models_import_table_and_expert_dtype(tmp_path: Path) -> None:
     assert "int4" in result.output
     shown = RUNNER.invoke(app, ["models", "show", str(path), "--json"])
     assert json.loads(shown.stdout)["expert_dtype"] == "w4g128"
+
+
+def test_models_import_out_is_checked_before_the_work(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "x", MIXTRAL_8X7B_V01)
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    args = ["models", "import", str(path), "--out", str(folder)]
+    with pytest.raises(SpecmdError) as info:
+        RUNNER.invoke(app, args, catch_exceptions=False)
+    assert str(info.value) == f"--out: expected a file path to write, got the folder '{folder}'"
+    assert [p.name for p in folder.iterdir()] == ["keep.txt"]
+
+
+def test_models_import_out_makes_its_folder(tmp_path: Path) -> None:
+    path = write_config(tmp_path / "x", MIXTRAL_8X7B_V01)
+    out = tmp_path / "new" / "m.yaml"
+    result = RUNNER.invoke(app, ["models", "import", str(path), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert load_model(str(out)) == load_hf_config(path)
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m.yaml"]
 
 
 def test_models_import_errors_are_user_errors(tmp_path: Path) -> None:

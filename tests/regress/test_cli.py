@@ -4,28 +4,20 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from support.cli import cli
 
 from specmd_sim import SimConfig, build_config, simulate
-from specmd_sim.cli import main
-from specmd_sim.runs import write_run
+from specmd_sim.runs import MANIFEST, write_manifest, write_run
 from specmd_sim.sweep.store import ResultStore, table_columns
 
 BASE = {"trace": "mixtral-synthetic", "workload": {"max_requests": 1}, "cache": {"capacity": 16},
         "timing": {"record_spans": False}}  # fmt: skip
-
-
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: str):
-    """Run ``specmd ARGS`` in this process: (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["specmd", *args])
-    with pytest.raises(SystemExit) as info:
-        main()
-    out, err = capsys.readouterr()
-    return info.value.code or 0, out, err
 
 
 @pytest.fixture(scope="module")
@@ -137,6 +129,18 @@ def test_sweep_baselines(tmp_path: Path, monkeypatch, capsys) -> None:
     assert code == 1
     assert "capacity=16" in out and "regressed" in out and "error: boom" in out
 
+    # a part damaged after it was written: one line naming it, with or without --update
+    part = sorted(after.glob("*.parquet"))[1]
+    part.write_bytes(part.read_bytes()[:100])
+    for update in ((), ("--update",)):
+        code, out, err = cli(monkeypatch, capsys, "regress", str(base), "--sweep", str(after),
+                             *update)  # fmt: skip
+        assert (code, out) == (2, "") and err.count("\n") == 1, err
+        assert err.startswith(f"error: {part}: expected a parquet result file, got an "
+                              "unreadable one (Parquet magic bytes not found")  # fmt: skip
+    assert sorted(json.loads(base.read_text())["points"]) == ["capacity=16", "capacity=5%",
+                                                               "capacity=8"]  # fmt: skip
+
 
 @pytest.mark.parametrize(
     ("args", "fragment"),
@@ -160,3 +164,28 @@ def test_missing_baseline_without_update(runs, tmp_path: Path, monkeypatch, caps
     code, _, err = cli(monkeypatch, capsys, "regress", str(tmp_path / "b.json"), "--run",
                        str(runs["layer"]))  # fmt: skip
     assert code == 2 and "expected a baseline file, got none (create it with --update)" in err
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda r: [], "expected a specmd result, got []"),
+        (
+            lambda r: {k: v for k, v in r.items() if k != "engine"},
+            "engine: expected one of replay, simulate, got none",
+        ),
+        (lambda r: {**r, "metrics": [1]}, "metrics: expected a mapping, got [1]"),
+    ],
+)
+def test_a_malformed_result_is_refused_not_compared(
+    runs, tmp_path: Path, monkeypatch, capsys, change, message: str
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(runs["layer"], run)
+    result = json.loads((run / "result.json").read_text())
+    (run / "result.json").write_text(json.dumps(change(result)))
+    write_manifest(run, [run / name for name in json.loads((run / MANIFEST).read_text())["files"]])
+    base = tmp_path / "b.json"
+    code, out, err = cli(monkeypatch, capsys, "regress", str(base), "--run", str(run), "--update")
+    assert (code, out, err) == (2, "", f"error: {run / 'result.json'}: {message}\n")
+    assert not base.exists()

@@ -152,6 +152,7 @@ def test_save_load_round_trip_is_stable(tmp_path: Path) -> None:
     ("content", "fragment"),
     [
         ("{", "expected JSON, got malformed text"),
+        ("[" * 1_500 + "]" * 1_500, "expected JSON, got nesting too deep to read"),
         ('{"metrics": {"ttft_s": {"better": "down"}}}', "metrics.ttft_s.better: input should be"),
         ('{"metrics": {"ttft_s": {"better": "lower", "rel": -1}}}', "rel: input should be"),
         ('{"metrics": {}, "format": "x"}', "format: input should be 'specmd-baseline'"),

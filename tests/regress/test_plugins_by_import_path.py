@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 import pytest
+from support.cli import cli
 
 from specmd_sim import build_config, replay
 from specmd_sim.config import config_to_dict
@@ -25,12 +27,14 @@ def registries(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.syspath_prepend(str(EXAMPLE))
     monkeypatch.syspath_prepend(str(tmp_path))
     yield
-    for name in [m for m in sys.modules if m in ("my_policy", "not_a_policy")]:
-        del sys.modules[name]
+    for name in ("my_policy", "not_a_policy", "broken_plugin", "evil_plugin"):
+        sys.modules.pop(name, None)
 
 
 def test_the_example_policy_runs_by_import_path(registries) -> None:
-    config = build_config({**SMALL, "eviction": {"kind": "my_policy:FarthestLayer"}})
+    config = build_config(
+        {**SMALL, "eviction": {"kind": "my_policy:FarthestLayer"}}, plugins=["my_policy"]
+    )
     assert config_to_dict(config)["eviction"] == {
         "kind": "my_policy:FarthestLayer", "recency_ties": True}  # fmt: skip
     # the resolved config names the plug-in portably: it validates again as it is
@@ -42,24 +46,156 @@ def test_the_example_policy_runs_by_import_path(registries) -> None:
     lru = replay(build_config({**SMALL, "eviction": "lru"}))
     assert result.metrics["accesses"] == lru.metrics["accesses"]
     assert result.metrics["hits"] != lru.metrics["hits"]  # the policy is really in use
-    with pytest.raises(SpecmdError, match="recency_ties: input should be a valid boolean"):
+    with pytest.raises(SpecmdError, match="recency_ties: expected true or false"):
         build_config({**SMALL, "eviction": {"kind": "my_policy:FarthestLayer",
                                             "recency_ties": "maybe"}})  # fmt: skip
 
 
+def test_a_module_the_user_imported_needs_no_plugins_argument(registries) -> None:
+    import my_policy  # noqa: F401  (the user's program loads its own plug-in)
+
+    config = build_config({**SMALL, "eviction": {"kind": "my_policy:FarthestLayer"}})
+    assert config.eviction.kind == "my_policy:FarthestLayer"
+
+
+EVIL = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\n"
+
+
+def test_a_config_never_imports_code(registries, tmp_path: Path) -> None:
+    marker = tmp_path / "ran.txt"
+    (tmp_path / "evil_plugin.py").write_text(EVIL.format(marker=str(marker)))
+    for family in ("eviction", "prefetch", "predictor", "miss"):
+        with pytest.raises(SpecmdError) as info:
+            build_config({family: {"kind": "evil_plugin:Policy"}})
+        assert str(info.value) == (
+            f"config: {family}.kind: expected a plug-in of a loaded module (plug-in code is "
+            "imported only on request: --plugin evil_plugin, or plugins=['evil_plugin'] in the "
+            "API), got 'evil_plugin:Policy'"
+        )
+    assert not marker.exists() and "evil_plugin" not in sys.modules
+    # asked for: it is imported (and then refused, as it registers nothing)
+    with pytest.raises(SpecmdError, match="registered in the eviction registry"):
+        build_config({"eviction": {"kind": "evil_plugin:Policy"}}, plugins=["evil_plugin"])
+    assert marker.exists()
+    del sys.modules["evil_plugin"]
+
+
 def test_bad_import_paths_give_one_line(registries, tmp_path: Path) -> None:
     (tmp_path / "not_a_policy.py").write_text("class Thing:\n    kind = 'thing'\n")
+    (tmp_path / "broken_plugin.py").write_text("raise RuntimeError('half-written module')\n")
     cases = [
-        ("nowhere_xyz:Policy", "expected an importable 'module:Class', got 'nowhere_xyz:Policy' "
-                               "(No module named 'nowhere_xyz')"),
-        ("my_policy:Missing", "expected an importable 'module:Class', got 'my_policy:Missing'"),
-        (":Policy", "expected an importable 'module:Class'"),
-        ("not_a_policy:Thing", "expected a class registered in the eviction registry"),
+        ("nowhere_xyz:Policy", ["nowhere_xyz"],
+         "plugins: expected an importable module, got 'nowhere_xyz' (ModuleNotFoundError: "
+         "No module named 'nowhere_xyz')"),
+        ("broken_plugin:Policy", ["broken_plugin"],
+         "plugins: expected an importable module, got 'broken_plugin' (RuntimeError: "
+         "half-written module)"),
+        ("x:P", ["os; rm"], "plugins: expected a module name (a.b.c), got 'os; rm'"),
+        ("my_policy:Missing", ["my_policy"],
+         "eviction.kind: expected a class registered in the eviction registry, got "
+         "'my_policy:Missing'"),
+        (":Policy", [], "eviction.kind: expected 'module:Class', got ':Policy'"),
+        ("my_policy:", [], "eviction.kind: expected 'module:Class', got 'my_policy:'"),
+        ("os:system", [],  # loaded, but not a plug-in: nothing is called
+         "eviction.kind: expected a class registered in the eviction registry, got 'os:system'"),
+        ("not_a_policy:Thing", ["not_a_policy"],
+         "expected a class registered in the eviction registry"),
     ]  # fmt: skip
-    for kind, fragment in cases:
+    for kind, plugins, fragment in cases:
         with pytest.raises(SpecmdError) as info:
-            build_config({"eviction": {"kind": kind}})
+            build_config({"eviction": {"kind": kind}}, plugins=plugins)
         assert fragment in str(info.value), str(info.value)
     # an eviction policy is not a prefetch policy
     with pytest.raises(SpecmdError, match="registered in the prefetch registry"):
-        build_config({"prefetch": {"kind": "my_policy:FarthestLayer"}})
+        build_config({"prefetch": {"kind": "my_policy:FarthestLayer"}}, plugins=["my_policy"])
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+RUN = ["replay", "--trace", "mixtral-synthetic", "--cache", "16", "--set",
+       "workload.max_requests=1"]  # fmt: skip
+UNLOADED = (
+    "error: {source}: eviction.kind: expected a plug-in of a loaded module (plug-in code is "
+    "imported only on request: --plugin evil_plugin, or plugins=['evil_plugin'] in the API), "
+    "got 'evil_plugin:Policy'\n"
+)
+
+
+def test_the_command_line_imports_only_what_plugin_names(
+    registries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    marker = tmp_path / "ran.txt"
+    (tmp_path / "evil_plugin.py").write_text(EVIL.format(marker=str(marker)))
+    config = tmp_path / "c.yaml"
+    config.write_text("eviction: {kind: 'evil_plugin:Policy'}\n")
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "engine: replay\nbase: {trace: mixtral-synthetic, workload: {max_requests: 1}}\n"
+        "axes: {eviction: ['evil_plugin:Policy', lru]}\n"
+    )
+    refused = [
+        ([*RUN, "--eviction", "evil_plugin:Policy"], "config"),
+        ([*RUN, "--set", "eviction.kind=evil_plugin:Policy"], "config"),
+        ([*RUN, "--config", str(config)], str(config)),
+        (["sweep", str(spec), "--out", str(tmp_path / "s")],
+         f"sweep spec {spec}: point 0 (eviction=evil_plugin:Policy)"),
+    ]  # fmt: skip
+    for args, source in refused:
+        code, out, err = cli(monkeypatch, capsys, *args, "--out", str(tmp_path / "out"))
+        assert (code, out, err) == (2, "", UNLOADED.format(source=source)), args
+    assert not marker.exists() and not (tmp_path / "out").exists()
+    code, _, err = cli(monkeypatch, capsys, *RUN, "--plugin", "nowhere_xyz")
+    assert (code, err) == (2, "error: --plugin: expected an importable module, got "
+                              "'nowhere_xyz' (ModuleNotFoundError: No module named "
+                              "'nowhere_xyz')\n")  # fmt: skip
+
+
+def test_plugin_loads_the_example_for_run_and_every_sweep_worker(
+    registries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    args = [*RUN, "--eviction", "my_policy:FarthestLayer", "--json"]
+    code, out, err = cli(monkeypatch, capsys, *args, "--plugin", "my_policy",
+                         "--out", str(tmp_path / "run"))  # fmt: skip
+    assert code == 0, err
+    direct = replay(build_config({**SMALL, "eviction": {"kind": "my_policy:FarthestLayer"}}))
+    assert json.loads(out)["hits"] == direct.metrics["hits"]
+    spec = tmp_path / "s.yaml"
+    spec.write_text(
+        "engine: replay\nbase: {trace: mixtral-synthetic, workload: {max_requests: 1}, "
+        "cache: {capacity: 16}}\naxes: {eviction: ['my_policy:FarthestLayer', lru]}\n"
+    )
+    code, out, err = cli(monkeypatch, capsys, "sweep", str(spec), "--out", str(tmp_path / "s"),
+                         "--workers", "2", "--plugin", "my_policy")  # fmt: skip
+    assert code == 0 and "2 points: 2 ok, 0 failed" in out, err
+    from specmd_sim.sweep import load_table
+
+    table = load_table(tmp_path / "s")
+    assert table["hits"].tolist()[0] == direct.metrics["hits"]
+
+
+def test_regress_run_trusts_a_plugin_of_a_result_only_by_plugin(
+    registries, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """``regress --run`` reads a run folder, maybe someone else's: a plug-in its result names
+    by import path is never imported; the error says which --plugin would load it."""
+    from specmd_sim.runs import MANIFEST, config_hash, write_manifest, write_run
+
+    config = build_config({**SMALL, "eviction": {"kind": "my_policy:FarthestLayer"}},
+                          plugins=["my_policy"])  # fmt: skip
+    run, base = tmp_path / "run", tmp_path / "b.json"
+    write_run(run, replay(config))
+    args = ["regress", str(base), "--run", str(run)]
+    code, _, err = cli(monkeypatch, capsys, *args, "--update", "--plugin", "my_policy")
+    assert code == 0, err
+    point = json.loads(base.read_text())["points"]["run"]
+    assert point["point_id"] == f"replay-{config_hash(config)}"
+    marker = tmp_path / "ran.txt"
+    (tmp_path / "evil_plugin.py").write_text(EVIL.format(marker=str(marker)))
+    result = json.loads((run / "result.json").read_text())
+    result["config"]["eviction"] = {"kind": "evil_plugin:Policy"}
+    (run / "result.json").write_text(json.dumps(result))
+    write_manifest(run, [run / name for name in json.loads((run / MANIFEST).read_text())["files"]])
+    code, out, err = cli(monkeypatch, capsys, *args)
+    assert (code, out, err) == (2, "", UNLOADED.format(source=f"{run / 'result.json'}: config"))
+    assert not marker.exists() and "evil_plugin" not in sys.modules

@@ -54,6 +54,25 @@ def test_a_slower_policy_fails_with_the_table(suite: Path) -> None:
     assert "REGRESSION: 7 checks (1 regressed, 6 unchanged)" in proc.stdout
 
 
+def test_the_example_baseline_names_the_present_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stale point id makes every failure of the example say "config changed"."""
+    import runpy
+
+    from specmd_sim import build_config
+    from specmd_sim.policies import EVICTION
+    from specmd_sim.runs import config_hash
+
+    EVICTION.kinds()  # the bundled plug-ins first; the example's registration is undone after
+    monkeypatch.setattr(EVICTION, "_entries", dict(EVICTION._entries))
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    monkeypatch.delitem(sys.modules, "my_policy", raising=False)
+    example = runpy.run_path(str(EXAMPLE / "test_my_policy.py"))
+    config = build_config(example["CONFIG"], plugins=["my_policy"])
+    sys.modules.pop("my_policy")
+    point_id = json.loads((EXAMPLE / BASELINE).read_text())["points"]["run"]["point_id"]
+    assert point_id == f"simulate-{config_hash(config)}", f"refresh it with `{REFRESH}`"
+
+
 # --- the fixture's object, in this process ---------------------------------------------------
 
 SMALL = {"trace": "mixtral-synthetic", "workload": {"max_requests": 1}, "cache": {"capacity": 16},

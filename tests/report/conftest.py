@@ -54,3 +54,11 @@ def replay_dir(
     run_dir = tmp_path_factory.mktemp("runs") / "replayed"
     write_run(run_dir, replay(tiny_config()))
     return run_dir
+
+
+@pytest.fixture(scope="session")
+def two_gpus(tiny_config: Callable[..., SimConfig]) -> RunResult:
+    """The timing engine on the tiny trace with two GPUs, experts sharded (a request each)."""
+    return simulate(
+        tiny_config(hardware="hgx-h100-8gpu", parallel={"gpus": 2, "mode": "expert-sharded"})
+    )

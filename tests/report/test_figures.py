@@ -118,7 +118,12 @@ def test_per_layer_view_puts_compute_above_and_transfers_below(run: RunData) -> 
     assert ((y - np.round(y)) > 0).all()
     totals = [t for t in fig.data if t.xaxis == "x2"]
     assert [t.name for t in totals] == ["compute per layer", "stall per layer"]
+    assert [list(t.x) for t in totals] == [run.per_layer["compute_s"], run.per_layer["stall_s"]]
     assert "Showing passes 0–2" in fig.layout.title.subtitle.text
+    notes = [a.text for a in fig.layout.annotations]
+    assert notes[0] == "compute and stall per layer"  # the panel's title is kept, and
+    assert [n.split(" · ")[0] for n in notes[1:]] == ["first token r0", "first token r1"]
+    assert not fig.layout.updatemenus, "one GPU: no GPU menu"
 
 
 def test_lanes_and_kinds_are_data_driven() -> None:

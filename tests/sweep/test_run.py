@@ -237,7 +237,7 @@ def test_a_crashing_worker_process_does_not_take_the_sweep_down(tmp_path: Path) 
     }  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(tmp_path)}
     proc = specmd("sweep", str(json_spec(tmp_path, spec)), "--out", str(tmp_path / "out"),
-                  "--workers", "2", env=env)  # fmt: skip
+                  "--workers", "2", "--plugin", "crashing_policy", env=env)  # fmt: skip
     assert proc.returncode == 1, proc.stderr
     assert "3 points: 2 ok, 1 failed" in proc.stdout
     df = load_table(tmp_path / "out")

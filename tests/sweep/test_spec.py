@@ -1,7 +1,9 @@
-"""The sweep spec and its expansion into points: product, zip, aliases, ids, errors."""
+"""The sweep spec and its expansion into points: product, zip, aliases, ids, errors, a grid
+counted before it is built and built one point at a time."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -10,7 +12,14 @@ from specmd_sim.config import build_config, config_to_dict
 from specmd_sim.errors import SpecmdError
 from specmd_sim.runs import config_hash
 from specmd_sim.sweep import expand, load_spec, parse_spec
-from specmd_sim.sweep.grid import axis_label, point_key
+from specmd_sim.sweep.grid import (
+    MAX_POINTS,
+    axis_label,
+    check_size,
+    count_points,
+    iter_points,
+    point_key,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -145,3 +154,21 @@ def test_quick_example_has_at_most_24_points() -> None:
     points = expand(load_spec(EXAMPLES / "sweep-quick.yaml"))
     assert 1 < len(points) <= 24
     assert len({p.point_id for p in points}) == len(points)
+
+
+def test_a_huge_grid_is_counted_and_refused_without_being_built() -> None:
+    huge = spec(axes={"seed": list(range(1000)), "capacity": list(range(8, 1008))},
+                zip=[{"eviction": ["lru", "fifo"], "prefetch": ["none", "top-k"]}])  # fmt: skip
+    started = time.monotonic()
+    assert count_points(huge) == 2_000_000
+    with pytest.raises(SpecmdError) as info:
+        check_size(huge, source="sweep spec big.yaml")
+    assert str(info.value) == (
+        f"sweep spec big.yaml: axes: expected at most {MAX_POINTS:,} points, got 2,000,000 "
+        "(1000 x 1000 x 2); pass --max-points 2000000 to run them all"
+    )
+    assert check_size(huge, 2_000_000) == 2_000_000
+    first = next(iter_points(huge))  # built one at a time: the first comes at once
+    assert time.monotonic() - started < 2
+    assert first.axes == {"seed": 0, "capacity": 8, "eviction": "lru", "prefetch": "none"}
+    assert count_points(spec()) == 1 and check_size(spec(), 1) == 1

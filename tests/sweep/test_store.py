@@ -1,5 +1,5 @@
 """The results table on disk: a schema known before the first row, atomic parts, pandas reads
-them, a part of another schema is refused."""
+them, a part of another schema is refused, a damaged part is not done and readers name it."""
 
 from __future__ import annotations
 
@@ -150,11 +150,28 @@ def test_meta_and_temporary_files_are_not_part_of_the_table(tmp_path: Path) -> N
     s.append(ok_row(0))
     (tmp_path / "_meta").mkdir()
     (tmp_path / "_meta" / "spec.yaml").write_text("engine: replay\n")
-    (tmp_path / ".000001-simulate-000000000001.parquet.tmp").write_bytes(b"half a file")
+    (tmp_path / ".000001-simulate-000000000001.parquet.tmp-123").write_bytes(b"half a file")
+    (tmp_path / ".000002-simulate-000000000002.parquet.tmp").write_bytes(b"an older writer's")
     assert len(pd.read_parquet(tmp_path)) == 1
-    again = store(tmp_path)  # scanning deletes the leftover
-    assert not list(tmp_path.glob(".*.tmp"))
+    again = store(tmp_path)  # scanning deletes the leftovers
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["000000-simulate-000000000000.parquet",
+                                                          "_meta"]  # fmt: skip
     assert again.done_ids() == {"simulate-000000000000"}
+
+
+def test_a_failed_write_leaves_neither_a_part_nor_a_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    s = store(tmp_path)
+
+    def half_written(table: pa.Table, where: object) -> None:
+        where.write(b"PAR1 half a file")  # type: ignore[attr-defined]
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(pq, "write_table", half_written)
+    with pytest.raises(OSError, match="No space left"):
+        s.append(ok_row(0))
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_part_of_another_schema_is_a_user_error(tmp_path: Path) -> None:
@@ -165,10 +182,46 @@ def test_a_part_of_another_schema_is_a_user_error(tmp_path: Path) -> None:
         store(tmp_path)
 
 
-def test_unreadable_part_is_a_user_error(tmp_path: Path) -> None:
-    (tmp_path / "000000-replay-000000000000.parquet").write_bytes(b"not parquet")
-    with pytest.raises(SpecmdError, match=r"unreadable one.*delete it"):
-        store(tmp_path)
+def damaged(part: Path) -> dict[str, bytes]:
+    """Ways a part can be damaged after it was written, as the bytes it then holds."""
+    data = part.read_bytes()
+    middle = len(data) // 2
+    return {
+        "garbage": b"not parquet at all",
+        "truncated": data[:middle],
+        "empty": b"",
+        "zeroed": data[: middle - 200] + bytes(400) + data[middle + 200 :],
+    }
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty", "zeroed"])
+def test_a_damaged_part_is_not_done_and_every_reader_names_it(tmp_path: Path, damage: str) -> None:
+    s = store(tmp_path)
+    s.append(ok_row(0))
+    part = s.append(ok_row(1))
+    part.write_bytes(damaged(part)[damage])
+    again = store(tmp_path)  # resuming: the point runs again, and its new row replaces the file
+    assert again.done_ids() == {"simulate-000000000000"} and again.unreadable == [part]
+    for reader in (read_rows, load_table, lambda root: export_csv(root, tmp_path / "t.csv")):
+        with pytest.raises(SpecmdError) as info:
+            reader(tmp_path)
+        message = str(info.value)
+        assert message.startswith(f"{part}: expected a parquet result file, got an unreadable "
+                                  "one (") and "\n" not in message  # fmt: skip
+        assert message.endswith("; resume the sweep (--resume) to run that point again")
+    assert not (tmp_path / "t.csv").exists()
+    again.append(ok_row(1))
+    assert [r["point_index"] for r in read_rows(tmp_path)] == [0, 1]
+
+
+def test_readers_name_a_part_of_other_columns(tmp_path: Path) -> None:
+    s = store(tmp_path)
+    s.append(ok_row(0))
+    part = s.append(ok_row(1))
+    pq.write_table(pq.read_table(part).drop_columns(["ttft_s"]), part)
+    with pytest.raises(SpecmdError, match=rf"^{part}: expected the columns of 000000-\S+, got "
+                                          "other columns"):  # fmt: skip
+        read_rows(tmp_path)
 
 
 def test_csv_export_and_empty_folders(tmp_path: Path) -> None:
@@ -182,4 +235,7 @@ def test_csv_export_and_empty_folders(tmp_path: Path) -> None:
     path = export_csv(tmp_path / "sweep", tmp_path / "table.csv")
     csv = pd.read_csv(path)
     assert list(csv.columns) == list(load_table(tmp_path / "sweep").columns)
+    # reading the parts one by one gives what the documented reader gives
+    pd.testing.assert_frame_equal(load_table(tmp_path / "sweep"),
+                                  pd.read_parquet(tmp_path / "sweep"))  # fmt: skip
     assert csv["status"].tolist() == ["ok", "error"]
