@@ -12,6 +12,7 @@ import typer
 
 from specmd_sim.cli import (  # noqa: F401  (they register their commands)
     catalog,
+    mrc,
     real,
     record,
     report,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -31,6 +32,7 @@ from specmd_sim.cli.common import (
     console,
     load_config,
 )
+from specmd_sim.cli.profile import RunProfile
 from specmd_sim.config import SimConfig, config_to_dict
 from specmd_sim.metrics import METRICS, TABLES
 from specmd_sim.units import format_bytes
@@ -49,7 +51,9 @@ def _progress_bar() -> Progress:
     )
 
 
-def _execute(engine: str, cfg: SimConfig, out: Path | None, json_mode: bool) -> None:
+def _execute(
+    engine: str, cfg: SimConfig, out: Path | None, json_mode: bool, profile: bool = False
+) -> None:
     from specmd_sim import replay, simulate
     from specmd_sim.runs import check_run_target, default_run_dir, write_run
     from specmd_sim.scenario import build_scenario
@@ -57,23 +61,38 @@ def _execute(engine: str, cfg: SimConfig, out: Path | None, json_mode: bool) -> 
     out_console = console(json_mode)
     run_dir = out or default_run_dir(engine, cfg)
     check_run_target(run_dir)
-    scenario = build_scenario(cfg)
+    prof = RunProfile()
+    with prof.phase("inputs (trace, passes, placement, checks)"):
+        scenario = build_scenario(cfg)
     with _progress_bar() as bar:
         task = bar.add_task(engine, total=scenario.num_passes)
 
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done)
 
-        result = (simulate if engine == "simulate" else replay)(scenario, progress)
-    timeline = None if result.spans is None else _timeline_writer(result, run_dir)
+        def go() -> Any:
+            return (simulate if engine == "simulate" else replay)(scenario, progress)
+
+        result = prof.profiled("engine", go) if profile else go()
+    timeline = None if result.spans is None else _timeline_writer(result, run_dir, prof)
+    started = time.perf_counter()
     files = write_run(run_dir, result, timeline)
+    page = sum(seconds for name, seconds in prof.phases if name == TIMELINE_PHASE)
+    prof.add("run folder (result, spans, Perfetto trace)", time.perf_counter() - started - page)
     _summary(out_console, result)
+    if profile:
+        prof.print(console(True))  # on stderr: --json keeps stdout for the metrics
     out_console.print(f"run folder: {run_dir}  ({', '.join(p.name for p in files.values())})")
     if json_mode:
         sys.stdout.write(json.dumps(result.to_dict()["metrics"], sort_keys=True) + "\n")
 
 
-def _timeline_writer(result: Any, run_dir: Path) -> Callable[[Path], dict[str, Path]]:
+TIMELINE_PHASE = "timeline page"
+
+
+def _timeline_writer(
+    result: Any, run_dir: Path, prof: RunProfile
+) -> Callable[[Path], dict[str, Path]]:
     """Writes the run's timeline page into the folder being written (``write_run``'s extra)."""
 
     def write(folder: Path) -> dict[str, Path]:
@@ -81,7 +100,8 @@ def _timeline_writer(result: Any, run_dir: Path) -> Callable[[Path], dict[str, P
         from specmd_sim.runs import TIMELINE_FILE
 
         page = folder / TIMELINE_FILE
-        write_timeline(RunData.from_result(result, run_dir), page)
+        with prof.phase(TIMELINE_PHASE):
+            write_timeline(RunData.from_result(result, run_dir), page)
         return {"timeline": page}
 
     return write
@@ -202,11 +222,17 @@ def _engine_command(engine: str, doc: str) -> Any:
         set_: SetOpt = None,
         plugin: PluginOpt = None,
         json_: JsonOpt = False,
+        profile: Annotated[
+            bool,
+            typer.Option(
+                "--profile", help="Also print where the wall time went (engine parts, writing)."
+            ),
+        ] = False,
     ) -> None:
         cfg = load_config(
             config, model, hardware, trace, cache, eviction, prefetch, seed, set_, runtime, plugin
         )
-        _execute(engine, cfg, out, json_)
+        _execute(engine, cfg, out, json_, profile)
 
     command.__doc__ = doc
     return command

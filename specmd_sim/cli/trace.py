@@ -27,9 +27,11 @@ def trace_generate(
     """Generate a seeded synthetic trace; --set overrides generator knobs (e.g. repeat_prob=0.3)."""
     from pydantic import ValidationError
 
+    from specmd_sim.atomic import check_output
     from specmd_sim.errors import from_validation_error
     from specmd_sim.traces import PRESETS, SyntheticParams, generate_trace, save_trace
 
+    check_output(out, "--out", folder=False)  # before generating
     if preset not in PRESETS:
         raise SpecmdError(f"--preset: expected one of {', '.join(PRESETS)}, got {preset!r}")
     data = apply_overrides(PRESETS[preset].model_dump(), set_ or [])

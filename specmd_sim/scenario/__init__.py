@@ -11,7 +11,15 @@ This package sits below ``engine/``: every engine starts from a :class:`Scenario
 objects :func:`build_runs` makes, and nothing here knows how time passes.
 """
 
-from specmd_sim.scenario.build import Scenario, build_scenario, new_rng
+from specmd_sim.scenario.build import Scenario, build_scenario, new_rng, with_capacity
 from specmd_sim.scenario.plugins import RunObjects, build_run, build_runs
 
-__all__ = ["RunObjects", "Scenario", "build_run", "build_runs", "build_scenario", "new_rng"]
+__all__ = [
+    "RunObjects",
+    "Scenario",
+    "build_run",
+    "build_runs",
+    "build_scenario",
+    "new_rng",
+    "with_capacity",
+]

@@ -4,12 +4,13 @@ largest demand set)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 from pydantic import ValidationError
 
-from specmd_sim.config import SimConfig
+from specmd_sim.config import CacheConfig, SimConfig
 from specmd_sim.errors import SpecmdError, from_validation_error
 from specmd_sim.hardware import HardwareProfile, load_profile
 from specmd_sim.hardware.schema import GPUNode
@@ -107,6 +108,26 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
         config, profile, runtime, model, trace, passes, demand, capacity, placement, gpu_nodes,
         shards, budgets, training,
     )  # fmt: skip
+
+
+def with_capacity(scenario: Scenario, capacity: str | int) -> Scenario:
+    """``scenario`` with another cache capacity, resolved and checked as :func:`build_scenario`
+    does (without loading its inputs again, unless the runtime's memory parity makes the
+    placement depend on the capacity)."""
+    config = scenario.config
+    try:
+        cache = CacheConfig.model_validate({**config.cache.model_dump(), "capacity": capacity})
+    except ValidationError as exc:
+        raise from_validation_error("cache", exc) from None
+    config = config.model_copy(update={"cache": cache})
+    if scenario.runtime.memory_parity.value:
+        return build_scenario(config)
+    placement = scenario.placement
+    budget = min(b.available for b in scenario.budgets)
+    cap = cache.capacity_bytes(placement.largest, placement.routed_bytes, budget)
+    for b, (_, demand) in zip(scenario.budgets, scenario.shards, strict=True):
+        _check_capacity(config, scenario.profile, b, placement, demand, cap)
+    return dataclasses.replace(scenario, config=config, capacity_bytes=cap)
 
 
 MAX_CHUNKS_PER_EXPERT = 256

@@ -220,3 +220,16 @@ def test_bundled_traces_are_reproduced_by_the_documented_command(
 def test_trace_info_json() -> None:
     info = json.loads(specmd("trace", "info", "olmoe-synthetic", "--json").stdout)
     assert info["model"] == "olmoe-1b-7b" and info["tokens"] == 256 and info["pred_lookahead"] == 1
+
+
+def test_trace_generate_checks_out_before_generating(tmp_path: Path, monkeypatch, capsys) -> None:
+    from support.cli import cli
+
+    import specmd_sim.traces as traces
+
+    def generated(*args: object) -> None:
+        raise AssertionError("the trace was generated before --out was checked")
+
+    monkeypatch.setattr(traces, "generate_trace", generated)
+    code, out, err = cli(monkeypatch, capsys, "trace", "generate", "--out", str(tmp_path))
+    assert (code, out) == (2, "") and err.startswith("error: --out: expected a file")

@@ -227,7 +227,7 @@ def configs(draw: st.DrawFn, trace: Path) -> tuple[dict[str, Any], list[str]]:
 
 
 @given(data=st.data())
-@campaign(60)
+@campaign(30)
 def test_configs_api(tiny: Path, data: st.DataObject) -> None:
     config, broken = data.draw(configs(tiny))
     engine = data.draw(st.sampled_from(["replay", "simulate"]))
@@ -241,7 +241,7 @@ def test_configs_api(tiny: Path, data: st.DataObject) -> None:
 
 
 @given(data=st.data())
-@campaign(30)
+@campaign(20)
 def test_configs_cli(tiny: Path, data: st.DataObject) -> None:
     config, broken = data.draw(configs(tiny))
     command = data.draw(st.sampled_from(["replay", "run"]))
@@ -362,7 +362,7 @@ def _run_on_profile(path: Path, trace: Path) -> Any:
 
 
 @given(mutation=profile_mutations())
-@campaign(40)
+@campaign(25)
 def test_hardware_profiles(
     tiny: Path, mutation: tuple[dict[str, Any], str | None, bool | None]
 ) -> None:
@@ -466,7 +466,7 @@ def _expand_then_run_first(path: Path) -> Any:
 
 
 @given(data=st.data())
-@campaign(40)
+@campaign(25)
 def test_sweep_specs(tiny: Path, data: st.DataObject) -> None:
     spec, broken = data.draw(sweep_specs(tiny))
     with _tmpdir() as folder:
@@ -595,7 +595,7 @@ def _make_trace(members: dict[str, Any]) -> Any:
 
 
 @given(drawn=trace_arrays())
-@campaign(60)
+@campaign(30)
 def test_trace_arrays(drawn: tuple[dict[str, Any], bool, bool]) -> None:
     members, broken, stored = drawn
     with _tmpdir() as folder:
@@ -615,7 +615,7 @@ def test_trace_arrays(drawn: tuple[dict[str, Any], bool, bool]) -> None:
     flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)), max_size=3),
     stored=st.booleans(),
 )
-@campaign(30)
+@campaign(20)
 def test_damaged_trace_files(keep: float, flips: list[tuple[int, int]], stored: bool) -> None:
     """A valid file cut short is refused; one with flipped bytes is refused or still valid."""
     raw = bytearray(_tiny_trace_bytes(compress=not stored))

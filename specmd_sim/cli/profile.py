@@ -1,0 +1,83 @@
+"""``specmd run --profile``: where the wall time of a run went.
+
+The run's phases are timed as they happen (loading the inputs, the engine, the timeline page,
+writing the rest of the run folder); the engine phase runs under :mod:`cProfile`, whose
+per-function self time is summed by where the function lives: SimPy's event loop, the engine
+(layer step, streams, flows, copy engines), the cache and the policies, span recording,
+numpy and Python's builtins. Profiling slows the engine phase (typically 1.5-2x), so the
+phases' shares, not their seconds, are the figure to read.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from rich.console import Console
+from rich.table import Table
+
+T = TypeVar("T")
+
+# (label, path fragments of the functions' files), first match wins
+_PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("SimPy event loop", ("/simpy/",)),
+    ("span recording", ("specmd_sim/timeline.py",)),
+    ("cache and policies", ("specmd_sim/cache/", "specmd_sim/policies/")),
+    ("engine (layer step, streams, flows)", ("specmd_sim/engine/", "specmd_sim/execute/")),
+    ("metrics and result", ("specmd_sim/metrics.py", "specmd_sim/metric_spec.py")),
+    ("numpy (Python parts)", ("/numpy/",)),
+)
+
+
+class RunProfile:
+    """The phases of one run, in order, and the engine phase's profile."""
+
+    def __init__(self) -> None:
+        self.phases: list[tuple[str, float]] = []
+        self.engine: dict[str, float] = {}
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases.append((name, time.perf_counter() - started))
+
+    def profiled(self, name: str, fn: Callable[[], T]) -> T:
+        """Run ``fn`` as the phase ``name`` under cProfile; its self time split by part."""
+        profiler = cProfile.Profile()
+        with self.phase(name):
+            result = profiler.runcall(fn)
+        stats: Any = pstats.Stats(profiler).stats  # {(file, line, name): (.., .., tottime, ..)}
+        for (filename, _, _), (_, _, tottime, _, _) in stats.items():
+            part = _part(filename)
+            self.engine[part] = self.engine.get(part, 0.0) + tottime
+        return result
+
+    def add(self, name: str, seconds: float) -> None:
+        self.phases.append((name, seconds))
+
+    def print(self, console: Console) -> None:
+        total = sum(seconds for _, seconds in self.phases) or 1.0
+        table = Table("where", "seconds", "share", title="wall time of the run (--profile)")
+        for name, seconds in self.phases:
+            table.add_row(name, f"{seconds:.3f}", f"{seconds / total:.1%}")
+        engine = sum(self.engine.values()) or 1.0
+        for part, seconds in sorted(self.engine.items(), key=lambda item: -item[1]):
+            table.add_row(f"  engine: {part}", f"{seconds:.3f}", f"{seconds / engine:.1%}")
+        console.print(table)
+
+
+def _part(filename: str) -> str:
+    path = filename.replace("\\", "/")
+    if path.startswith("~") or path.startswith("<"):  # builtins and C functions
+        return "builtins and C functions (numpy's included)"
+    for label, fragments in _PARTS:
+        if any(fragment in path for fragment in fragments):
+            return label
+    return "other"

@@ -1,0 +1,318 @@
+"""Miss-ratio curves: hit rate, byte-miss ratio and the miss taxonomy over many cache capacities.
+
+Two methods, chosen from the config:
+
+- ``stack`` (exact, one pass over the trace for every capacity at once): where the run is a
+  stack algorithm (Mattson et al. 1970), the cache of capacity ``B`` always holds the most
+  recently used keys that fit in ``B`` bytes, so one pass computes each access's *byte stack
+  distance* (its own bytes plus those of the distinct keys used since its last use) and it is
+  a hit exactly at the capacities ``B`` at least that distance. That is classic LRU: ``eviction:
+  lru``, ``cache.pin_demand_set: false`` (experts taken one at a time in gate order, the
+  libCacheSim semantics), no prefetching and ``miss: stall``. Not stack algorithms here, so
+  not taken this way: FIFO (Belady's anomaly), LRU with a pinned demand set (a layer's hits are
+  touched before its misses are inserted, so the recency order inside a layer depends on the
+  capacity), and anything with prefetching.
+- ``replay``: every other config, one :func:`~specmd_sim.engine.replay.replay` per capacity.
+
+The taxonomy comes from the same pass: an access that misses at ``B`` is a collision miss when
+its key was resident when the pass started (its byte depth then, computed before the pass's
+first update, is at most ``B``) or was used earlier in the same pass, a capacity miss
+otherwise; a key's first access is compulsory. The pass keeps only per-capacity counts, so its
+memory does not grow with the trace. ``belady=True`` adds the offline optimum's hit
+rate at each capacity (the ``belady`` policy, replayed), the bound of every curve.
+
+The pass kernel is plain Python over numpy arrays that numba compiles when installed (the
+``fast`` extra); without it the same code runs interpreted, slower but equal.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+
+from specmd_sim.config import SimConfig
+from specmd_sim.engine.replay import replay
+from specmd_sim.errors import SpecmdError
+from specmd_sim.policies.registry import EVICTION
+from specmd_sim.scenario import Scenario, build_scenario, with_capacity
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _compiled(fn: F) -> F:
+    """``fn`` compiled by numba when it is installed, else ``fn`` itself."""
+    try:
+        import numba
+    except ImportError:
+        return fn
+    return numba.njit(cache=True, nogil=True)(fn)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class MissRatioCurve:
+    """Counts per capacity (arrays in the order of ``capacities``)."""
+
+    method: str  # "stack" or "replay"
+    capacities: tuple[str | int, ...]  # as asked for
+    capacity_bytes: np.ndarray  # int64, resolved
+    slots: np.ndarray  # int64, expert slots of the largest expert
+    accesses: int
+    bytes_accessed: int
+    hits: np.ndarray
+    misses_compulsory: np.ndarray
+    misses_collision: np.ndarray
+    misses_capacity: np.ndarray
+    bytes_missed: np.ndarray
+    belady_hits: np.ndarray | None = None  # the offline optimum's hits (belady=True)
+
+    @property
+    def hit_rate(self) -> np.ndarray:
+        return self.hits / max(self.accesses, 1)
+
+    @property
+    def miss_ratio(self) -> np.ndarray:
+        return 1.0 - self.hit_rate
+
+    @property
+    def byte_miss_ratio(self) -> np.ndarray:
+        return self.bytes_missed / max(self.bytes_accessed, 1)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One mapping per capacity, for tables and JSON."""
+        out = []
+        for i, capacity in enumerate(self.capacities):
+            row: dict[str, Any] = {
+                "capacity": capacity,
+                "capacity_bytes": int(self.capacity_bytes[i]),
+                "slots": int(self.slots[i]),
+                "accesses": self.accesses,
+                "hits": int(self.hits[i]),
+                "hit_rate": float(self.hit_rate[i]),
+                "misses_compulsory": int(self.misses_compulsory[i]),
+                "misses_collision": int(self.misses_collision[i]),
+                "misses_capacity": int(self.misses_capacity[i]),
+                "byte_miss_ratio": float(self.byte_miss_ratio[i]),
+            }
+            if self.belady_hits is not None:
+                row["belady_hit_rate"] = float(self.belady_hits[i]) / max(self.accesses, 1)
+            out.append(row)
+        return out
+
+
+def stack_method_applies(config: SimConfig) -> str | None:
+    """None when the config is a stack algorithm (see the module docstring), else why not."""
+    if config.eviction.kind != "lru":
+        return f"eviction {config.eviction.kind} is not a stack algorithm here"
+    if config.cache.pin_demand_set:
+        return "cache.pin_demand_set orders a layer's experts by whether they hit"
+    if config.prefetch.kind != "none":
+        return f"prefetch {config.prefetch.kind} makes residency depend on the capacity's past"
+    if config.miss.kind != "stall":
+        return f"miss {config.miss.kind} does not always fetch"
+    if config.parallel.gpus != 1:
+        return "several GPUs"
+    return None
+
+
+def miss_ratio_curve(
+    config: SimConfig | Scenario, capacities: Sequence[str | int], *, belady: bool = False
+) -> MissRatioCurve:
+    """The curve of ``config`` (or of an already built scenario), its capacity replaced by each
+    of ``capacities``."""
+    if not capacities:
+        raise SpecmdError("capacities: expected at least one, got none")
+    if isinstance(config, Scenario):
+        scenario, config = config, config.config
+    else:
+        scenario = build_scenario(config, check_cache=False)
+    sized = [with_capacity(scenario, c) for c in capacities]  # each checked, before any work
+    cap = np.array([s.capacity_bytes for s in sized], np.int64)
+    slots = cap // scenario.placement.largest
+    if stack_method_applies(config) is None:
+        curve = _stack_curve(scenario, tuple(capacities), cap, slots)
+    else:
+        curve = _replay_curve(sized, tuple(capacities), cap, slots)
+    if belady:
+        curve = dataclasses.replace(curve, belady_hits=_belady_hits(sized))
+    return curve
+
+
+def _stack_curve(
+    scenario: Scenario, capacities: tuple[str | int, ...], cap: np.ndarray, slots: np.ndarray
+) -> MissRatioCurve:
+    demand = scenario.demand
+    keys = demand.keys
+    nbytes = scenario.placement.nbytes.astype(np.int64)
+    starts = demand.offsets[:: demand.num_layers].astype(np.int64)  # each pass's first access
+    order = np.argsort(cap, kind="stable")
+    *counts, first, bytes_accessed = curve_counts(keys, starts, nbytes, cap[order])
+    hits, resident, hit_bytes = (np.empty(cap.size, np.int64) for _ in range(3))
+    for out, column in zip((hits, resident, hit_bytes), counts, strict=True):
+        out[order] = np.cumsum(column)[: cap.size]  # at most each capacity
+    return MissRatioCurve(
+        method="stack",
+        capacities=capacities,
+        capacity_bytes=cap,
+        slots=slots,
+        accesses=int(keys.size),
+        bytes_accessed=int(bytes_accessed),
+        hits=hits,
+        misses_compulsory=np.full(cap.size, first, np.int64),
+        misses_collision=resident - hits,
+        misses_capacity=keys.size - first - resident,
+        bytes_missed=bytes_accessed - hit_bytes,
+    )
+
+
+def _replay_curve(
+    sized: list[Scenario], capacities: tuple[str | int, ...], cap: np.ndarray, slots: np.ndarray
+) -> MissRatioCurve:
+    metrics = [replay(s).metrics for s in sized]
+
+    def column(name: str) -> np.ndarray:
+        return np.array([m[name] for m in metrics], np.int64)
+
+    return MissRatioCurve(
+        method="replay",
+        capacities=capacities,
+        capacity_bytes=cap,
+        slots=slots,
+        accesses=int(metrics[0]["accesses"]),
+        bytes_accessed=_bytes_accessed(sized[0]),
+        hits=column("hits"),
+        misses_compulsory=column("misses_compulsory"),
+        misses_collision=column("misses_collision"),
+        misses_capacity=column("misses_capacity"),
+        bytes_missed=column("bytes_demand"),
+    )
+
+
+def _bytes_accessed(scenario: Scenario) -> int:
+    return int(scenario.placement.nbytes[scenario.demand.keys].sum())
+
+
+def _belady_hits(sized: list[Scenario]) -> np.ndarray:
+    optimum = EVICTION.parse_config("belady")
+    hits = []
+    for s in sized:
+        config = s.config.model_copy(update={"eviction": optimum, "belady_gap": False})
+        hits.append(replay(dataclasses.replace(s, config=config)).metrics["hits"])
+    return np.array(hits, np.int64)
+
+
+# --- the pass kernel -------------------------------------------------------------------------
+
+
+@_compiled
+def _prefix(tree: np.ndarray, i: int) -> int:
+    """Sum of the Fenwick tree's positions 1..i."""
+    total = 0
+    while i > 0:
+        total += tree[i]
+        i -= i & -i
+    return total
+
+
+@_compiled
+def _add(tree: np.ndarray, i: int, value: int) -> None:
+    while i < tree.size:
+        tree[i] += value
+        i += i & -i
+
+
+@_compiled
+def _compact(tree: np.ndarray, last: np.ndarray, nbytes: np.ndarray) -> int:
+    """Renumber the keys' last uses 1..n in their order (the tree rebuilt); the next free
+    position."""
+    order = np.argsort(last)
+    tree[:] = 0
+    position = 1
+    for j in range(order.size):
+        key = order[j]
+        if last[key] >= 0:
+            last[key] = position
+            _add(tree, position, nbytes[key])
+            position += 1
+    return position
+
+
+@_compiled
+def _first_at_least(bounds: np.ndarray, value: int) -> int:
+    """The index of the first of the sorted ``bounds`` at least ``value`` (its size if none)."""
+    lo, hi = 0, bounds.size
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if bounds[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@_compiled
+def curve_counts(
+    keys: np.ndarray, starts: np.ndarray, nbytes: np.ndarray, bounds: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """One pass over the accesses (``keys`` in run order; ``starts``: each pass's first access,
+    then the end; ``bounds``: the capacities in bytes, sorted). Per capacity, and one past the
+    largest: the accesses whose byte stack distance first fits it, those whose key's byte depth
+    when the pass started first fits it (a key used earlier in the pass has depth 0), and the
+    bytes of the former; then the number of first accesses and the bytes of all accesses.
+    Cumulated over the capacities, the first two are the hits and the keys resident when
+    their pass started.
+
+    A Fenwick tree over positions in time holds each key's bytes at its last use, so the
+    distance is the key's bytes plus the tree's sum after that use (its total, the bytes of
+    every key used so far, less the sum up to that use). Positions are renumbered (kept in
+    order) between passes when the next pass would not fit, so the tree has ``17 x keys +
+    longest pass`` positions however long the run, and a renumbering (``O(keys log keys)``)
+    comes at most once per ``16 x keys`` accesses. Memory: O(keys + capacities).
+    """
+    passes = starts.size - 1
+    longest = 0
+    for p in range(passes):
+        longest = max(longest, starts[p + 1] - starts[p])
+    tree = np.zeros(17 * nbytes.size + longest + 2, np.int64)
+    total = 0  # the tree's sum: the bytes of every key used so far
+    last = np.full(nbytes.size, -1, np.int64)  # position of each key's last use
+    seen = np.full(nbytes.size, -1, np.int64)  # the last pass that used each key
+    depth = np.zeros(longest, np.int64)  # of the pass's accesses
+    hits = np.zeros(bounds.size + 1, np.int64)
+    resident = np.zeros(bounds.size + 1, np.int64)
+    hit_bytes = np.zeros(bounds.size + 1, np.int64)
+    first = 0
+    accessed = 0
+    now = 1
+    for p in range(passes):
+        lo, hi = starts[p], starts[p + 1]
+        if now + (hi - lo) >= tree.size:
+            now = _compact(tree, last, nbytes)
+        for i in range(lo, hi):  # depths at the pass's start: the tree before its updates
+            key = keys[i]
+            if seen[key] == p or last[key] < 0:
+                depth[i - lo] = 0  # used earlier in this pass (or never: not counted)
+            else:
+                depth[i - lo] = nbytes[key] + total - _prefix(tree, last[key])
+            seen[key] = p
+        for i in range(lo, hi):
+            key = keys[i]
+            q = last[key]
+            accessed += nbytes[key]
+            if q >= 0:
+                distance = nbytes[key] + total - _prefix(tree, q)
+                _add(tree, q, -nbytes[key])
+                j = _first_at_least(bounds, distance)
+                hits[j] += 1
+                hit_bytes[j] += nbytes[key]
+                resident[_first_at_least(bounds, depth[i - lo])] += 1
+            else:
+                total += nbytes[key]
+                first += 1
+            _add(tree, now, nbytes[key])
+            last[key] = now
+            now += 1
+    return hits, resident, hit_bytes, first, accessed

@@ -1,0 +1,132 @@
+"""Miss-ratio curves in one pass: the stack method equals one replay per capacity, counter for
+counter (random traces, every capacity regime, uniform and mixed expert sizes, passes long
+enough that the kernel renumbers its positions), and the published LRU column of the shared
+reference table; the compiled kernel equals the interpreted one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.cli import cli
+from support.traces import random_trace_ids
+
+from specmd_sim import build_config, make_trace, replay, save_trace
+from specmd_sim.engine.mrc import curve_counts, miss_ratio_curve, stack_method_applies
+from specmd_sim.errors import SpecmdError
+
+CLASSIC = {"eviction": "lru", "prefetch": "none", "cache": {"pin_demand_set": False}}
+COUNTS = ("hits", "misses_compulsory", "misses_collision", "misses_capacity")
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "mixtral8x7b_decode.npz"
+
+
+def trace_file(tmp_path: Path, seed: int, tokens: int, requests: int = 1, name: str = "t"):
+    rng = np.random.default_rng(seed)
+    experts = random_trace_ids(rng, tokens, 16, 64, 8)
+    request = np.repeat(np.arange(requests), -(-tokens // requests))[:tokens]
+    trace = make_trace(experts, model="olmoe-1b-7b", num_experts=64, request=request)
+    return str(save_trace(trace, tmp_path / f"{name}.npz"))
+
+
+def replayed(config, capacity) -> dict[str, int]:
+    data = config.model_dump(mode="json")
+    data["cache"]["capacity"] = capacity
+    return replay(build_config(data)).metrics
+
+
+@pytest.mark.parametrize(
+    ("seed", "tokens", "requests", "extra"),
+    [(1, 60, 1, {}), (2, 90, 3, {"workload": {"prefill_chunk_tokens": 8}}),
+     (3, 50, 2, {"precision": {"cold_dtype": "int4", "hot_fraction": 0.3}})],
+    ids=["decode", "requests-chunked-prefill", "mixed-precision"],
+)  # fmt: skip
+def test_one_pass_equals_a_replay_per_capacity(tmp_path, seed, tokens, requests, extra) -> None:
+    config = build_config({**CLASSIC, **extra, "trace": trace_file(tmp_path, seed, tokens,
+                                                                  requests)})  # fmt: skip
+    assert stack_method_applies(config) is None
+    capacities = [8, 9, 16, 33, 64, 128, 300, 700, 1024, "50%", "1.5GiB"]
+    curve = miss_ratio_curve(config, capacities)
+    assert curve.method == "stack"
+    assert np.all(np.diff(curve.hits[:9]) >= 0)  # LRU's inclusion property
+    for i, capacity in enumerate(capacities):
+        want = replayed(config, capacity)
+        got = {name: int(getattr(curve, name)[i]) for name in COUNTS}
+        assert got == {name: want[name] for name in COUNTS}, capacity
+        assert curve.accesses == want["accesses"]
+        assert int(curve.bytes_missed[i]) == want["bytes_demand"], capacity
+    assert curve.misses_collision[0] > 0 and curve.hits[-3] > 0  # both regimes were reached
+
+
+def test_the_reference_table_lru_column(tmp_path) -> None:
+    """../shared/traces/README.md: LRU misses of humaneval_p0_ids at 16..192 slots."""
+    if not SHARED.is_file():
+        pytest.skip(f"reference traces absent ({SHARED})")
+    with np.load(SHARED, allow_pickle=False) as data:
+        ids = data["humaneval_p0_ids"]
+    path = save_trace(make_trace(ids, model="mixtral-8x7b", num_experts=8), tmp_path / "h.npz")
+    config = build_config({**CLASSIC, "trace": str(path), "model": "mixtral-8x7b"})
+    curve = miss_ratio_curve(config, [16, 32, 64, 128, 192])
+    misses = curve.accesses - curve.hits
+    assert curve.accesses == 5312
+    assert misses.tolist() == [5312, 5312, 3703, 2475, 1073]
+
+
+def test_the_compiled_kernel_equals_the_interpreted_one() -> None:
+    pytest.importorskip("numba")
+    assert hasattr(curve_counts, "py_func"), "numba is installed but the kernel is not compiled"
+    rng = np.random.default_rng(7)
+    keys = rng.integers(0, 40, 5000).astype(np.int64)
+    starts = np.concatenate([[0], np.sort(rng.choice(np.arange(1, 5000), 120, replace=False)),
+                             [5000]]).astype(np.int64)  # fmt: skip
+    nbytes = rng.integers(1, 9, 40).astype(np.int64)
+    bounds = np.array([1, 5, 17, 40, 90, 200, 400], np.int64)
+    compiled = curve_counts(keys, starts, nbytes, bounds)
+    interpreted = curve_counts.py_func(keys, starts, nbytes, bounds)
+    for a, b in zip(compiled, interpreted, strict=True):
+        assert np.array_equal(a, b)
+    assert compiled[0].sum() + compiled[3] == keys.size  # every access counted once
+    assert compiled[4] == nbytes[keys].sum()
+
+
+def test_other_configs_replay_each_capacity_and_the_optimum_bounds_them(tmp_path) -> None:
+    trace = trace_file(tmp_path, 4, 40)
+    for extra in ({"eviction": "fifo"}, {"eviction": "lru"}, {"prefetch": "top-k"}):
+        config = build_config({**CLASSIC, **extra, "trace": trace})
+        if extra.get("eviction") == "lru":  # pinned demand sets are not a stack algorithm
+            config = build_config({**CLASSIC, "cache": {}, "trace": trace})
+        assert stack_method_applies(config) is not None
+        curve = miss_ratio_curve(config, [16, 128], belady=True)
+        assert curve.method == "replay"
+        for i, capacity in enumerate((16, 128)):
+            assert int(curve.hits[i]) == replayed(config, capacity)["hits"]
+        assert curve.belady_hits is not None and np.all(curve.belady_hits >= curve.hits)
+
+
+def test_capacities_are_checked_before_any_work(tmp_path) -> None:
+    config = build_config({**CLASSIC, "trace": trace_file(tmp_path, 5, 10)})
+    with pytest.raises(SpecmdError, match=r"cache\.capacity: expected room for the largest demand"):
+        miss_ratio_curve(config, [64, 4])
+    with pytest.raises(SpecmdError, match="capacities: expected at least one"):
+        miss_ratio_curve(config, [])
+
+
+def test_the_command(tmp_path, monkeypatch, capsys) -> None:
+    trace = trace_file(tmp_path, 6, 20)
+    args = ["mrc", "--trace", trace, "--eviction", "lru", "--prefetch", "none",
+            "--set", "cache.pin_demand_set=false", "--capacities", "16, 64,10%"]  # fmt: skip
+    page = tmp_path / "mrc.html"
+    code, out, err = cli(monkeypatch, capsys, *args, "--json", "--belady", "--out", str(page))
+    assert code == 0, err
+    shown = json.loads(out)
+    assert shown["method"] == "stack" and [r["capacity"] for r in shown["rows"]] == [16, 64, "10%"]
+    assert all(r["belady_hit_rate"] >= r["hit_rate"] for r in shown["rows"])
+    assert "offline optimum (belady)" in page.read_text()
+    code, out, err = cli(monkeypatch, capsys, *args)
+    assert code == 0 and "exact, one pass" in out
+    code, out, err = cli(monkeypatch, capsys, "mrc", "--trace", trace, "--out", str(tmp_path))
+    assert (code, out) == (2, "") and err.startswith("error: --out: expected a file")
+    code, _, err = cli(monkeypatch, capsys, "mrc", "--trace", trace, "--capacities", "16,,32")
+    assert (code, err) == (2, "error: --capacities: expected comma-separated capacities, got an "
+                              "empty one\n")  # fmt: skip
