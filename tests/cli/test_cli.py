@@ -1,4 +1,5 @@
-"""The command line as a user runs it: a subprocess, exit codes, stdout/stderr contracts."""
+"""The command line as a user runs it: exit codes, stdout/stderr contracts (in this process,
+through the entry point; one test starts ``python -m specmd_sim`` itself)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from support.cli import Completed, run_specmd
 
 from specmd_sim.hardware import load_profile
 from specmd_sim.traces.io import bundled_trace_path
@@ -17,17 +19,12 @@ from specmd_sim.traces.io import bundled_trace_path
 SMALL = ["--trace", "mixtral-synthetic", "--set", "workload.max_requests=1", "--cache", "8"]
 
 
-def specmd(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "specmd_sim", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=300,
-    )
+def specmd(*args: str, cwd: Path | None = None) -> Completed:
+    """The command in this process (``python -m specmd_sim`` itself: ``test_module_entry``)."""
+    return run_specmd(*args, cwd=cwd)
 
 
-def assert_user_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> str:
+def assert_user_error(proc: Completed, *fragments: str) -> str:
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
@@ -233,3 +230,17 @@ def test_trace_generate_checks_out_before_generating(tmp_path: Path, monkeypatch
     monkeypatch.setattr(traces, "generate_trace", generated)
     code, out, err = cli(monkeypatch, capsys, "trace", "generate", "--out", str(tmp_path))
     assert (code, out) == (2, "") and err.startswith("error: --out: expected a file")
+
+
+def test_module_entry(tmp_path: Path) -> None:
+    """``python -m specmd_sim`` is the command: a run's metrics, and a user error's one line."""
+
+    def start(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "specmd_sim", *args], capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+
+    ok = start("replay", *SMALL, "--json", "--out", str(tmp_path / "run"))
+    assert ok.returncode == 0 and json.loads(ok.stdout)["accesses"] > 0, ok.stderr
+    bad = start("replay", *SMALL, "--out", str(tmp_path / "run" / "result.json" / "x"))
+    assert bad.returncode == 2 and bad.stderr.startswith("error: --out") and bad.stdout == ""
+    assert bad.stderr.count("\n") == 1

@@ -4,27 +4,21 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import Completed, run_specmd
 
 from specmd_sim.errors import SpecmdError
 from specmd_sim.report.images import export_images
 from specmd_sim.runs import MANIFEST, write_manifest
 
 
-def specmd(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "specmd_sim", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def specmd(*args: str | Path) -> Completed:
+    return run_specmd(*args)
 
 
-def one_line_error(proc: subprocess.CompletedProcess[str], *fragments: str) -> None:
+def one_line_error(proc: Completed, *fragments: str) -> None:
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr

@@ -1,8 +1,14 @@
-"""The ``specmd`` command run through its entry point in the test's process."""
+"""The ``specmd`` command run through its entry point in the test's process (no interpreter
+start-up per call: the suite runs hundreds of commands)."""
 
 from __future__ import annotations
 
+import io
+import os
 import sys
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -16,3 +22,32 @@ def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: s
         main()
     out, err = capsys.readouterr()
     return info.value.code or 0, out, err
+
+
+@dataclass(frozen=True)
+class Completed:
+    """What a test reads of a finished command (the fields of ``subprocess.CompletedProcess``)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_specmd(*args: str | Path, cwd: Path | None = None) -> Completed:
+    """``specmd ARGS`` (in ``cwd``) in this process, its output captured."""
+    out, err = io.StringIO(), io.StringIO()
+    argv, here = sys.argv, os.getcwd()
+    sys.argv = ["specmd", *map(str, args)]
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                main()
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+    finally:
+        sys.argv = argv
+        os.chdir(here)
+    return Completed(code, out.getvalue(), err.getvalue())
