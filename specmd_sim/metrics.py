@@ -45,7 +45,6 @@ __all__ = [
     "Table",
     "cache_metrics",
     "format_value",
-    "load_result",
     "per_layer_cache_table",
     "reported",
     "result_row",
@@ -159,10 +158,6 @@ def per_layer_cache_table(stats: CacheStats) -> dict[str, list[Any]]:
         for h, a in zip(counts[:, AccessClass.HIT].tolist(), accesses.tolist(), strict=False)
     ]
     return table
-
-
-def load_result(path: Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())
 
 
 def result_row(result: dict[str, Any]) -> dict[str, Any]:

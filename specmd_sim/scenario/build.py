@@ -102,8 +102,8 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
         sizes.largest, sizes.routed_bytes, min(b.available for b in budgets)
     )
     placement = place(config, profile, sizes, capacity if parity else None)
-    for budget, (_, shard_demand) in zip(budgets, shards, strict=True) if check_cache else ():
-        _check_capacity(config, profile, budget, placement, shard_demand, capacity)
+    if check_cache:
+        _check_capacities(config, profile, budgets, shards, placement, capacity)
     return Scenario(
         config, profile, runtime, model, trace, passes, demand, capacity, placement, gpu_nodes,
         shards, budgets, training,
@@ -125,8 +125,7 @@ def with_capacity(scenario: Scenario, capacity: str | int) -> Scenario:
     placement = scenario.placement
     budget = min(b.available for b in scenario.budgets)
     cap = cache.capacity_bytes(placement.largest, placement.routed_bytes, budget)
-    for b, (_, demand) in zip(scenario.budgets, scenario.shards, strict=True):
-        _check_capacity(config, scenario.profile, b, placement, demand, cap)
+    _check_capacities(config, scenario.profile, scenario.budgets, scenario.shards, placement, cap)
     return dataclasses.replace(scenario, config=config, capacity_bytes=cap)
 
 
@@ -202,6 +201,19 @@ def _check_shapes(model: ModelSpec, trace: Trace) -> None:
             f"trace: top_k: expected at most {model.num_experts} experts per token, "
             f"got {trace.top_k}"
         )
+
+
+def _check_capacities(
+    config: SimConfig,
+    profile: HardwareProfile,
+    budgets: tuple[MemoryBudget, ...],
+    shards: tuple[tuple[Passes, DemandSets], ...],
+    placement: Placement,
+    cap: int,
+) -> None:
+    """:func:`_check_capacity` on every GPU (its budget and its demand sets)."""
+    for budget, (_, demand) in zip(budgets, shards, strict=True):
+        _check_capacity(config, profile, budget, placement, demand, cap)
 
 
 def _check_capacity(

@@ -10,10 +10,10 @@ import pytest
 
 from specmd_sim import SimConfig, replay, simulate
 from specmd_sim.errors import SpecmdError
-from specmd_sim.metrics import load_result, result_row
+from specmd_sim.metrics import result_row
 from specmd_sim.report.compare import compare_figures, compare_table, write_compare
 from specmd_sim.report.rows import BANDWIDTH, CAPACITY, load_rows, plan
-from specmd_sim.runs import write_run
+from specmd_sim.runs import read_result, write_run
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def _sweep_folder(path: Path, rows: list[dict]) -> Path:
 def test_sweep_folders_and_run_folders_mix(grid: list[Path], tmp_path: Path) -> None:
     rows = []
     for i, run_dir in enumerate(grid[:6]):
-        row = result_row(load_result(run_dir / "result.json"))
+        row = result_row(read_result(run_dir))
         rows.append({"point_index": i, "status": "ok", "error": None, **row})
     failed = dict(rows[0], point_index=6, status="error", error="boom", hit_rate=None)
     sweep = _sweep_folder(tmp_path / "sweep", [*rows, failed])

@@ -13,9 +13,9 @@ import pytest
 
 from specmd_sim.cache.states import AccessClass
 from specmd_sim.errors import SpecmdError
-from specmd_sim.metrics import RunResult, load_result
+from specmd_sim.metrics import RunResult
 from specmd_sim.report import RunData
-from specmd_sim.runs import read_spans, write_run, write_spans
+from specmd_sim.runs import read_result, read_spans, write_run, write_spans
 from specmd_sim.timeline import (
     KIND,
     KINDS,
@@ -140,7 +140,7 @@ def test_replay_over_a_timed_folder_removes_its_timing_files(
     replayed = RunData.load(replay_dir)
     assert replayed.recording is None
     (run / "timeline.html").write_text("stale")  # a page of the earlier run
-    data = load_result(replay_dir / "result.json")
+    data = read_result(replay_dir)
     result = RunResult(data["engine"], data["metrics"], data["per_layer"], data["per_request"],
                        data["config"], data["inputs"], data["hardware_grade"])  # fmt: skip
     write_run(run, result)  # the folder is replaced whole
