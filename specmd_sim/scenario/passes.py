@@ -20,7 +20,8 @@ both engines follow and offline policies (Belady) read in advance.
 
 from __future__ import annotations
 
-from collections import deque
+import heapq
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -70,143 +71,247 @@ class DemandSets(AccessSequence):
 
 def build_passes(trace: Trace, workload: WorkloadConfig, share: tuple[int, int] = (0, 1)) -> Passes:
     """The pass table; ``share = (g, n)`` keeps every n-th request from the g-th on, in arrival
-    order (GPU g's requests when n GPUs serve them round robin)."""
-    order = np.argsort(trace.request, kind="stable")
-    req_sorted = trace.request[order]
-    bounds = np.flatnonzero(np.diff(req_sorted)) + 1
-    groups = np.split(order, bounds)
-    groups.sort(key=lambda g: int(g[0]))  # requests in order of first appearance
+    order (GPU g's requests when n GPUs serve them round robin).
+
+    Built over all rows at once (a long trace has millions): the admissions
+    (:func:`_join_steps`) are the one loop, per request; then a row's pass follows from its
+    request's join step and its index among the request's prefill or decode rows. A decode row
+    ``i`` runs at decode step ``join + i``; the prefill chunks of the requests joining at a step
+    run before that step's decode pass, in order of admission."""
+    ids, admit = _admitted(trace, workload, share)
+    decode = trace.phase == DECODE
+    served = np.flatnonzero(admit >= 0)
+    # the rows of each request, prefill then decode, in trace order within each
+    block = admit[served] * 2 + decode[served]
+    by_block = np.argsort(block, kind="stable")
+    rows, block = served[by_block], block[by_block]
+    sizes = np.bincount(block, minlength=2 * ids.size)
+    index = np.arange(rows.size) - (np.cumsum(sizes) - sizes)[block]  # within the request's phase
+    req, dec = block // 2, block % 2 == 1
+    prefill_n, decode_n = sizes[0::2], sizes[1::2]
+    join = np.asarray(_join_steps(decode_n.tolist(), workload.batch_size), np.int64)
+    step = join[req] + np.where(dec, index, 0)
+    order = np.argsort(step * 2 + dec, kind="stable")  # stable: by admission, then index
+    rows, req, dec, index, step = rows[order], req[order], dec[order], index[order], step[order]
+    chunk = workload.prefill_chunk_tokens or np.maximum(prefill_n, 1)[req]
+    part = np.where(dec, -1, req * (rows.size + 1) + index // chunk)  # a prefill chunk's id
+    new = np.ones(rows.size, bool)
+    new[1:] = (step[1:] != step[:-1]) | (dec[1:] != dec[:-1]) | (part[1:] != part[:-1])
+    start = np.append(np.flatnonzero(new), rows.size)
+    first, last = start[:-1], start[1:] - 1
+    position = np.where(dec, prefill_n[req], 0) + index + 1  # among the request's tokens
+    attended = np.add.reduceat(position, first)
+    in_decode = dec[first]
+    return Passes(
+        rows=rows.astype(np.int64),
+        start=start.astype(np.int64),
+        request=ids[req[first]].astype(np.int32),
+        phase=np.where(in_decode, DECODE, PREFILL).astype(np.uint8),
+        context_end=np.where(in_decode, position[first], position[last]).astype(np.int64),
+        first_token=~in_decode & (position[last] == prefill_n[req[last]]),
+        row_request=ids[req].astype(np.int32),
+        attended=attended.astype(np.int64),
+        kv_tokens=np.where(in_decode, attended, position[last]).astype(np.int64),
+        joins=np.logical_or.reduceat(position == 1, first),
+    )
+
+
+def _admitted(
+    trace: Trace, workload: WorkloadConfig, share: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The served request ids in order of admission (of first appearance, filtered by
+    ``workload.requests``, ``max_requests`` and ``share``), and for each trace row the
+    admission index of its request (-1: not served)."""
+    ids, first, inverse = np.unique(trace.request, return_index=True, return_inverse=True)
+    order = np.argsort(first)
     if workload.requests is not None:
-        keep = set(workload.requests)
-        groups = [g for g in groups if int(trace.request[g[0]]) in keep]
+        order = order[np.isin(ids[order], workload.requests)]
     if workload.max_requests is not None:
-        groups = groups[: workload.max_requests]
-    groups = groups[share[0] :: share[1]]
-    table = _PassTable()
-    queue = deque(groups)
-    active: list[tuple[int, np.ndarray, int]] = []  # (request, decode rows, prompt length)
-    done: dict[int, int] = {}  # request -> tokens processed so far
-    while queue or active:
-        while queue and len(active) < workload.batch_size:
-            g = queue.popleft()
-            req = int(trace.request[g[0]])
-            prefill = g[trace.phase[g] == PREFILL]
-            decode = g[trace.phase[g] == DECODE]
-            step = workload.prefill_chunk_tokens or max(prefill.size, 1)
-            done[req] = 0
-            for lo in range(0, prefill.size, step):
-                part = prefill[lo : lo + step]
-                table.add(part, [req] * part.size, PREFILL, done, part.size == prefill.size - lo)
-            if decode.size:
-                active.append((req, decode, 0))
-        if active:
-            rows = np.array([dec[i] for _, dec, i in active], np.int64)
-            table.add(rows, [req for req, _, _ in active], DECODE, done, False)
-            active = [(r, dec, i + 1) for r, dec, i in active if i + 1 < dec.size]
-    return table.build()
+        order = order[: workload.max_requests]
+    order = order[share[0] :: share[1]]
+    index = np.full(ids.size, -1, np.int64)
+    index[order] = np.arange(order.size)
+    return ids[order], index[inverse.reshape(-1)]
 
 
-class _PassTable:
-    """Accumulates passes; ``add`` advances each member request's processed-token count."""
+def _join_steps(decode_tokens: list[int], batch_size: int) -> list[int]:
+    """Per request, in admission order, the decode step (decode passes before it) at which it
+    joins: the first at which fewer than ``batch_size`` requests decode. A request decodes from
+    its join step for its decode tokens, then frees its slot; one without decode tokens takes
+    none (it runs its prefill chunks and leaves)."""
+    step, joins = 0, []
+    leave: list[int] = []  # a heap: the steps at which the decoding requests leave
+    for tokens in decode_tokens:
+        if len(leave) == batch_size:
+            step = heapq.heappop(leave)
+        while leave and leave[0] <= step:
+            heapq.heappop(leave)
+        joins.append(step)
+        if tokens:
+            heapq.heappush(leave, step + tokens)
+    return joins
 
-    def __init__(self) -> None:
-        self.rows: list[np.ndarray] = []
-        self.row_request: list[int] = []
-        self.sizes: list[int] = []
-        self.request: list[int] = []
-        self.phase: list[int] = []
-        self.context: list[int] = []
-        self.first: list[bool] = []
-        self.attended: list[int] = []
-        self.kv_tokens: list[int] = []
-        self.joins: list[bool] = []
 
-    def add(
-        self, rows: np.ndarray, reqs: list[int], phase: int, done: dict[int, int], first: bool
-    ) -> None:
-        members = list(dict.fromkeys(reqs))
-        joins = any(done[r] == 0 for r in members)
-        attended = 0
-        for r in reqs:
-            done[r] += 1
-            attended += done[r]
-        self.rows.append(rows)
-        self.row_request.extend(reqs)
-        self.sizes.append(rows.size)
-        self.request.append(members[0])
-        self.phase.append(phase)
-        self.context.append(done[members[0]])
-        self.first.append(first)
-        self.attended.append(attended)
-        self.kv_tokens.append(sum(done[r] for r in members))
-        self.joins.append(joins)
-
-    def build(self) -> Passes:
-        return Passes(
-            rows=np.concatenate(self.rows).astype(np.int64) if self.rows else np.zeros(0, np.int64),
-            start=np.concatenate(([0], np.cumsum(self.sizes))).astype(np.int64),
-            request=np.asarray(self.request, np.int32),
-            phase=np.asarray(self.phase, np.uint8),
-            context_end=np.asarray(self.context, np.int64),
-            first_token=np.asarray(self.first, bool),
-            row_request=np.asarray(self.row_request, np.int32),
-            attended=np.asarray(self.attended, np.int64),
-            kv_tokens=np.asarray(self.kv_tokens, np.int64),
-            joins=np.asarray(self.joins, bool),
-        )
+_CHUNK = 1 << 18
+"""Entries (rows x layers x top-k) and union cells (batched passes x layers x experts) handled
+at once by :func:`build_demand`: its temporaries stay a few MiB each, whatever the trace's
+length (large ones page in slowly, and would add to the demand sets' own memory)."""
 
 
 def build_demand(trace: Trace, passes: Passes) -> DemandSets:
-    num_layers, num_experts = trace.num_layers, trace.num_experts
-    layer_base = (np.arange(num_layers, dtype=np.int32) * num_experts)[:, None]
-    key_parts: list[np.ndarray] = []
-    token_parts: list[np.ndarray] = []
-    gate_parts: list[np.ndarray] = []
-    counts = np.zeros(passes.num_passes * num_layers, np.int64)
-    experts, gates = trace.experts, trace.gates
-    for p in range(passes.num_passes):
-        rows = passes.rows[passes.start[p] : passes.start[p + 1]]
-        if rows.size == 1:
-            e = experts[rows[0]].astype(np.int32)  # [L, k], distinct, gate-ordered
-            valid = e >= 0
-            key_parts.append((e + layer_base)[valid])
-            token_parts.append(np.ones(int(valid.sum()), np.int32))
-            g = np.full(e.shape, np.nan, np.float32) if gates is None else gates[rows[0]]
-            gate_parts.append(g[valid])
-            counts[p * num_layers : (p + 1) * num_layers] = valid.sum(axis=1)
-            continue
-        for layer in range(num_layers):
-            ids, n, g = _union(experts[rows, layer], None if gates is None else gates[rows, layer])
-            key_parts.append(ids + layer * num_experts)
-            token_parts.append(n)
-            gate_parts.append(g)
-            counts[p * num_layers + layer] = ids.size
-    keys = np.concatenate(key_parts).astype(np.int32) if key_parts else np.zeros(0, np.int32)
-    tokens = np.concatenate(token_parts).astype(np.int32) if token_parts else keys.copy()
-    gate = np.concatenate(gate_parts).astype(np.float32) if gate_parts else np.zeros(0, np.float32)
-    offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-    return DemandSets(keys=keys, tokens=tokens, gates=gate, offsets=offsets, num_layers=num_layers)
+    """The demand sets of every (pass, layer), chunk by chunk of passes (:data:`_CHUNK`),
+    written into arrays sized for every entry of the passes' rows (unions only shrink them);
+    the access sequence is their first entries, views whose untouched tail takes no memory."""
+    num_layers, k = trace.num_layers, trace.top_k
+    bound = passes.rows.size * num_layers * k
+    keys, tokens = np.empty(bound, np.int32), np.empty(bound, np.int32)
+    gates = np.empty(bound, np.float32)
+    offsets = np.zeros(passes.num_passes * num_layers + 1, np.int64)  # the sizes, then summed
+    end = 0
+    for lo, hi in _chunks(passes, trace):
+        part = _chunk_sets(trace, passes, lo, hi)
+        n = part[0].size
+        for out, values in zip((keys, tokens, gates), part[:3], strict=True):
+            out[end : end + n] = values
+        offsets[lo * num_layers + 1 : hi * num_layers + 1] = part[3]
+        end += n
+    np.cumsum(offsets, out=offsets)
+    return DemandSets(
+        keys=keys[:end], tokens=tokens[:end], gates=gates[:end], offsets=offsets,
+        num_layers=num_layers,
+    )  # fmt: skip
 
 
-def _union(ids: np.ndarray, gates: np.ndarray | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Distinct experts of a [tokens, k] block, ordered as the module docstring says, with
-    their token counts and highest gates (NaN without gates)."""
-    flat = ids.reshape(-1).astype(np.int64)
-    rank = np.tile(np.arange(ids.shape[1]), ids.shape[0])
-    valid = flat >= 0
-    flat, rank = flat[valid], rank[valid]
-    uniq, inverse, count = np.unique(flat, return_inverse=True, return_counts=True)
-    if gates is not None:
-        g = gates.reshape(-1)[valid].astype(np.float64)
-        g = np.where(np.isnan(g), -np.inf, g)
-        best = np.full(uniq.size, -np.inf)
-        np.maximum.at(best, inverse, g)
-        order = np.lexsort((uniq, -best))
-        best_gate = best[order]
+_Sets = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""Demand sets of consecutive (pass, layer)s: keys, tokens, gates, and each one's size."""
+
+
+def _chunks(passes: Passes, trace: Trace) -> Iterator[tuple[int, int]]:
+    """Runs ``[lo, hi)`` of consecutive passes of about :data:`_CHUNK` entries and cells (one
+    pass at least): a batched pass counts its dense table of experts per layer too."""
+    rows = np.diff(passes.start)
+    k, num_experts = trace.top_k, trace.num_experts
+    work = np.where(rows == 1, k, np.maximum(rows * k, num_experts)) * trace.num_layers
+    total = np.concatenate(([0], np.cumsum(work)))
+    lo = 0
+    while lo < passes.num_passes:
+        hi = max(lo + 1, int(np.searchsorted(total, total[lo] + _CHUNK, "right")) - 1)
+        yield lo, hi
+        lo = hi
+
+
+def _chunk_sets(trace: Trace, passes: Passes, lo: int, hi: int) -> _Sets:
+    """The demand sets of passes ``[lo, hi)``: a single-token pass's are its rows as stored
+    (:func:`_row_sets`), a batched pass's the unions of its rows (:func:`_union_sets`)."""
+    rows = passes.rows[passes.start[lo] : passes.start[hi]]
+    ids = trace.experts[rows]
+    gates = None if trace.gates is None else trace.gates[rows]
+    sizes = np.diff(passes.start[lo : hi + 1])
+    single = sizes == 1
+    if single.all():
+        return _row_sets(ids, gates, trace.num_experts)
+    pass_of_row = np.repeat(np.arange(hi - lo), sizes)
+    if not single.any():
+        return _union_sets(ids, gates, pass_of_row, hi - lo, trace.num_experts)
+    one = single[pass_of_row]  # the rows of the single-token passes
+    batched = ~single
+    rank = (np.cumsum(batched) - 1)[pass_of_row[~one]]  # among the chunk's batched passes
+    num_experts = trace.num_experts
+    rows_as_stored = _row_sets(ids[one], _rows(gates, one), num_experts)
+    unions = _union_sets(ids[~one], _rows(gates, ~one), rank, int(batched.sum()), num_experts)
+    parts = ((np.flatnonzero(single), rows_as_stored), (np.flatnonzero(batched), unions))
+    return _interleave(parts, hi - lo, trace.num_layers)
+
+
+def _interleave(parts: tuple[tuple[np.ndarray, _Sets], ...], passes: int, num_layers: int) -> _Sets:
+    """The sets of ``passes`` passes from parts that each hold the sets of some of them (their
+    indices, in order): every part's (pass, layer)s scattered to their places."""
+    segments = [(p[:, None] * num_layers + np.arange(num_layers)).reshape(-1) for p, _ in parts]
+    counts = np.empty(passes * num_layers, np.int64)
+    for seg, (_, sets) in zip(segments, parts, strict=True):
+        counts[seg] = sets[3]
+    offsets = np.cumsum(counts) - counts
+    out = [np.empty(int(counts.sum()), dtype) for dtype in (np.int32, np.int32, np.float32)]
+    for seg, (_, sets) in zip(segments, parts, strict=True):
+        size = sets[3]
+        at = np.repeat(offsets[seg] - (np.cumsum(size) - size), size) + np.arange(sets[0].size)
+        for array, values in zip(out, sets[:3], strict=True):
+            array[at] = values
+    return out[0], out[1], out[2], counts
+
+
+def _rows(gates: np.ndarray | None, which: np.ndarray) -> np.ndarray | None:
+    return None if gates is None else gates[which]
+
+
+def _row_sets(ids: np.ndarray, gates: np.ndarray | None, num_experts: int) -> _Sets:
+    """The demand sets of single-token passes (``ids`` [passes, L, k]): each row as stored."""
+    num_layers, k = ids.shape[1], ids.shape[2]
+    keys = ids + (np.arange(num_layers, dtype=np.int32) * num_experts)[:, None]
+    gate = np.full(ids.shape, np.nan, np.float32) if gates is None else gates
+    valid = ids >= 0
+    if valid.all():  # no padding: the rows as they are, without a copy
+        counts = np.full(ids.shape[0] * num_layers, k, np.int64)
+        keys, gate = keys.reshape(-1), gate.reshape(-1)
     else:
-        best_rank = np.full(uniq.size, np.iinfo(np.int64).max)
-        np.minimum.at(best_rank, inverse, rank)
-        order = np.lexsort((uniq, -count, best_rank))
-        best_gate = np.full(uniq.size, np.nan)
-    best_gate = np.where(np.isinf(best_gate), np.nan, best_gate).astype(np.float32)
-    return uniq[order].astype(np.int32), count[order].astype(np.int32), best_gate
+        counts = valid.sum(axis=2, dtype=np.int64).reshape(-1)
+        keys, gate = keys[valid], gate[valid]
+    return keys, np.ones(keys.size, np.int32), gate, counts
+
+
+def _union_sets(
+    ids: np.ndarray, gates: np.ndarray | None, pass_of_row: np.ndarray, passes: int,
+    num_experts: int,
+) -> _Sets:  # fmt: skip
+    """The demand sets of ``passes`` batched passes, from their rows' ``ids`` [rows, L, k]
+    (and ``gates``) and each row's pass: per (pass, layer), the distinct experts ordered as the
+    module docstring says, with their token counts and highest gates (NaN without gates).
+
+    Each (pass, layer, expert) is a cell of a dense table: counts by ``bincount``, the highest
+    gate (or best slot rank) by ``maximum.at`` (``minimum.at``), as the pass's rows give them
+    in order; then one sort of the present cells, by a key packing (pass and layer, order
+    value, expert)."""
+    num_layers, k = ids.shape[1], ids.shape[2]
+    segments = passes * num_layers
+    valid = ids >= 0
+    segment = (pass_of_row[:, None] * num_layers + np.arange(num_layers))[:, :, None]
+    cell = (segment * num_experts + ids)[valid]
+    count = np.bincount(cell, minlength=segments * num_experts)
+    present = np.flatnonzero(count > 0)  # (faster on bools)
+    if gates is None:
+        rank = np.full(count.size, k, np.int64)
+        np.minimum.at(rank, cell, np.broadcast_to(np.arange(k), ids.shape)[valid])
+        most = int(count.max())  # fewest tokens first within a rank, as a value >= 0
+        value = rank[present] * (most + 1) + (most - count[present])
+        value_bits = (k * (most + 1) - 1).bit_length()
+        best = None
+    else:
+        gate = gates[valid]
+        best = np.full(count.size, -np.inf, np.float32)
+        np.maximum.at(best, cell, np.where(np.isnan(gate), np.float32(-np.inf), gate))
+        value, value_bits = _descending(best[present]), 32
+    expert_bits = (num_experts - 1).bit_length()
+    shift = value_bits + expert_bits
+    # a chunk has at most max(L, _CHUNK / E) segments, and a pass no more tokens than the trace
+    assert (segments - 1).bit_length() + shift <= 63, "the sort key fits an int64"
+    segment_of = present // num_experts
+    key = np.sort((segment_of << shift) | (value << expert_bits) | (present % num_experts))
+    segment_of = key >> shift
+    expert = key & ((1 << expert_bits) - 1)
+    cell = segment_of * num_experts + expert
+    keys = ((segment_of % num_layers) * num_experts + expert).astype(np.int32)
+    if best is None:
+        gate = np.full(keys.size, np.nan, np.float32)
+    else:
+        gate = best[cell]
+        gate[np.isinf(gate)] = np.nan
+    sizes = np.bincount(segment_of, minlength=segments).astype(np.int64)
+    return keys, count[cell].astype(np.int32), gate, sizes
+
+
+def _descending(values: np.ndarray) -> np.ndarray:
+    """float32 ``values`` (no NaN) as int64 keys in [0, 2**32), ascending for descending
+    values; -0.0 and 0.0 are equal, as in a float comparison."""
+    bits = (values + np.float32(0)).view(np.int32).astype(np.int64)  # -0.0 + 0.0 = 0.0
+    ascending = np.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    return (1 << 31) - 1 - ascending

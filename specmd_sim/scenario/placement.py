@@ -66,12 +66,22 @@ class Placement(_Sized):
         }
 
 
+_COUNT_ENTRIES = 1 << 16
+"""Ids counted at once by :func:`routing_counts` (in whole rows): its temporaries stay in the
+CPU's cache."""
+
+
 def routing_counts(trace: Trace) -> np.ndarray:
-    """How often each flat key ``layer * num_experts + expert`` is routed in the trace."""
+    """How often each flat key ``layer * num_experts + expert`` is routed in the trace (counted
+    in chunks of rows, each layer with one bin more, at its start, for the padding ids -1)."""
     layers, experts = trace.num_layers, trace.num_experts
-    ids = trace.experts.astype(np.int64)
-    flat = (ids + (np.arange(layers, dtype=np.int64) * experts)[None, :, None])[ids >= 0]
-    return np.bincount(flat, minlength=layers * experts)
+    bins = layers * (experts + 1)
+    base = (np.arange(layers, dtype=np.int64) * (experts + 1) + 1)[:, None]
+    counts = np.zeros(bins, np.int64)
+    step = max(1, _COUNT_ENTRIES // (layers * trace.top_k))
+    for lo in range(0, trace.num_tokens, step):
+        counts += np.bincount((trace.experts[lo : lo + step] + base).reshape(-1), minlength=bins)
+    return counts.reshape(layers, experts + 1)[:, 1:].reshape(-1)
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,0 +1,248 @@
+"""The vectorised pass table, demand sets, routing counts and expert-id checks of a scenario
+against straightforward references that follow the docstrings of ``scenario/passes.py`` pass by
+pass, (pass, layer) by (pass, layer) and row by row.
+
+The traces are small and awkward on purpose: requests interleaved in the trace and with ids out
+of order, requests without prefill or without decode tokens, padding (-1), gates with ties,
+NaN, -0.0 and infinities, or no gates at all. The chunk sizes are shrunk so that chunks end
+inside runs of single-token and batched passes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+
+import numpy as np
+import pytest
+
+from specmd_sim.config import WorkloadConfig
+from specmd_sim.errors import SpecmdError
+from specmd_sim.scenario import passes as passes_module
+from specmd_sim.scenario import placement
+from specmd_sim.scenario.passes import Passes, build_demand, build_passes
+from specmd_sim.traces import make_trace
+from specmd_sim.traces import trace as trace_module
+from specmd_sim.traces.trace import DECODE, PREFILL, Trace
+
+
+def reference_passes(
+    trace: Trace, workload: WorkloadConfig, share: tuple[int, int] = (0, 1)
+) -> Passes:
+    """The pass table as the module docstring tells it: one admission or decode step at a time."""
+    rows_of: dict[int, list[int]] = {}
+    for row, request in enumerate(trace.request.tolist()):
+        rows_of.setdefault(request, []).append(row)
+    order = list(rows_of)  # in order of first appearance
+    if workload.requests is not None:
+        order = [r for r in order if r in workload.requests]
+    if workload.max_requests is not None:
+        order = order[: workload.max_requests]
+    queue = deque(order[share[0] :: share[1]])
+    table: list[tuple[list[int], list[int], int, bool]] = []  # rows, their requests, phase, first
+    active: list[tuple[int, list[int]]] = []  # joined requests and their decode rows left
+    while queue or active:
+        while queue and len(active) < workload.batch_size:
+            request = queue.popleft()
+            prefill = [r for r in rows_of[request] if trace.phase[r] == PREFILL]
+            decode = [r for r in rows_of[request] if trace.phase[r] == DECODE]
+            step = workload.prefill_chunk_tokens or max(len(prefill), 1)
+            for lo in range(0, len(prefill), step):
+                part = prefill[lo : lo + step]
+                table.append((part, [request] * len(part), PREFILL, lo + step >= len(prefill)))
+            if decode:
+                active.append((request, decode))
+        if active:
+            table.append(([d.pop(0) for _, d in active], [r for r, _ in active], DECODE, False))
+            active = [(r, d) for r, d in active if d]
+    done: dict[int, int] = {}
+    fields: dict[str, list[int]] = {name: [] for name in ("context", "attended", "kv", "joins")}
+    for _, requests, _, _ in table:
+        fields["joins"].append(any(r not in done for r in requests))
+        positions = []
+        for r in requests:
+            done[r] = done.get(r, 0) + 1
+            positions.append(done[r])
+        fields["context"].append(done[requests[0]])
+        fields["attended"].append(sum(positions))
+        fields["kv"].append(sum(done[r] for r in dict.fromkeys(requests)))
+    sizes = [len(rows) for rows, _, _, _ in table]
+    return Passes(
+        rows=np.array([r for rows, _, _, _ in table for r in rows], np.int64),
+        start=np.array([0, *np.cumsum(sizes, dtype=np.int64)], np.int64),
+        request=np.array([requests[0] for _, requests, _, _ in table], np.int32),
+        phase=np.array([phase for _, _, phase, _ in table], np.uint8),
+        context_end=np.array(fields["context"], np.int64),
+        first_token=np.array([first for _, _, _, first in table], bool),
+        row_request=np.array([r for _, requests, _, _ in table for r in requests], np.int32),
+        attended=np.array(fields["attended"], np.int64),
+        kv_tokens=np.array(fields["kv"], np.int64),
+        joins=np.array(fields["joins"], bool),
+    )
+
+
+def reference_sets(trace: Trace, passes: Passes) -> dict[str, np.ndarray]:
+    """Keys, tokens, gates and offsets of the demand sets, one (pass, layer) at a time."""
+    keys: list[int] = []
+    tokens: list[int] = []
+    gates: list[float] = []
+    offsets = [0]
+    for p in range(passes.num_passes):
+        rows = passes.rows[passes.start[p] : passes.start[p + 1]].tolist()
+        for layer in range(trace.num_layers):
+            for expert, count, gate in _reference_set(trace, rows, layer):
+                keys.append(layer * trace.num_experts + expert)
+                tokens.append(count)
+                gates.append(gate)
+            offsets.append(len(keys))
+    return {
+        "keys": np.array(keys, np.int32),
+        "tokens": np.array(tokens, np.int32),
+        "gates": np.array(gates, np.float32),
+        "offsets": np.array(offsets, np.int64),
+    }
+
+
+def _reference_set(trace: Trace, rows: list[int], layer: int) -> list[tuple[int, int, float]]:
+    """(expert, tokens, gate) of one demand set: a single row as stored; a union ordered by the
+    highest gate (NaN counts as -inf; of 0.0 and -0.0 the later is kept), without gates by the
+    best slot, then the most tokens; ties by expert id."""
+    ids = trace.experts[rows, layer].tolist()
+    gates = trace.gates[rows, layer].tolist() if trace.gates is not None else None
+    if len(rows) == 1:
+        row_gates = gates[0] if gates is not None else [float("nan")] * len(ids[0])
+        return [(e, 1, g) for e, g in zip(ids[0], row_gates, strict=True) if e >= 0]
+    best: dict[int, list[float]] = {}  # expert -> [tokens, highest gate, best slot]
+    for i, row in enumerate(ids):
+        for slot, expert in enumerate(row):
+            if expert < 0:
+                continue
+            gate = -np.inf if gates is None or np.isnan(gates[i][slot]) else gates[i][slot]
+            entry = best.setdefault(expert, [0, -np.inf, slot])
+            entry[0] += 1
+            entry[2] = min(entry[2], slot)
+            if gate >= entry[1]:  # the last of equal gates, as np.maximum keeps it
+                entry[1] = gate
+    if gates is None:
+        order = sorted(best, key=lambda e: (best[e][2], -best[e][0], e))
+    else:
+        order = sorted(best, key=lambda e: (-best[e][1], e))
+    gate_of = {e: np.nan if gates is None or np.isinf(best[e][1]) else best[e][1] for e in best}
+    return [(e, int(best[e][0]), gate_of[e]) for e in order]
+
+
+def awkward_trace(seed: int, *, gates: bool = True, experts: int = 6, k: int = 3) -> Trace:
+    """A few requests of random lengths, interleaved, with padding and awkward gates."""
+    rng = np.random.default_rng(seed)
+    count = int(rng.integers(1, 7))
+    ids = rng.choice(50, count, replace=False)
+    lengths = rng.integers(0, 6, (count, 2))
+    lengths[lengths.sum(axis=1) == 0, 0] = 1
+    tokens = [
+        [(int(r), PREFILL)] * p + [(int(r), DECODE)] * d
+        for r, (p, d) in zip(ids, lengths, strict=True)
+    ]
+    rows: list[tuple[int, int]] = []
+    while tokens:  # interleave: the next token of a random request (or of the first)
+        i = int(rng.integers(len(tokens))) if rng.random() < 0.6 else 0
+        rows.append(tokens[i].pop(0))
+        tokens = [t for t in tokens if t]
+    layers = 2
+    routed = np.stack([rng.permutation(experts)[:k] for _ in range(len(rows) * layers)])
+    routed = routed.reshape(len(rows), layers, k).astype(np.int16)
+    pad = rng.random(routed.shape) < 0.2
+    pad[:, :, 0] = False
+    routed[pad] = -1
+    weights = None
+    if gates:
+        weights = np.round(rng.random(routed.shape), 1).astype(np.float32)  # ties
+        awkward = ((np.nan, 0.1), (-0.0, 0.1), (0.0, 0.1), (np.inf, 0.03), (-np.inf, 0.03))
+        for value, share in awkward:
+            weights[rng.random(routed.shape) < share] = value
+    return make_trace(
+        routed,
+        model="olmoe-1b-7b",
+        num_experts=experts,
+        request=np.array([r for r, _ in rows], np.int32),
+        phase=np.array([p for _, p in rows], np.uint8),
+        gates=weights,
+    )
+
+
+def assert_identical(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> None:
+    for name, expected in want.items():
+        actual = got[name]
+        assert actual.dtype == expected.dtype, name
+        np.testing.assert_array_equal(actual, expected, err_msg=name, strict=True)
+        if expected.dtype.kind == "f":  # -0.0 and 0.0 too
+            np.testing.assert_array_equal(np.signbit(actual), np.signbit(expected), err_msg=name)
+
+
+def fields_of(passes: Passes) -> dict[str, np.ndarray]:
+    return {f.name: getattr(passes, f.name) for f in dataclasses.fields(passes)}
+
+
+WORKLOADS = [
+    {"batch_size": 1},
+    {"batch_size": 1, "prefill_chunk_tokens": 0},
+    {"batch_size": 2, "prefill_chunk_tokens": 2},
+    {"batch_size": 3, "prefill_chunk_tokens": 0},
+    {"batch_size": 5, "prefill_chunk_tokens": 3},
+    {"batch_size": 2, "max_requests": 2},
+]
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_passes_and_demand_sets_equal_the_references(seed: int, monkeypatch) -> None:
+    monkeypatch.setattr(passes_module, "_CHUNK", 1 + 7 * (seed % 4))
+    trace = awkward_trace(seed, gates=seed % 3 != 0)
+    ids = np.unique(trace.request).tolist()
+    workloads = [*WORKLOADS, {"batch_size": 2, "requests": tuple(ids[::2])}]
+    for kw in workloads:
+        workload = WorkloadConfig(**kw)
+        for share in ((0, 1), (1, 2), (0, 3)):
+            passes = build_passes(trace, workload, share)
+            assert_identical(fields_of(passes), fields_of(reference_passes(trace, workload, share)))
+            demand = build_demand(trace, passes)
+            got = {n: getattr(demand, n) for n in ("keys", "tokens", "gates", "offsets")}
+            assert_identical(got, reference_sets(trace, passes))
+
+
+def test_union_of_a_batched_pass_by_hand() -> None:
+    """Two requests of one token decoded together: expert 4 in both (gates 0.2, 0.5), 1 and 3
+    tie at 0.3 (by id), 2 without a gate (NaN: last); the padded slot's gate is not read."""
+    experts = np.array([[[4, 3, -1]], [[1, 4, 2]]], np.int16)
+    gates = np.array([[[0.2, 0.3, 0.9]], [[0.3, 0.5, np.nan]]], np.float32)
+    trace = make_trace(
+        experts, model="olmoe-1b-7b", num_experts=6, gates=gates,
+        request=np.array([0, 1], np.int32),
+    )  # fmt: skip
+    passes = build_passes(trace, WorkloadConfig(batch_size=2))
+    assert passes.start.tolist() == [0, 2]
+    demand = build_demand(trace, passes)
+    assert demand.keys.tolist() == [4, 1, 3, 2]
+    assert demand.tokens.tolist() == [2, 1, 1, 1]
+    np.testing.assert_array_equal(demand.gates, np.array([0.5, 0.3, 0.3, np.nan], np.float32))
+    assert demand.offsets.tolist() == [0, 4]
+
+
+def test_routing_counts_count_every_routed_id_across_chunks(monkeypatch) -> None:
+    monkeypatch.setattr(placement, "_COUNT_ENTRIES", 5)
+    trace = awkward_trace(3)
+    want = np.zeros(trace.num_layers * trace.num_experts, np.int64)
+    for tok, layer, slot in np.argwhere(trace.experts >= 0):
+        want[layer * trace.num_experts + int(trace.experts[tok, layer, slot])] += 1
+    got = placement.routing_counts(trace)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got, want, strict=True)
+
+
+@pytest.mark.parametrize("k", [3, 17])  # compared slot by slot; sorted (more than 16 slots)
+def test_a_duplicate_id_is_found_in_a_later_chunk(k: int, monkeypatch) -> None:
+    monkeypatch.setattr(trace_module, "_CHECK_ENTRIES", 2 * k)  # one row per chunk
+    experts = np.tile(np.arange(k, dtype=np.int16), (5, 2, 1))
+    experts[:, :, 1] = -1
+    experts[3, 1, 2] = 0
+    with pytest.raises(SpecmdError) as err:
+        make_trace(experts, model="olmoe-1b-7b", num_experts=32)
+    assert str(err.value).endswith(f"{experts[3, 1].tolist()} at token 3, layer 1")
