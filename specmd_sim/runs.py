@@ -2,12 +2,14 @@
 
 ``RUN_DIR/config.yaml`` (the resolved config) and ``RUN_DIR/result.json``; for the timing
 engine also ``RUN_DIR/spans.npz`` (every span and counter, so that reports and timelines can be
-rebuilt later: ``specmd timeline``, ``specmd report``), ``RUN_DIR/trace.json``
-(Chrome/Perfetto) and ``RUN_DIR/timeline.html`` (the per-resource and per-layer views). The
-default folder is ``runs/<engine>-<hash>``, the hash of the resolved config, so re-running the
-same config overwrites identical results instead of piling up copies. Every file is a function
-of the config alone (sorted keys, fixed zip timestamps, no machine paths or clock times): the
-same config and seed give byte-identical folders.
+rebuilt later: ``specmd timeline``, ``specmd report``), ``RUN_DIR/trace.json.gz`` (the
+Chrome/Perfetto trace, gzip-compressed: ~12x smaller than its ~65 KB of JSON per token, and
+Perfetto opens it as it is) and ``RUN_DIR/timeline.html`` (the per-resource and per-layer
+views). The default folder is ``runs/<engine>-<hash>``, the hash of the resolved config, so
+re-running the same config overwrites identical results instead of piling up copies. Every file
+is a function of the config alone (sorted keys, fixed zip timestamps, a gzip header without
+name or time, no machine paths or clock times): the same config and seed give byte-identical
+folders.
 
 This module writes the data files; ``timeline.html`` is a page, and pages are the report
 layer's, which sits above this one (it reads run folders with :func:`read_spans`). Whoever
@@ -47,6 +49,9 @@ SPANS_FORMAT = "specmd-spans"
 SPANS_VERSION = 1
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 TIMELINE_FILE = "timeline.html"
+TRACE_FILE = "trace.json.gz"
+"""The Perfetto trace. Folders written before it was compressed hold ``trace.json`` instead,
+which their manifest lists, so they still check; nothing reads a trace back."""
 REPORT_FILE = "report.html"
 PAGES = (TIMELINE_FILE, REPORT_FILE)
 """The pages ``specmd timeline`` and ``specmd report`` write into a run folder by default."""
@@ -88,7 +93,7 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
             recording = Recording(result.spans, list(result.lanes), dict(result.counters))
             files["spans"] = folder / "spans.npz"
             write_spans(files["spans"], recording)
-            files["trace"] = folder / "trace.json"
+            files["trace"] = folder / TRACE_FILE
             options = chrome_trace_options(json.loads(result.to_json()), recording)
             write_chrome_trace(files["trace"], recording.spans, recording.lanes, **options)
         if extra is not None:
@@ -252,7 +257,7 @@ def _got(data: dict[str, Any], key: str) -> str:
 
 
 def chrome_trace_options(result: dict[str, Any], recording: Recording) -> dict[str, Any]:
-    """What :func:`specmd_sim.timeline.to_chrome_trace` takes from ``result.json``: the
+    """What :func:`specmd_sim.timeline.chrome_trace_chunks` takes from ``result.json``: the
     engine's pass and request tables, the counters, the expert count and the run's metadata."""
     cfg, inputs = result["config"], result["inputs"]
     metadata = {

@@ -13,21 +13,29 @@ up in the Perfetto trace and the HTML timelines without changes there.
 
 Besides the recorder this module derives what the exports need from the spans: the access class
 a transfer served (:func:`served_class`) and sub-tracks for lanes whose spans overlap
-(:func:`track_rows`); and it writes the Chrome Trace Event Format (:func:`to_chrome_trace`),
-whose passes and requests are the engine's own tables (``per_pass``, ``per_request`` of the
-result), not rebuilt from the spans.
+(:func:`track_rows`); and it writes the Chrome Trace Event Format, whose passes and requests
+are the engine's own tables (``per_pass``, ``per_request`` of the result), not rebuilt from the
+spans: as pieces of text (:func:`chrome_trace_chunks`), into a ``.json.gz`` a chunk at a time
+(:func:`write_chrome_trace`; a long run's trace is hundreds of MB of JSON), or parsed
+(:func:`to_chrome_trace`).
 """
 
 from __future__ import annotations
 
+import functools
+import gzip
+import itertools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from specmd_sim.atomic import atomic_file
 from specmd_sim.cache.states import AccessClass
 
 KINDS = (
@@ -219,7 +227,7 @@ def class_name(klass: int) -> str:
 # --- Chrome / Perfetto trace ---------------------------------------------------------------
 
 
-def _ns(seconds: np.ndarray | float) -> np.ndarray:
+def _ns(seconds: npt.ArrayLike) -> np.ndarray:
     """Whole nanoseconds. Rounding is monotonic, so spans that do not overlap in seconds do not
     overlap in the trace either, and ``ns / 1000`` prints (and parses back) exactly."""
     return np.rint(np.asarray(seconds, dtype=np.float64) * 1e9).astype(np.int64)
@@ -248,7 +256,30 @@ def _step_changes(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return t[keep], v[keep]
 
 
-def to_chrome_trace(
+TRACE_CHUNK = 1 << 14
+"""Events formatted, and handed to the compressor, at a time: ~3 MB of text. Writing a trace
+holds one chunk's text and up to ~40 bytes of numbers per span (the spans take 42), never the
+whole text (~190 bytes per span, ~65 KB per token)."""
+TRACE_GZIP_LEVEL = 4
+"""At 2,000 tokens the trace is 130 MB of JSON; level 4 makes it 12x smaller in about the CPU time
+formatting it takes (so a thread compressing alongside hides it where a core is free), level 6
+13x in 1.7x that time, level 1 10x in 0.6x (``benchmarks/outputs_size.py --level N``)."""
+
+_dumps = functools.partial(json.dumps, separators=(",", ":"))
+_FRACTIONS = np.array(["." + (f"{r:03d}".rstrip("0") or "0") for r in range(1000)], dtype=object)
+_CATEGORY = {
+    "stall": "stall",
+    "write_back": "transfer",
+    **dict.fromkeys(TRANSFER_KINDS, "transfer"),
+}
+_SPAN_HEADS = [
+    _dumps({"ph": "X", "name": kind, "cat": _CATEGORY.get(kind, "compute")})[:-1]
+    + ',"args":{"pass":'
+    for kind in KINDS
+]
+
+
+def chrome_trace_chunks(
     spans: np.ndarray,
     lanes: list[str],
     counters: dict[str, np.ndarray] | None = None,
@@ -257,15 +288,17 @@ def to_chrome_trace(
     per_request: Mapping[str, Sequence[Any]] | None = None,
     num_experts: int | None = None,
     metadata: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The Chrome Trace Event Format (JSON object form), for ui.perfetto.dev and chrome://tracing.
+) -> Iterator[str]:
+    """The Chrome Trace Event Format (JSON object form), for ui.perfetto.dev and chrome://tracing,
+    as consecutive pieces of one compact JSON text, at most :data:`TRACE_CHUNK` events each, so
+    that a writer never holds the whole text:
 
     - a process per device (:func:`lane_process`), a thread track per lane (split into
       sub-tracks where its spans overlap, so no track holds overlapping slices);
     - complete events (``ph: X``, microseconds with nanosecond resolution) with args ``pass``,
       ``request``, ``layer``, ``expert`` (index within its layer, given ``num_experts``),
       ``expert_id`` (flat id), ``bytes`` and ``class`` (for a transfer, the class of the access
-      it served: :func:`served_class`);
+      it served: :func:`served_class`), each track's in order of start;
     - from the engine's ``per_pass`` table (columns ``gpu``, ``pass``, ``request``, ``phase``,
       ``start_s``, ``end_s``), in the process of each pass's GPU (the first lane's where the
       GPU has no lane), a ``passes`` track: one slice per pass, with args ``pass``, ``request``
@@ -277,6 +310,12 @@ def to_chrome_trace(
     - counter tracks (``ph: C``) for every counter (a counter named ``"<device>/<name>"`` goes
       to that device's process, others to the first lane's);
     - ``otherData``: ``metadata`` (e.g. model, hardware, policies).
+
+    Span and counter events, nearly all of a trace, are formatted from the arrays' columns, not
+    built as a dict each and dumped: that is what makes a long run's trace cheap (``_span_text``).
+    Their times print as the exact decimal of their whole nanoseconds (times are >= 0: a run
+    starts at 0), as ``json.dumps(ns / 1000)`` prints them below 10**15 ns, so the text is the
+    one a dict per event would give, byte for byte.
     """
     counters = counters or {}
     processes = list(dict.fromkeys(lane_process(name) for name in lanes))
@@ -286,134 +325,194 @@ def to_chrome_trace(
             processes.append(device)
     pid_of = {name: i + 1 for i, name in enumerate(processes or ["specmd"])}
     main_pid = pid_of[lane_process(lanes[0])] if lanes else 1
-    meta: list[dict[str, Any]] = []
-    for name, pid in pid_of.items():
-        meta.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}})
-        meta.append(
-            {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}}
-        )
-    next_tid = 1
-
-    def new_track(pid: int, name: str) -> int:
-        nonlocal next_tid
-        tid = next_tid
-        next_tid += 1
-        meta.append(
-            {"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}}
-        )
-        meta.append(
-            {
-                "ph": "M",
-                "name": "thread_sort_index",
-                "pid": pid,
-                "tid": tid,
-                "args": {"sort_index": tid},
-            }
-        )
-        return tid
-
-    events: list[dict[str, Any]] = []
     per_pass, per_request = per_pass or {}, per_request or {}
     pass_pid = [pid_of.get(gpu, main_pid) for gpu in per_pass.get("gpu", [])]
     pid_of_request: dict[int, int] = {}  # a request runs on one GPU: that of its passes
     for req, pid in zip(per_pass.get("request", []), pass_pid, strict=True):
         pid_of_request.setdefault(req, pid)
     request_pid = [pid_of_request.get(r, main_pid) for r in per_request.get("request", [])]
-    for pid in dict.fromkeys(pass_pid):
-        tid = new_track(pid, "passes")
-        events.extend(_pass_events(per_pass, [q == pid for q in pass_pid], pid, tid))
-        events.extend(_request_events(per_request, [q == pid for q in request_pid], pid, tid))
-    names = ("kind", "pass_", "request", "layer", "expert", "bytes")
-    cols = {name: spans[name].tolist() for name in names}
-    cols["class"] = served_class(spans).tolist()
+    pass_pids = list(dict.fromkeys(pass_pid))
+    tracks = [(pid, "passes") for pid in pass_pids]  # (pid, name); tid = place + 1
     start_ns, end_ns = _ns(spans["start"]), _ns(spans["end"])
-    starts, ends = start_ns.tolist(), end_ns.tolist()
-    for lane_id, lane in enumerate(lanes):
-        idx = np.flatnonzero(spans["lane"] == lane_id)
-        idx = idx[np.lexsort((idx, start_ns[idx]))]
-        rows, n_rows = track_rows(start_ns[idx], end_ns[idx])
-        pid = pid_of[lane_process(lane)]
-        track = lane_track(lane)
-        tids = [new_track(pid, track if n_rows == 1 else f"{track} #{r}") for r in range(n_rows)]
-        for i, row in zip(idx.tolist(), rows.tolist(), strict=True):
-            event = _span_event(cols, i, num_experts)
-            event.update(pid=pid, tid=tids[row], ts=starts[i] / 1000)
-            event["dur"] = (ends[i] - starts[i]) / 1000
-            events.append(event)
+    order, tid = _span_tracks(spans["lane"], start_ns, end_ns, lanes, pid_of, tracks)
+
+    meta: list[dict[str, Any]] = []
+    for name, pid in pid_of.items():
+        meta.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}})
+        meta.append(
+            {"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}}
+        )
+    for t, (pid, name) in enumerate(tracks, 1):
+        meta.append(
+            {"ph": "M", "name": "thread_name", "pid": pid, "tid": t, "args": {"name": name}}
+        )
+        meta.append(
+            {
+                "ph": "M",
+                "name": "thread_sort_index",
+                "pid": pid,
+                "tid": t,
+                "args": {"sort_index": t},
+            }
+        )
+    yield '{"traceEvents":[' + ",".join(map(_dumps, meta))  # never empty: a process at least
+    for t, pid in enumerate(pass_pids, 1):
+        events = itertools.chain(
+            _pass_events(per_pass, [q == pid for q in pass_pid], pid, t),
+            _request_events(per_request, [q == pid for q in request_pid], pid, t),
+        )
+        while batch := list(itertools.islice(events, TRACE_CHUNK)):
+            yield "," + ",".join(map(_dumps, batch))
+    klass = served_class(spans)
+    track_pid = np.array([0] + [pid for pid, _ in tracks])
+    for lo in range(0, order.size, TRACE_CHUNK):
+        i, at = order[lo : lo + TRACE_CHUNK], tid[lo : lo + TRACE_CHUNK]
+        yield "," + _span_text(
+            spans[i], klass[i], start_ns[i], end_ns[i], track_pid[at], at, num_experts
+        )
     for name, samples in sorted(counters.items()):
         label, arg = counter_label(name)
-        device = name.rpartition("/")[0]
-        pid = pid_of.get(device, main_pid)
-        t, v = _step_changes(samples)
-        for ts, value in zip(t.tolist(), v.tolist(), strict=True):
-            value = int(value) if float(value).is_integer() else value
-            events.append(
-                {"ph": "C", "name": label, "pid": pid, "ts": ts / 1000, "args": {arg: value}}
-            )
-    trace: dict[str, Any] = {"traceEvents": meta + events, "displayTimeUnit": "ms"}
-    if metadata:
-        trace["otherData"] = {k: str(v) for k, v in metadata.items()}
-    return trace
+        pid = pid_of.get(name.rpartition("/")[0], main_pid)
+        event = _dumps({"ph": "C", "name": label, "pid": pid})[:-1]
+        event += ',"ts":%d%s,"args":{' + _dumps(arg) + ":%s}}"
+        times, values = _step_changes(samples)
+        for lo in range(0, times.size, TRACE_CHUNK):
+            whole, part = _microseconds(times[lo : lo + TRACE_CHUNK])
+            texts = [
+                str(int(v)) if v.is_integer() else _dumps(v)
+                for v in values[lo : lo + TRACE_CHUNK].tolist()
+            ]
+            yield "," + ",".join(map(event.__mod__, zip(whole, part, texts, strict=True)))
+    other = f',"otherData":{_dumps({k: str(v) for k, v in metadata.items()})}' if metadata else ""
+    yield '],"displayTimeUnit":"ms"' + other + "}"
 
 
-def _span_event(cols: dict[str, list[int]], i: int, num_experts: int | None) -> dict[str, Any]:
-    """The event of span ``i`` (columns as lists, for speed), without place and time."""
-    kind = KINDS[cols["kind"][i]]
-    args: dict[str, Any] = {"pass": cols["pass_"][i], "request": cols["request"][i]}
-    if cols["layer"][i] >= 0:
-        args["layer"] = cols["layer"][i]
-    expert = cols["expert"][i]
-    if expert >= 0:
-        if num_experts:
-            args["expert"] = expert % num_experts
-        args["expert_id"] = expert
-    if cols["bytes"][i]:
-        args["bytes"] = cols["bytes"][i]
-    klass = cols["class"][i]
-    if klass >= 0:
-        args["class"] = class_name(klass)
-    elif kind in TRANSFER_KINDS:
-        args["class"] = "unused"  # a prefetch whose target layer did not run its expert
-    category = (
-        "transfer"
-        if kind in TRANSFER_KINDS or kind == "write_back"
-        else "stall"
-        if kind == "stall"
-        else "compute"
+def _span_tracks(
+    lane: np.ndarray,
+    start_ns: np.ndarray,
+    end_ns: np.ndarray,
+    lanes: list[str],
+    pid_of: dict[str, int],
+    tracks: list[tuple[int, str]],
+) -> tuple[np.ndarray, np.ndarray]:
+    """The spans of ``lanes`` in trace order (by lane, then start, then position) and the track
+    (tid) of each; each lane's sub-tracks (:func:`track_rows`) are appended to ``tracks``."""
+    order = np.lexsort((start_ns, lane))
+    bounds = np.searchsorted(lane[order], np.arange(len(lanes) + 1))
+    order = order[: bounds[-1]]
+    tid = np.zeros(order.size, np.int32)
+    for lane_id, name in enumerate(lanes):
+        lo, hi = bounds[lane_id], bounds[lane_id + 1]
+        rows, n_rows = track_rows(start_ns[order[lo:hi]], end_ns[order[lo:hi]])
+        tid[lo:hi] = len(tracks) + 1 + rows
+        track, pid = lane_track(name), pid_of[lane_process(name)]
+        tracks += [(pid, track if n_rows == 1 else f"{track} #{r}") for r in range(n_rows)]
+    return order, tid
+
+
+def _microseconds(ns: np.ndarray) -> tuple[list[int], list[str]]:
+    """Whole nanoseconds (>= 0) as microseconds in two parts: the whole ones, and ``.fff`` with
+    trailing zeros dropped (``.0`` at least): ``1500`` -> ``1`` and ``.5``."""
+    whole, part = np.divmod(ns, 1000)
+    return whole.tolist(), _FRACTIONS[part].tolist()
+
+
+def _texts(text: Callable[..., str], *columns: np.ndarray) -> list[str]:
+    """``text(*row)`` for each row of the int ``columns``, each distinct row formatted once: the
+    spans of a chunk share their kinds, passes, experts, tracks and durations, so few are."""
+    order = np.lexsort(columns)
+    ordered = [c[order] for c in columns]
+    first = np.r_[True, np.any([c[1:] != c[:-1] for c in ordered], axis=0)]  # of a distinct row
+    rows = np.array([c[first] for c in ordered], np.int64).T.tolist()
+    table = np.array([text(*row) for row in rows], dtype=object)
+    inverse = np.empty(order.size, np.int64)
+    inverse[order] = np.cumsum(first) - 1
+    return table[inverse].tolist()
+
+
+def _span_text(
+    spans: np.ndarray,
+    klass: np.ndarray,
+    start_ns: np.ndarray,
+    end_ns: np.ndarray,
+    pid: np.ndarray,
+    tid: np.ndarray,
+    num_experts: int | None,
+) -> str:
+    """The events of ``spans`` (a chunk, in trace order), with the class each served, their
+    times in whole ns and their tracks, joined by commas. An event is three texts of few
+    distinct values (what it is; its args and track; its duration) and its start."""
+
+    def what(kind: int, pass_: int, request: int) -> str:
+        return f'{_SPAN_HEADS[kind]}{pass_},"request":{request}'
+
+    def args_and_track(
+        layer: int, expert: int, size: int, klass: int, transfer: int, pid: int, tid: int
+    ) -> str:
+        text = f',"layer":{layer}' if layer >= 0 else ""
+        if expert >= 0:
+            if num_experts:
+                text += f',"expert":{expert % num_experts}'
+            text += f',"expert_id":{expert}'
+        if size:
+            text += f',"bytes":{size}'
+        if klass >= 0 or transfer:  # a prefetch whose target layer did not run its expert
+            text += f',"class":"{class_name(klass) if klass >= 0 else "unused"}"'
+        return text + f'}},"pid":{pid},"tid":{tid},"ts":'
+
+    def duration(ns: int) -> str:
+        whole, part = divmod(ns, 1000)
+        return f',"dur":{whole}{_FRACTIONS[part]}}}'
+
+    transfer = np.isin(spans["kind"], _TRANSFER_IDS)
+    ts_whole, ts_part = _microseconds(start_ns)
+    args = (spans["layer"], spans["expert"], spans["bytes"], klass, transfer, pid, tid)
+    columns = (
+        _texts(what, spans["kind"], spans["pass_"], spans["request"]),
+        _texts(args_and_track, *args),
+        ts_whole,
+        ts_part,
+        _texts(duration, end_ns - start_ns),
     )
-    return {"ph": "X", "name": kind, "cat": category, "args": args}
+    return ",".join(map("%s%s%d%s%s".__mod__, zip(*columns, strict=True)))
+
+
+def to_chrome_trace(
+    spans: np.ndarray,
+    lanes: list[str],
+    counters: dict[str, np.ndarray] | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """:func:`chrome_trace_chunks` as one parsed document (same arguments): what a trace file
+    holds, for a look at a small run's events in Python."""
+    return json.loads("".join(chrome_trace_chunks(spans, lanes, counters, **kwargs)))
 
 
 def _pass_events(
     per_pass: Mapping[str, Sequence[Any]], mine: list[bool], pid: int, tid: int
-) -> list[dict[str, Any]]:
+) -> Iterator[dict[str, Any]]:
     """A slice per pass of ``per_pass`` where ``mine``."""
     start, end = _ns(per_pass["start_s"]).tolist(), _ns(per_pass["end_s"]).tolist()
-    out: list[dict[str, Any]] = []
     for i in np.flatnonzero(mine).tolist():
         p, s, e = int(per_pass["pass"][i]), start[i], end[i]
         args = {"pass": p, "request": int(per_pass["request"][i]), "phase": per_pass["phase"][i]}
-        out.append(
-            {
-                "ph": "X",
-                "name": f"pass {p}",
-                "cat": "pass",
-                "pid": pid,
-                "tid": tid,
-                "ts": s / 1000,
-                "dur": (e - s) / 1000,
-                "args": args,
-            }
-        )
-    return out
+        yield {
+            "ph": "X",
+            "name": f"pass {p}",
+            "cat": "pass",
+            "pid": pid,
+            "tid": tid,
+            "ts": s / 1000,
+            "dur": (e - s) / 1000,
+            "args": args,
+        }
 
 
 def _request_events(
     per_request: Mapping[str, Sequence[Any]], mine: list[bool], pid: int, tid: int
-) -> list[dict[str, Any]]:
+) -> Iterator[dict[str, Any]]:
     """The async slices of each phase and the first-token instant of the requests of
     ``per_request`` where ``mine``."""
-    out: list[dict[str, Any]] = []
     for i in np.flatnonzero(mine).tolist():
         req, ttft = int(per_request["request"][i]), per_request["ttft_s"][i]
         arrival = float(per_request["arrival_s"][i])
@@ -427,25 +526,39 @@ def _request_events(
                 continue
             name = f"request {req} {phase}"
             common = {"cat": "request", "id": req, "pid": pid, "tid": tid, "name": name}
-            out.append({"ph": "b", "ts": lo / 1000, **common})
-            out.append({"ph": "e", "ts": hi / 1000, **common})
+            yield {"ph": "b", "ts": lo / 1000, **common}
+            yield {"ph": "e", "ts": hi / 1000, **common}
         if first is not None:
-            out.append(
-                {
-                    "ph": "i",
-                    "s": "p",
-                    "name": f"first token (request {req})",
-                    "cat": "request",
-                    "pid": pid,
-                    "tid": tid,
-                    "ts": first / 1000,
-                    "args": {"ttft_ms": (first - a) / 1e6},
-                }
-            )
-    return out
+            yield {
+                "ph": "i",
+                "s": "p",
+                "name": f"first token (request {req})",
+                "cat": "request",
+                "pid": pid,
+                "tid": tid,
+                "ts": first / 1000,
+                "args": {"ttft_ms": (first - a) / 1e6},
+            }
 
 
-def write_chrome_trace(path: Path, spans: np.ndarray, lanes: list[str], **kwargs: Any) -> None:
-    """Write :func:`to_chrome_trace` compactly (same inputs, same bytes)."""
-    trace = to_chrome_trace(spans, lanes, **kwargs)
-    path.write_text(json.dumps(trace, separators=(",", ":")))
+def write_chrome_trace(
+    path: Path, spans: np.ndarray, lanes: list[str], level: int = TRACE_GZIP_LEVEL, **kwargs: Any
+) -> None:
+    """Write :func:`chrome_trace_chunks` (same arguments) gzip-compressed at ``level``, a chunk
+    at a time: a ``.json.gz`` that ui.perfetto.dev and chrome://tracing open as it is, and whose
+    writing holds one chunk's text, not the trace's (a long run's is hundreds of MB). The gzip
+    header names no file and no time, so the same inputs give the same bytes."""
+    with (
+        atomic_file(path) as tmp,
+        open(tmp, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=level, mtime=0) as out,
+        ThreadPoolExecutor(1) as compressor,
+    ):
+        writing: Future[int] | None = None
+        for piece in chrome_trace_chunks(spans, lanes, **kwargs):
+            data = piece.encode()
+            if writing is not None:
+                writing.result()
+            writing = compressor.submit(out.write, data)
+        if writing is not None:
+            writing.result()

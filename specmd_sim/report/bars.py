@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 from specmd_sim.report.lod import Bins, Detail, bin_bars
 from specmd_sim.report.run_data import RunData
 from specmd_sim.report.style import CLASS_LABELS, class_label, kind_colour, kind_label, ms
+from specmd_sim.runs import TRACE_FILE
 from specmd_sim.timeline import KINDS, TRANSFER_KINDS
 
 _CLASS_TEXT = np.array([""] + [CLASS_LABELS[c] for c in sorted(CLASS_LABELS)], dtype=object)
@@ -177,7 +178,7 @@ def detail_note(detail: Detail, bins: Bins | None, unit: str = "spans") -> str:
             f"; the rest summarised in {bins.size:,} bins of {ms(bins.width)} "
             "(bar length = busy time in the bin)"
         )
-    return text + ". Every span is in trace.json."
+    return text + f". Every span is in {TRACE_FILE}."
 
 
 def window_shapes(detail: Detail, bins: Bins | None, yref: str = "y") -> list[dict]:

@@ -35,6 +35,7 @@ from specmd_sim.report.style import (
     kind_colour,
     ms,
 )
+from specmd_sim.runs import TIMELINE_FILE, TRACE_FILE
 from specmd_sim.units import format_bytes
 
 _TAXONOMY = (
@@ -299,7 +300,8 @@ def write_run_report(run: RunData, path: Path) -> dict[str, go.Figure]:
     facts.append(["seed", cfg.get("seed")])
     links = []
     if run.run_dir is not None:
-        for name, what in (("timeline.html", "timeline"), ("trace.json", "Perfetto trace"),
+        for name, what in ((TIMELINE_FILE, "timeline"), (TRACE_FILE, "Perfetto trace"),
+                           ("trace.json", "Perfetto trace"),  # an older run folder's
                            ("result.json", "result.json"), ("config.yaml", "config")):  # fmt: skip
             if (run.run_dir / name).is_file():
                 links.append(f'<a href="{name}">{what}</a>')

@@ -34,6 +34,7 @@ from specmd_sim.report.html import Block, write_page
 from specmd_sim.report.lod import bin_spans, choose_detail, step_bins
 from specmd_sim.report.run_data import RunData
 from specmd_sim.report.style import PHASE_COLOURS, base_layout, ms
+from specmd_sim.runs import TRACE_FILE
 from specmd_sim.timeline import KIND, counter_label, lane_process, track_rows
 
 DEFAULT_MAX_SPANS = 8_000
@@ -381,7 +382,7 @@ def write_timeline(
                 f"TTFT {ms(m.get('ttft_s'))} · TPOT {ms(m.get('tpot_s'))} · stall "
                 f"{ms(m.get('stall_s'))} · transfer hidden behind compute "
                 f"{ms(m.get('overlap_s'))} · makespan {ms(m.get('makespan_s'))}. The same "
-                "spans, with every detail, are in trace.json (open it at ui.perfetto.dev).",
+                f"spans, with every detail, are in {TRACE_FILE} (open it at ui.perfetto.dev).",
                 figures["timeline"],
             ),
             Block(

@@ -3,6 +3,7 @@ leaves the old folder complete; readers see the old folder, the new one, or one 
 
 from __future__ import annotations
 
+import gzip
 import json
 import signal
 import subprocess
@@ -54,8 +55,8 @@ def test_an_interrupted_rerun_leaves_the_old_folder(
 def test_an_edited_or_incomplete_folder_is_refused_in_one_line(tmp_path: Path) -> None:
     out = tmp_path / "run"
     run(out)
-    (out / "trace.json").write_text("{}")
-    with pytest.raises(SpecmdError, match=r"expected trace.json of \d+ bytes .* rerun it"):
+    (out / "trace.json.gz").write_bytes(gzip.compress(b"{}"))
+    with pytest.raises(SpecmdError, match=r"expected trace\.json\.gz of \d+ bytes .* rerun it"):
         check_run_folder(out)
     (out / "manifest.json").unlink()
     with pytest.raises(SpecmdError, match=r"expected a complete run folder .* rerun it"):

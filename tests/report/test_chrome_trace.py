@@ -4,6 +4,7 @@ overlapping slices, counters, span args, and passes and requests as the engine's
 
 from __future__ import annotations
 
+import gzip
 import itertools
 import json
 from collections import defaultdict
@@ -14,12 +15,13 @@ import numpy as np
 import pytest
 
 from specmd_sim.metrics import RunResult
-from specmd_sim.runs import chrome_trace_options
+from specmd_sim.runs import TRACE_FILE, chrome_trace_options
 from specmd_sim.timeline import (
     KINDS,
     SPAN_DTYPE,
     Recording,
     SpanRecorder,
+    chrome_trace_chunks,
     to_chrome_trace,
 )
 
@@ -94,7 +96,7 @@ def assert_no_overlap(trace: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def trace(timed_dir: Path) -> dict[str, Any]:
-    return json.loads((timed_dir / "trace.json").read_text())
+    return json.loads(gzip.decompress((timed_dir / TRACE_FILE).read_bytes()))
 
 
 def test_run_trace_is_valid_and_no_track_overlaps(trace: dict[str, Any]) -> None:
@@ -228,7 +230,7 @@ def test_the_same_spans_give_the_same_bytes(timed: RunResult) -> None:
     result = json.loads(timed.to_json())
     rec = Recording(timed.spans, timed.lanes, timed.counters)
     texts = [
-        json.dumps(to_chrome_trace(rec.spans, rec.lanes, **chrome_trace_options(result, rec)))
+        "".join(chrome_trace_chunks(rec.spans, rec.lanes, **chrome_trace_options(result, rec)))
         for _ in range(2)
     ]
     assert texts[0] == texts[1]
