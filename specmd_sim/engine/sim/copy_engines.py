@@ -4,19 +4,24 @@ Demand fetches are dispatched before prefetches (FIFO within a class); a queued 
 promoted to the demand class (a late hit waits on it) or cancelled. With chunking, a job gives
 its slot back after each chunk and re-enters the front of its class, so a demand fetch that
 arrived meanwhile overtakes it. The lowest free slot id is used first (deterministic lanes).
+A chunk runs as callbacks started where a SimPy process for it would start
+(:func:`~specmd_sim.engine.sim.events.soon`): a process per chunk costs more, and nothing waits
+on it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import deque
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import simpy
 
+from specmd_sim.engine.sim.events import soon
 
-@dataclass(eq=False)
+
+@dataclass(eq=False, slots=True)
 class Job:
     key: int
     demand: bool
@@ -32,8 +37,8 @@ class Job:
 class CopyEngines:
     env: simpy.Environment
     slots: int
-    # run(job, slot, nbytes) -> process body moving one chunk
-    run_chunk: Callable[[Job, int, int], Generator[Any, Any, None]]
+    # run(job, slot, nbytes, then): move one chunk, then call then()
+    run_chunk: Callable[[Job, int, int, Callable[[], None]], None]
     # should_cancel(job) -> True if a not-yet-started prefetch has become useless
     should_cancel: Callable[[Job], bool]
     on_cancel: Callable[[Job], None]
@@ -96,12 +101,14 @@ class CopyEngines:
                 self._retired()
                 continue
             slot = self.free.pop(0)
-            self.env.process(self._run(job, slot))
+            soon(self.env, functools.partial(self._run, job, slot))
 
-    def _run(self, job: Job, slot: int) -> Generator[Any, Any, None]:
+    def _run(self, job: Job, slot: int, _: simpy.Event) -> None:
         job.started = True
         chunk = job.chunks.pop(0)
-        yield from self.run_chunk(job, slot, chunk)
+        self.run_chunk(job, slot, chunk, lambda: self._moved(job, slot))
+
+    def _moved(self, job: Job, slot: int) -> None:
         self.free.append(slot)
         self.free.sort()
         if job.chunks:

@@ -36,8 +36,9 @@ from specmd_sim.timeline import SpanRecorder
 
 def split(nbytes: int, chunk_bytes: int | None) -> list[int]:
     """The chunks a copy of ``nbytes`` moves as (one chunk without ``timing.chunk_bytes``)."""
-    step = chunk_bytes or nbytes
-    return [min(step, nbytes - off) for off in range(0, nbytes, step)]
+    if not chunk_bytes or chunk_bytes >= nbytes:
+        return [nbytes]
+    return [min(chunk_bytes, nbytes - off) for off in range(0, nbytes, chunk_bytes)]
 
 
 # (pass, layer) whose router decided last, and the demand set it decided
@@ -122,7 +123,7 @@ class Fetcher:
 
     # --- the copy engines' callbacks -------------------------------------------------------
 
-    def _move_chunk(self, job: Job, slot: int, nbytes: int) -> Generator[Any, Any, None]:
+    def _move_chunk(self, job: Job, slot: int, nbytes: int, then: Callable[[], None]) -> None:
         env, tally = self.env, self.tally
         start = env.now
         self.in_flight += nbytes
@@ -130,26 +131,28 @@ class Fetcher:
         self.spans.sample(self.counter_flight, start, self.in_flight)
         index = int(self.source[job.key])
         self.used_paths.add(index)
+
+        def moved() -> None:
+            self.in_flight -= nbytes
+            tally.transfers.stop(env.now)
+            tally.engine_busy[slot] += env.now - start
+            tally.engine_bytes[slot] += nbytes
+            self.spans.sample(self.counter_flight, env.now, self.in_flight)
+            p, layer = job.target
+            self.spans.add(
+                self.copy_lanes[slot], "demand_fetch" if job.demand else "prefetch", start,
+                env.now, self.pass_base + p, layer, job.key, nbytes, int(self.pass_request[p]),
+            )  # fmt: skip
+            then()
+
         if self.ideal:
-            yield env.timeout(0)
+            env.timeout(0).callbacks.append(lambda _: moved())
         else:
             path = self.paths[index]
             depth = 1
             if self.drive is not None and path.source == self.drive.id:
                 depth = math.ceil(nbytes / self.drive.read_request_bytes.value)
-            yield from self.network.transfer(
-                nbytes, path.resources, path.latency_s, depth, path.rate_cap
-            )
-        self.in_flight -= nbytes
-        tally.transfers.stop(env.now)
-        tally.engine_busy[slot] += env.now - start
-        tally.engine_bytes[slot] += nbytes
-        self.spans.sample(self.counter_flight, env.now, self.in_flight)
-        p, layer = job.target
-        self.spans.add(
-            self.copy_lanes[slot], "demand_fetch" if job.demand else "prefetch", start, env.now,
-            self.pass_base + p, layer, job.key, nbytes, int(self.pass_request[p]),
-        )  # fmt: skip
+            self.network.start(nbytes, path.resources, path.latency_s, depth, path.rate_cap, moved)
 
     def _prefetch_obsolete(self, job: Job) -> bool:
         """Its target layer's router has decided, and the layer now running does not use it."""
@@ -229,19 +232,21 @@ class WriteBacks:
         target = (self.cache.pass_index, key // self.cache.num_experts)
         self.engines.submit(Job(key, True, target, nbytes, chunks, self.env.event()))
 
-    def _move_chunk(self, job: Job, slot: int, nbytes: int) -> Generator[Any, Any, None]:
+    def _move_chunk(self, job: Job, slot: int, nbytes: int, then: Callable[[], None]) -> None:
         env, path = self.env, self.path
         start = env.now
+
+        def moved() -> None:
+            self.tally.d2h_busy[slot] += env.now - start
+            self.tally.d2h_bytes[slot] += nbytes
+            p, layer = job.target
+            self.spans.add(
+                self.lanes[slot], "write_back", start, env.now, self.pass_base + p, layer,
+                job.key, nbytes, int(self.pass_request[p]),
+            )  # fmt: skip
+            then()
+
         if self.ideal:
-            yield env.timeout(0)
+            env.timeout(0).callbacks.append(lambda _: moved())
         else:
-            yield from self.network.transfer(
-                nbytes, path.resources, path.latency_s, 1, path.rate_cap
-            )
-        self.tally.d2h_busy[slot] += env.now - start
-        self.tally.d2h_bytes[slot] += nbytes
-        p, layer = job.target
-        self.spans.add(
-            self.lanes[slot], "write_back", start, env.now, self.pass_base + p, layer, job.key,
-            nbytes, int(self.pass_request[p]),
-        )  # fmt: skip
+            self.network.start(nbytes, path.resources, path.latency_s, 1, path.rate_cap, moved)

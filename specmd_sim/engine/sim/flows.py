@@ -15,6 +15,13 @@ re-evaluated, like every rate, whenever a flow starts or ends.
 
 Per resource the network counts ``bytes_through`` (bytes of finished flows) and ``busy_s``
 (time during which at least one flow moved bytes over it; latency phases do not count).
+
+The filling runs over the resources the flows use, not the whole machine; a flow alone takes
+its narrowest resource's capacity, what filling gives it, without filling. The copy engines
+start flows with :meth:`FlowNetwork.start` (a callback where a process would resume), and the
+wake-up at the next flow's end is a timeout armed by an urgent event where a wake-up process
+would have started (:func:`~specmd_sim.engine.sim.events.soon`): the same events in the same
+order, and so the same results, as a process per transfer and per wake-up.
 """
 
 from __future__ import annotations
@@ -25,20 +32,23 @@ from typing import Any
 
 import simpy
 
+from specmd_sim.engine.sim.events import soon
+
 _PRIVATE = "~flow"  # prefix of a flow's own rate-cap resource
 _EPS = 1e-12  # relative: a flow within this fraction of its size is done
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Flow:
     nbytes: float
-    resources: tuple[str, ...]
+    shared: tuple[str, ...]  # the resources it shares with other flows
+    resources: tuple[str, ...]  # shared, then a rate cap's private resource
+    cap: float | None
     done: simpy.Event
-    depth: int = 1
-    remaining: float = 0.0
+    depth: int
+    order: int
+    remaining: float
     rate: float = 0.0
-    order: int = 0
-    shared: int = 0  # resources[:shared] are shared; a rate cap's private one follows
 
 
 @dataclass(eq=False)
@@ -52,6 +62,8 @@ class FlowNetwork:
     _last: float = 0.0
     _generation: int = 0
     _count: int = 0
+    # the rate of a flow alone, by (resources, cap); capacity is fixed once flows move
+    _alone: dict[tuple[tuple[str, ...], float | None], float | None] = field(default_factory=dict)
 
     def transfer(
         self,
@@ -68,72 +80,172 @@ class FlowNetwork:
             yield self.env.timeout(latency)
         if nbytes <= 0:
             return
+        flow = self._begin(nbytes, resources, depth, cap)
+        yield flow.done
+        self._end(flow)
+
+    def start(
+        self,
+        nbytes: float,
+        resources: tuple[str, ...],
+        latency: float,
+        depth: int,
+        cap: float | None,
+        then: Callable[[], None],
+    ) -> None:
+        """:meth:`transfer` without a process: ``then()`` runs where the process would resume
+        after the transfer (the same events, in the same order, less the process's own)."""
+        if latency > 0:
+            self.env.timeout(latency).callbacks.append(
+                lambda _: self._start_moving(nbytes, resources, depth, cap, then)
+            )
+        else:
+            self._start_moving(nbytes, resources, depth, cap, then)
+
+    def _start_moving(
+        self,
+        nbytes: float,
+        resources: tuple[str, ...],
+        depth: int,
+        cap: float | None,
+        then: Callable[[], None],
+    ) -> None:
+        if nbytes <= 0:
+            then()
+            return
+        flow = self._begin(nbytes, resources, depth, cap)
+
+        def moved(_: simpy.Event) -> None:
+            self._end(flow)
+            then()
+
+        flow.done.callbacks.append(moved)
+
+    def _begin(
+        self, nbytes: float, shared: tuple[str, ...], depth: int, cap: float | None
+    ) -> _Flow:
         self._advance()
         self._count += 1
-        shared = resources
-        if cap is not None:
-            private = f"{_PRIVATE}{self._count}"
-            self.capacity[private] = cap
-            resources = (*resources, private)
-        flow = _Flow(
-            nbytes, resources, self.env.event(), depth, remaining=nbytes, order=self._count,
-            shared=len(shared),
-        )  # fmt: skip
+        resources = shared if cap is None else (*shared, f"{_PRIVATE}{self._count}")
+        flow = _Flow(nbytes, shared, resources, cap, simpy.Event(self.env), depth, self._count,
+                     nbytes)  # fmt: skip
         self.flows.append(flow)
         self._reschedule()
-        yield flow.done
-        if cap is not None:
-            del self.capacity[resources[-1]]
-        for r in shared:
-            self.bytes_through[r] = self.bytes_through.get(r, 0.0) + nbytes
+        return flow
+
+    def _end(self, flow: _Flow) -> None:
+        through = self.bytes_through
+        for r in flow.shared:
+            through[r] = through.get(r, 0.0) + flow.nbytes
 
     def _advance(self) -> None:
-        dt = self.env.now - self._last
+        now = self.env.now
+        dt = now - self._last
         if dt > 0:
             busy: set[str] = set()
             for f in self.flows:
                 f.remaining -= f.rate * dt
-                busy.update(f.resources[: f.shared])
+                busy.update(f.shared)
+            busy_s = self.busy_s
             for r in busy:
-                self.busy_s[r] = self.busy_s.get(r, 0.0) + dt
-        self._last = self.env.now
+                busy_s[r] = busy_s.get(r, 0.0) + dt
+        self._last = now
 
     def _rates(self) -> None:
-        residual = dict(self.capacity)
-        if self.depth_capacity:
+        """Progressive filling over the resources the flows use (ties: the lowest name)."""
+        if len(self.flows) == 1:
+            flow = self.flows[0]
+            rate = self._rate_alone(flow)
+            if rate is not None:
+                flow.rate = rate
+                return
+        residual, users = self._demand()
+        active = self.flows
+        while active:
+            bottleneck: str | None = None
+            share = 0.0
+            for r, n in users.items():
+                s = residual[r] / n
+                if bottleneck is None or s < share or (s == share and r < bottleneck):
+                    bottleneck, share = r, s
+            rest: list[_Flow] = []
+            for f in active:
+                if bottleneck in f.resources:
+                    f.rate = share
+                    for r in f.resources:
+                        residual[r] -= share
+                        n = users[r] - 1
+                        if n:
+                            users[r] = n
+                        else:
+                            del users[r]
+                else:
+                    rest.append(f)
+            active = rest
+
+    def _rate_alone(self, flow: _Flow) -> float | None:
+        """The rate progressive filling gives a flow alone: its narrowest resource's capacity
+        (None where a resource is depth-dependent or listed twice: then fill)."""
+        key = (flow.shared, flow.cap)
+        if key not in self._alone:
+            rate: float | None = None
+            if len(set(flow.shared)) == len(flow.shared) and not any(
+                r in self.depth_capacity for r in flow.shared
+            ):
+                rate = min(self.capacity[r] for r in flow.shared)
+                if flow.cap is not None:
+                    rate = min(rate, flow.cap)
+            self._alone[key] = rate
+        return self._alone[key]
+
+    def _demand(self) -> tuple[dict[str, float], dict[str, int]]:
+        """The capacity of each resource the flows use (a drive's at their queue depth) and
+        the number of flows using it."""
+        capacity, depth_capacity = self.capacity, self.depth_capacity
+        residual: dict[str, float] = {}
+        users: dict[str, int] = {}
+        for f in self.flows:
+            for r in f.shared:
+                users[r] = users.get(r, 0) + 1
+                if r not in residual and r in capacity:
+                    residual[r] = capacity[r]
+            if f.cap is not None:
+                users[f.resources[-1]] = 1
+                residual[f.resources[-1]] = f.cap
+        if depth_capacity:
             depth: dict[str, int] = {}
             for f in self.flows:
                 for r in f.resources:
-                    if r in self.depth_capacity:
+                    if r in depth_capacity:
                         depth[r] = depth.get(r, 0) + f.depth
             for r, q in depth.items():
-                residual[r] = self.depth_capacity[r](q)
-        active = list(self.flows)
-        while active:
-            users: dict[str, int] = {}
-            for f in active:
-                for r in f.resources:
-                    users[r] = users.get(r, 0) + 1
-            bottleneck = min(users, key=lambda r: (residual[r] / users[r], r))
-            share = residual[bottleneck] / users[bottleneck]
-            frozen = [f for f in active if bottleneck in f.resources]
-            for f in frozen:
-                f.rate = share
-                for r in f.resources:
-                    residual[r] -= share
-            active = [f for f in active if bottleneck not in f.resources]
+                residual[r] = depth_capacity[r](q)
+        return residual, users
 
     def _reschedule(self) -> None:
         self._generation += 1
-        if not self.flows:
+        flows = self.flows
+        if not flows:
             return
         self._rates()
-        first = min(self.flows, key=lambda f: (f.remaining / f.rate, f.order))
-        delay = max(first.remaining / first.rate, 0.0)
-        self.env.process(self._wake(delay, self._generation, first))
+        first = flows[0]
+        first_t = first.remaining / first.rate
+        for f in flows:
+            t = f.remaining / f.rate
+            if t < first_t or (t == first_t and f.order < first.order):
+                first, first_t = f, t
+        delay = max(first_t, 0.0)
+        generation = self._generation
 
-    def _wake(self, delay: float, generation: int, first: _Flow) -> Generator[Any, Any, None]:
-        yield self.env.timeout(delay)
+        def arm(_: simpy.Event) -> None:
+            # where the wake-up process would have started its timeout; a stale one would
+            # only have woken to find the rates changed, so it is not armed at all
+            if generation == self._generation:
+                self.env.timeout(delay).callbacks.append(lambda _: self._wake(generation, first))
+
+        soon(self.env, arm)
+
+    def _wake(self, generation: int, first: _Flow) -> None:
         if generation != self._generation:
             return
         self._advance()

@@ -20,6 +20,7 @@ from specmd_sim.config import SimConfig
 from specmd_sim.engine.common import Progress, finish_result, report_progress
 from specmd_sim.engine.replay import belady_gap
 from specmd_sim.engine.sim.cpu import HostCpu
+from specmd_sim.engine.sim.events import Environment
 from specmd_sim.engine.sim.fetch import Fetcher, WriteBacks
 from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.engine.sim.stream import GpuStream
@@ -35,7 +36,7 @@ from specmd_sim.timeline import SpanRecorder
 def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> RunResult:
     """Run the SimPy timing engine on a config (or an already built scenario)."""
     scenario = config if isinstance(config, Scenario) else build_scenario(config)
-    env = simpy.Environment()
+    env = Environment()
     spans = SpanRecorder(scenario.config.timing.record_spans)
     ideal = scenario.config.timing.ideal
     cpu = HostCpu(env, scenario, spans, ideal)

@@ -21,7 +21,6 @@ from typing import Any
 import simpy
 
 from specmd_sim.engine.layer import (
-    AwaitCpu,
     Decide,
     Expert,
     Fetch,
@@ -96,15 +95,16 @@ class GpuStream:
             t_attn = cost.batch_attention_time(tokens, attended, kv_tokens)
             if self.sc.model.dense_layers:
                 t_dense = cost.dense_layers_time(tokens, attended, kv_tokens)
-                yield self._compute("attention", t_dense, pass_=gp, request=req)
+                yield self._compute("attention", t_dense, gp, -1, req)
             for layer in range(num_layers):
                 self.where = {"pass_": gp, "layer": layer, "request": req}
-                yield from self._drain()
-                yield self._compute("attention", t_attn, **self.where)
+                if self.queued_with:
+                    yield from self._drain()
+                yield self._compute("attention", t_attn, gp, layer, req)
                 yield from self._fulfil(self.step.layer(p, layer))
             if self.phase == 1 or passes.first_token[p]:
                 t_head = cost.lm_head_time(len(members))
-                yield self._compute("lm_head", t_head, pass_=gp, request=req)
+                yield self._compute("lm_head", t_head, gp, -1, req)
             tally.end_pass(p, env.now, members)
             self.on_pass_done()
 
@@ -131,33 +131,36 @@ class GpuStream:
             except StopIteration:
                 return
             outcome = None
-            match request:
-                case Run(experts):
-                    yield from self._run(experts)
-                case Fetch():
-                    outcome = fetcher.fetch(request)
-                    if self.ideal:  # a transfer of no time lands before the next decision
-                        yield outcome
-                case Join(key):
-                    outcome = fetcher.join(key)
-                case WaitForSpace():
-                    yield from fetcher.make_room()
-                case RunOnCpu(key, tokens, klass):
-                    outcome = self.cpu.start(self.cost, key, tokens, klass, self.where)
-                case AwaitCpu(experts):
-                    for cpu_expert in experts:
-                        yield from self._wait(cpu_expert.handle, cpu_expert.key, cpu_expert.klass)
-                case Decide(pass_index, layer, keys):
-                    self.position, self.demanded = (pass_index, layer), keys
+            # most frequent first (cheaper than a match statement's class patterns)
+            if isinstance(request, Fetch):
+                outcome = fetcher.fetch(request)
+                if self.ideal:  # a transfer of no time lands before the next decision
+                    yield outcome
+            elif isinstance(request, Join):
+                outcome = fetcher.join(request.key)
+            elif isinstance(request, Decide):
+                self.position, self.demanded = (request.pass_index, request.layer), request.keys
+            elif isinstance(request, Run):
+                yield from self._run(request.experts)
+            elif isinstance(request, WaitForSpace):
+                yield from fetcher.make_room()
+            elif isinstance(request, RunOnCpu):
+                key, tokens, klass = request.key, request.tokens, request.klass
+                outcome = self.cpu.start(self.cost, key, tokens, klass, self.where)
+            else:
+                for cpu_expert in request.experts:
+                    yield from self._wait(cpu_expert.handle, cpu_expert.key, cpu_expert.klass)
 
     def _run(self, experts: list[Expert]) -> Generator[Any, Any, None]:
         cost, dtype_of, where = self.cost, self.dtype_of, self.where
-        yield from self._drain()
+        gp, layer, req = where["pass_"], where["layer"], where["request"]
+        if self.queued_with:
+            yield from self._drain()
         for e in experts:
-            if e.handle is not None:
+            if e.handle is not None and not e.handle.triggered:
                 yield from self._wait(e.handle, e.key, e.klass)
             t_exp = cost.expert_time(e.tokens, dtype_of[e.key])
-            yield self._compute("expert", t_exp, expert=e.key, klass=e.klass, **where)
+            yield self._compute("expert", t_exp, gp, layer, req, e.key, e.klass)
 
     def _wait(self, event: simpy.Event, key: int, klass: int) -> Generator[Any, Any, None]:
         """Wait for an expert's transfer or CPU run; the wait is a stall."""
@@ -176,8 +179,18 @@ class GpuStream:
             while (event := engines.idle()) is not None:
                 yield from self._wait(event, -1, -1)
 
-    def _compute(self, kind: str, seconds: float, **where: int) -> simpy.Timeout:
+    def _compute(
+        self,
+        kind: str,
+        seconds: float,
+        pass_: int,
+        layer: int,
+        request: int,
+        expert: int = -1,
+        klass: int = -1,
+    ) -> simpy.Timeout:
+        """Run a kernel of ``seconds`` (outside the MoE layers: ``layer`` -1)."""
         now = self.env.now
-        self.spans.add(self.lane, kind, now, now + seconds, **where)
-        self.tally.compute(now, seconds, self.phase, where.get("layer", -1))
+        self.spans.add(self.lane, kind, now, now + seconds, pass_, layer, expert, 0, request, klass)
+        self.tally.compute(now, seconds, self.phase, layer)
         return self.env.timeout(seconds)
