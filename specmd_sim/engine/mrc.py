@@ -28,28 +28,18 @@ The pass kernel is plain Python over numpy arrays that numba compiles when insta
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from specmd_sim.config import SimConfig
+from specmd_sim.engine.jit import compiled
 from specmd_sim.engine.replay import replay
 from specmd_sim.errors import SpecmdError
 from specmd_sim.policies.registry import EVICTION
 from specmd_sim.scenario import Scenario, build_scenario, with_capacity
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _compiled(fn: F) -> F:
-    """``fn`` compiled by numba when it is installed, else ``fn`` itself."""
-    try:
-        import numba
-    except ImportError:
-        return fn
-    return numba.njit(cache=True, nogil=True)(fn)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)
@@ -207,7 +197,7 @@ def _belady_hits(sized: list[Scenario]) -> np.ndarray:
 # --- the pass kernel -------------------------------------------------------------------------
 
 
-@_compiled
+@compiled
 def _prefix(tree: np.ndarray, i: int) -> int:
     """Sum of the Fenwick tree's positions 1..i."""
     total = 0
@@ -217,14 +207,14 @@ def _prefix(tree: np.ndarray, i: int) -> int:
     return total
 
 
-@_compiled
+@compiled
 def _add(tree: np.ndarray, i: int, value: int) -> None:
     while i < tree.size:
         tree[i] += value
         i += i & -i
 
 
-@_compiled
+@compiled
 def _compact(tree: np.ndarray, last: np.ndarray, nbytes: np.ndarray) -> int:
     """Renumber the keys' last uses 1..n in their order (the tree rebuilt); the next free
     position."""
@@ -240,7 +230,7 @@ def _compact(tree: np.ndarray, last: np.ndarray, nbytes: np.ndarray) -> int:
     return position
 
 
-@_compiled
+@compiled
 def _first_at_least(bounds: np.ndarray, value: int) -> int:
     """The index of the first of the sorted ``bounds`` at least ``value`` (its size if none)."""
     lo, hi = 0, bounds.size
@@ -253,7 +243,7 @@ def _first_at_least(bounds: np.ndarray, value: int) -> int:
     return lo
 
 
-@_compiled
+@compiled
 def curve_counts(
     keys: np.ndarray, starts: np.ndarray, nbytes: np.ndarray, bounds: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:

@@ -11,35 +11,40 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from specmd_sim.cache import CacheStats
 from specmd_sim.config import SimConfig
+from specmd_sim.engine import jit
 from specmd_sim.engine.common import Progress, finish_result, report_progress
+from specmd_sim.engine.fast import compiled_unsupported, replay_compiled
 from specmd_sim.engine.layer import Fetch, Join, LayerStep, Step, WaitForSpace
+from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
 from specmd_sim.policies.registry import EVICTION
-from specmd_sim.scenario import Scenario, build_run, build_scenario
+from specmd_sim.scenario import RunObjects, Scenario, build_run, build_scenario
 
 
 def replay(
-    config: SimConfig | Scenario, progress: Progress | None = None, warm: list[int] | None = None
+    config: SimConfig | Scenario,
+    progress: Progress | None = None,
+    warm: list[int] | None = None,
+    compiled: bool | None = None,
 ) -> RunResult:
     """Run the timing-free engine on a config (or an already built scenario); ``warm`` are
     experts placed in the cache before the run (used to give the Belady reference the same
-    warm start as the policy it bounds)."""
+    warm start as the policy it bounds).
+
+    ``compiled``: None (default) takes the compiled path (:mod:`specmd_sim.engine.fast`) when
+    numba is installed and the run's plug-ins are built-ins it covers, else the Python layer
+    step; True requires the compiled path (interpreted without numba: for tests); False
+    requires the Python path. Both give the same counters.
+    """
     scenario = config if isinstance(config, Scenario) else build_scenario(config)
     run = build_run(scenario, warm)
-    cache, step = run.cache, LayerStep(run, timed=False)
-    num_layers = scenario.trace.num_layers
-    total = scenario.passes.num_passes
-    for p in range(total):
-        step.begin_pass(p)
-        for layer in range(num_layers):
-            _fulfil(step.layer(p, layer), cache.complete)
-        report_progress(progress, p + 1, total)
-    cache.finish()
+    stats = _replay_stats(run, warm, progress, compiled)
     result = RunResult(
         engine="replay",
-        metrics=cache_metrics(cache.stats),
-        per_layer=per_layer_cache_table(cache.stats),
+        metrics=cache_metrics(stats),
+        per_layer=per_layer_cache_table(stats),
         per_request={},
         config={},
         inputs={},
@@ -47,8 +52,31 @@ def replay(
     )
     finish_result(scenario, result)
     if scenario.config.belady_gap:
-        result.metrics.update(belady_gap(scenario, result.metrics, run.eviction.initial_contents()))
+        gap = belady_gap(scenario, result.metrics, run.eviction.initial_contents(), compiled)
+        result.metrics.update(gap)
     return result
+
+
+def _replay_stats(
+    run: RunObjects, warm: list[int] | None, progress: Progress | None, compiled: bool | None
+) -> CacheStats:
+    """The run's counters, from the compiled path or the Python layer step."""
+    if compiled is not False:
+        why = compiled_unsupported(run)
+        if compiled and why is not None:
+            raise SpecmdError(f"replay: the compiled path does not cover this run: {why}")
+        if why is None and (compiled or jit.available()):
+            return replay_compiled(run, warm, progress)
+    cache, step = run.cache, LayerStep(run, timed=False)
+    num_layers = run.scenario.trace.num_layers
+    total = run.scenario.passes.num_passes
+    for p in range(total):
+        step.begin_pass(p)
+        for layer in range(num_layers):
+            _fulfil(step.layer(p, layer), cache.complete)
+        report_progress(progress, p + 1, total)
+    cache.finish()
+    return cache.stats
 
 
 def _fulfil(step: Step, complete: Callable[[int], None]) -> None:
@@ -64,7 +92,9 @@ def _fulfil(step: Step, complete: Callable[[int], None]) -> None:
                 raise RuntimeError(f"replay: {request} cannot happen without time")
 
 
-def belady_gap(scenario: Scenario, metrics: dict[str, Any], warm: list[int]) -> dict[str, Any]:
+def belady_gap(
+    scenario: Scenario, metrics: dict[str, Any], warm: list[int], compiled: bool | None = None
+) -> dict[str, Any]:
     """Replay the same trace, capacity, prefetcher and layer-step rules with the offline optimum.
 
     Policies that may stream experts past the cache are compared with ``belady-bypass``
@@ -79,7 +109,8 @@ def belady_gap(scenario: Scenario, metrics: dict[str, Any], warm: list[int]) -> 
     optimal_config = config.model_copy(
         update={"eviction": EVICTION.parse_config(reference), "belady_gap": False}
     )
-    optimal = replay(dataclasses.replace(scenario, config=optimal_config), warm=warm).metrics
+    optimal_scenario = dataclasses.replace(scenario, config=optimal_config)
+    optimal = replay(optimal_scenario, warm=warm, compiled=compiled).metrics
     return {
         "belady_reference": reference,
         "belady_misses": optimal["misses"],

@@ -95,6 +95,12 @@ def workloads(draw):
     return trace, overrides
 
 
+def _python_replay(config):
+    """``replay`` through the layer step and the cache object these tests watch (the compiled
+    path, which keeps its state in arrays, equals it: ``test_fast_replay.py``)."""
+    return replay(config, compiled=False)
+
+
 def _run(engine, trace, overrides: list[str]):
     _Recording.logs = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,7 +142,7 @@ def test_ideal_timing_makes_replays_decisions(eviction, prefetch, miss, pin, wor
         *overrides, f"eviction.kind={eviction}", f"prefetch.kind={prefetch}",
         f"miss.kind={miss}", f"cache.pin_demand_set={pin}",
     ]  # fmt: skip
-    replayed, replay_log = _run(replay, trace, overrides)
+    replayed, replay_log = _run(_python_replay, trace, overrides)
     timed, timed_log = _run(simulate, trace, [*overrides, "timing.ideal=true"])
     assert timed_log["access"] == replay_log["access"]
     assert timed_log["evict"] == replay_log["evict"]
@@ -156,7 +162,7 @@ def test_time_only_makes_accesses_worse(eviction, prefetch, pin, workload):
         *overrides, f"eviction.kind={eviction}", f"prefetch.kind={prefetch}",
         f"cache.pin_demand_set={pin}", f"cache.capacity={LAYERS * EXPERTS}", "hardware=h200",
     ]  # fmt: skip
-    _, replay_log = _run(replay, trace, overrides)
+    _, replay_log = _run(_python_replay, trace, overrides)
     timed, timed_log = _run(simulate, trace, overrides)
     assert not timed_log["evict"] and not replay_log["evict"]
     pairs = list(zip(replay_log["access"], timed_log["access"], strict=True))

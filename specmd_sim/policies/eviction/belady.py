@@ -8,6 +8,7 @@ always-admit cache. Ties (experts never used again) go to the smallest flat id.
 
 from __future__ import annotations
 
+import functools
 import heapq
 from typing import Literal
 
@@ -50,9 +51,15 @@ class BeladyEviction(EvictionPolicy[BeladyConfig]):
 
     def __init__(self, config: PluginConfig, ctx: OfflineContext) -> None:
         super().__init__(config, ctx)
-        self.next_use = NextUse(ctx.demand.keys, ctx.num_layers * ctx.num_experts)
+        self._sequence = (ctx.demand.keys, ctx.num_layers * ctx.num_experts)
         self.next_of: dict[int, int] = {}
         self.heap: list[tuple[int, int]] = []  # (-next use, key); stale entries skipped
+
+    @functools.cached_property
+    def next_use(self) -> NextUse:
+        """Built at the first use (a sort of the whole access sequence, which a run that
+        replays this policy on the compiled path never needs)."""
+        return NextUse(*self._sequence)
 
     def _update(self, key: int) -> None:
         clock = self.cache.clock if self.cache is not None else 0

@@ -16,6 +16,17 @@ top-k accuracy"); ``confidence`` sets how much mass they carry, and ``near_miss`
 the missed true experts stand out from the rest: what score-based prefetchers react to.
 ``near_miss = confidence`` makes a missed expert look like any other.
 
+Each prediction makes one draw of a fixed size, ``u = rng.random(E + 2 m)`` (``E`` experts),
+and reads it by position: ``u[:E]`` the other experts' scores; ``u[E + i]`` whether position
+``i`` is dropped (``>= accuracy``) and, if it is, its near miss (``u`` above is
+``1 - (u[E + i] - accuracy) / (1 - accuracy)``, uniform given the drop); ``u[E + m + j]`` the
+``j``-th dropped position's replacement, the ``floor(u[E + m + j] * R)``-th of the ``R``
+outsiders not taken yet, in ascending id order (a uniform draw without replacement). Drawing
+with ``rng.choice`` would consume a data-dependent amount of the stream that only numpy's own
+sampler can reproduce; a fixed amount lets a run's predictions be drawn in bulk
+(``specmd_sim.engine.fast.plans``) and still equal these calls one by one, generator state
+included.
+
 A stand-in, not a model of a real predictor: it reads the run's future, and its errors are
 independent draws, uniform over the experts outside ``S``, at one accuracy for every layer,
 distance and token. Real predictors miss in correlated ways (near ties at the top-k boundary,
@@ -64,27 +75,30 @@ class NoisyOraclePredictor(Predictor[NoisyOracleConfig]):
 
     def scores(self, pass_index: int, layer: int, target: int) -> np.ndarray:
         ctx, config = self.ctx, self.config
-        num_experts, rng = ctx.num_experts, ctx.rng
+        num_experts = ctx.num_experts
         truth = self.demand.keys_of(pass_index, target) - target * num_experts
-        logits = rng.random(num_experts)
         m = truth.size
+        u = ctx.rng.random(num_experts + 2 * m)  # the module docstring's layout
+        logits = u[:num_experts].copy()
         if m:
             predicted = truth.copy()
-            dropped = np.flatnonzero(rng.random(m) >= config.accuracy)
+            keep = u[num_experts : num_experts + m]
+            dropped = np.flatnonzero(keep >= config.accuracy)
             if dropped.size:
-                outside_mask = np.ones(num_experts, bool)
-                outside_mask[truth] = False
-                outside = np.flatnonzero(outside_mask)
-                n = min(dropped.size, outside.size)
+                available = np.ones(num_experts, bool)
+                available[truth] = False
+                outside = np.flatnonzero(available).tolist()  # ascending ids
+                chosen = []
+                for j in range(min(dropped.size, len(outside))):
+                    pick = int(u[num_experts + m + j] * len(outside))
+                    chosen.append(outside.pop(min(pick, len(outside) - 1)))
+                dropped = dropped[: len(chosen)]  # no outsider left for the rest: predicted
                 missed = truth[dropped]
-                predicted[dropped[:n]] = rng.choice(outside, size=n, replace=False)
-                if n < dropped.size:  # no outsider left to replace them: they stay predicted
-                    dropped = dropped[:n]
-                    missed = missed[:n]
-            rank = np.arange(m)
-            logits[predicted] = config.confidence + (m - rank) / m
+                predicted[dropped] = chosen
+            position = np.arange(m)
+            logits[predicted] = config.confidence + (m - position) / m
             if dropped.size:
-                u = 1.0 - rng.random(dropped.size)  # (0, 1]
-                logits[missed] = config.confidence - config.near_miss * u
+                near = 1.0 - (keep[dropped] - config.accuracy) / (1.0 - config.accuracy)
+                logits[missed] = config.confidence - config.near_miss * near
         p = np.exp(logits - logits.max())
         return p / p.sum()

@@ -1,0 +1,151 @@
+"""The replay engine's compiled path: the built-in policies' decisions over arrays.
+
+:func:`replay_compiled` runs one GPU's replay with :mod:`.kernel` (the cache and the eviction
+policy) and :mod:`.plans` (the prefetch plans, drawn in bulk) instead of driving
+:class:`~specmd_sim.engine.layer.LayerStep`; its counters equal the Python engine's exactly.
+:func:`compiled_unsupported` says why a run is not covered (any other plug-in, a user's
+subclass of a built-in, a miss handler that does not always fetch, a home shard): those runs
+take the Python path, which stays the specification.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specmd_sim.cache import CacheStats
+from specmd_sim.engine.common import Progress, report_progress
+from specmd_sim.engine.fast import kernel as K
+from specmd_sim.engine.fast.plans import BulkPlans, plans_unsupported
+from specmd_sim.engine.jit import compiled
+from specmd_sim.policies.eviction.belady import BeladyEviction
+from specmd_sim.policies.eviction.belady_bypass import BeladyBypassEviction
+from specmd_sim.policies.eviction.fifo import FIFOEviction
+from specmd_sim.policies.eviction.least_stale import LeastStaleEviction
+from specmd_sim.policies.eviction.lfu import LFUEviction
+from specmd_sim.policies.eviction.lru import LRUEviction
+from specmd_sim.scenario import RunObjects
+
+__all__ = ["compiled_unsupported", "replay_compiled"]
+
+_LEAST_STALE = {"fifo": K.LS_FIFO, "touch": K.LS_TOUCH, "layer": K.LS_LAYER}
+_STAMP_SPAN = 1 << 36  # LFU priorities are count * span + stamp: stamps stay below it
+_MAX_ACCESSES = 1 << 26  # ... and counts below 2**26, so the priority fits an int64
+# passes are run, and their plans drawn, in blocks of about this many accesses, and of at most
+# this many predicted scores (a prediction scores every expert of its layer)
+_BLOCK_ACCESSES, _BLOCK_SCORES = 1 << 20, 1 << 22
+
+
+def _policy_code(run: RunObjects) -> int | None:
+    policy = run.eviction
+    kind = type(policy)
+    if kind is LeastStaleEviction:
+        return _LEAST_STALE[policy.config.order]
+    codes = {
+        FIFOEviction: K.FIFO,
+        LRUEviction: K.LRU,
+        LFUEviction: K.LFU,
+        BeladyEviction: K.BELADY,
+        BeladyBypassEviction: K.BELADY_BYPASS,
+    }
+    return codes.get(kind)
+
+
+def compiled_unsupported(run: RunObjects) -> str | None:
+    """None when :func:`replay_compiled` covers ``run``, else why not (a phrase)."""
+    if _policy_code(run) is None:
+        return f"eviction {run.eviction.kind!r}"
+    if not run.miss.always_fetches:
+        return f"miss {run.miss.kind!r}"
+    cache = run.cache
+    if any(cache.home):
+        return "experts in the GPU's own shard"
+    if cache.listeners or cache.occupancy_hook is not None:
+        return "a cache observed during the run"
+    if run.eviction.kind == "lfu" and run.scenario.demand.keys.size >= _MAX_ACCESSES:
+        return f"lfu over {_MAX_ACCESSES} accesses or more"
+    return plans_unsupported(run)
+
+
+def replay_compiled(
+    run: RunObjects, warm: list[int] | None = None, progress: Progress | None = None
+) -> CacheStats:
+    """Replay ``run`` (covered: :func:`compiled_unsupported` is None) and return its counters.
+
+    ``warm`` is what :func:`~specmd_sim.scenario.build_run` was given: the cache starts with the
+    policy's initial contents and then these, placed in that order, as the run's cache was
+    built (which is left as it is). Raises RuntimeError where the Python engine would: a pinned
+    demand set for which no space can be made.
+    """
+    scenario, cache = run.scenario, run.cache
+    demand = scenario.demand
+    layers, experts = scenario.trace.num_layers, scenario.trace.num_experts
+    n = layers * experts
+    keys = np.ascontiguousarray(demand.keys, dtype=np.int64)
+    offsets = np.ascontiguousarray(demand.offsets, dtype=np.int64)
+    code = _policy_code(run)
+    assert code is not None, "replay_compiled called on an uncovered run"
+
+    S = K.new_state(n, layers)
+    S[K.K_NBYTES, :n] = cache.nbytes
+    pos = np.zeros(0, np.int64)
+    if code >= K.BELADY:
+        pos, start = positions_by_key(keys, n)
+        S[K.K_START, : n + 1] = start
+    sc = S[K.R_SC]
+    sc[K.SC_CAPACITY] = cache.capacity_bytes
+    sc[K.SC_POLICY] = code
+    sc[K.SC_LRU_END] = isinstance(run.eviction, LRUEviction) and run.eviction.prefetch_at_lru_end
+    sc[K.SC_WRITE_BACK] = cache.write_back is not None
+    sc[K.SC_PINNED] = scenario.config.cache.pin_demand_set
+    sc[K.SC_STAMP_SPAN] = _STAMP_SPAN
+    sc[K.SC_NEVER] = keys.size
+    sc[K.SC_NUM_EXPERTS] = experts
+    placed = np.array(run.eviction.initial_contents() + list(warm or []), np.int64)
+    if not K.preload(S, pos, placed):  # build_run placed them: they fit
+        raise RuntimeError("replay: the preloaded experts do not fit")
+
+    total = scenario.passes.num_passes
+    plans = BulkPlans(run) if run.prefetch.lookahead > 0 else None
+    per_pass = max(1, keys.size // max(total, 1))
+    scores_per_pass = layers * run.prefetch.lookahead * experts
+    block = max(1, min(_BLOCK_ACCESSES // per_pass, _BLOCK_SCORES // max(1, scores_per_pass)))
+    empty = np.zeros(0, np.int64)
+    for lo in range(0, total, block):
+        hi = min(total, lo + block)
+        if plans is None:
+            plan_offsets, plan_keys = np.zeros((hi - lo) * layers + 1, np.int64), empty
+        else:
+            plan_offsets, plan_keys = plans.block(lo, hi)
+        outcome = K.run_passes(S, pos, keys, offsets, lo, hi, plan_offsets, plan_keys)
+        if outcome == K.NO_SPACE:
+            raise RuntimeError("replay: WaitForSpace cannot happen without time")
+        report_progress(progress, hi, total)
+
+    out = CacheStats(layers)
+    out.by_layer = S[K.R_BY_LAYER : K.R_BY_LAYER + 5, :layers].T.tolist()
+    for i, name in enumerate(K.STAT_NAMES):
+        setattr(out, name, int(S[K.R_STATS, i]))
+    out.prefetch_wasted += int(S[K.K_UNUSED, :n].sum())  # cache.finish()
+    return out
+
+
+@compiled
+def _counting_sort(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    start = np.zeros(n + 1, np.int64)
+    for key in keys:
+        start[key + 1] += 1
+    for k in range(n):
+        start[k + 1] += start[k]
+    fill = start[:n].copy()
+    pos = np.empty(keys.size, np.int64)
+    for i in range(keys.size):
+        key = keys[i]
+        pos[fill[key]] = i
+        fill[key] += 1
+    return pos, start
+
+
+def positions_by_key(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each key's positions in the access sequence, ascending: ``pos[start[k]:start[k+1]]``
+    (Belady's next uses)."""
+    return _counting_sort(keys, n)

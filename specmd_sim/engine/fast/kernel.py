@@ -1,0 +1,497 @@
+"""The replay engine's decisions as one array kernel, for the built-in policies.
+
+:func:`run_passes` is :meth:`~specmd_sim.engine.layer.LayerStep.layer` as
+:func:`~specmd_sim.engine.replay.replay` drives it, with the
+:class:`~specmd_sim.cache.ExpertCache` and the eviction policies ``fifo``, ``lru``, ``lfu``,
+``least-stale`` (every order), ``belady`` and ``belady-bypass`` written over flat arrays: the
+same states, pins, counters and victim order, step for step, so its counters equal the Python
+engine's exactly (``tests/engine/test_fast_replay.py`` checks every counter on random traces).
+The Python classes stay the specification and the path for every other plug-in.
+
+It is plain Python over numpy arrays (:func:`specmd_sim.engine.jit.compiled`): numba compiles it
+when installed; without numba it runs as written, slowly. In a replay nothing takes time, so a
+reserved expert is resident before the next decision: nothing is ``LOADING`` when a victim is
+chosen or a router decides (no late hits), which the kernel relies on.
+
+The policies' data structures:
+
+- ``fifo``, ``lru``: one doubly linked list over keys in eviction order (head first);
+- ``least-stale``: two lists, *stale* (queue 0) and *current* (queue 1); a key is in *current*
+  exactly when it was touched in this pass (``TOUCHED == pass``), so moving *current* to the
+  tail of *stale* at a pass start is one splice;
+- ``lfu``: a binary heap of (count, stamp) with lazy deletion; the stamp orders a count
+  bucket by arrival, as the Python class's buckets are ordered;
+- ``belady``, ``belady-bypass``: a heap of (farthest next use, smallest key) with lazy
+  deletion; a key's next use is its first position at or after the clock, read from its sorted
+  positions and the number of its accesses so far.
+
+All state is one int64 array ``S`` (:func:`new_state`): a call between compiled functions
+that numba does not inline costs an atomic reference count per array argument, several times a
+hit's own work, so the helpers take one array, and :func:`run_passes` calls only those small
+enough to be inlined on its hot path. ``S`` holds per-key rows (``K_*``; columns ``n .. n + 3`` are the
+lists' sentinels), the scalars (row ``R_SC``, columns ``SC_*``), the counters (row
+``R_STATS``, ``ST_*`` in the order of :data:`STAT_NAMES`), the per-layer counts (rows
+``R_BY_LAYER + AccessClass``) and the heap (rows ``R_HEAP``: priority, key) with a scratch copy
+(``R_HELD``). Belady's key positions are the second array, ``pos``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specmd_sim.engine.jit import compiled
+
+# eviction policies (S[R_SC, SC_POLICY])
+FIFO, LRU, LFU, LS_FIFO, LS_TOUCH, LS_LAYER, BELADY, BELADY_BYPASS = range(8)
+
+# rows of S: per key, then the scalars, counters, per-layer counts and the heap
+K_STATE, K_PINS, K_EVER, K_EVICTED, K_UNUSED, K_PREV, K_NEXT = range(7)
+K_TOUCHED, K_AUX, K_FREQ, K_SEEN, K_NBYTES, K_START = range(7, 13)
+R_SC, R_STATS, R_BY_LAYER = 13, 14, 15  # R_BY_LAYER + AccessClass: 5 rows
+R_HEAP, R_HELD = 20, 22  # 2 rows each
+ROWS = 24
+
+# scalars (columns of row R_SC)
+SC_USED, SC_CAPACITY, SC_CLOCK, SC_PASS, SC_LAYER, SC_POLICY, SC_LRU_END = range(7)
+SC_WRITE_BACK, SC_PINNED, SC_HEAP_N, SC_STAMP, SC_STAMP_SPAN, SC_NEVER = range(7, 13)
+SC_NUM_EXPERTS, SC_NUM_LAYERS, SC_KEYS = range(13, 16)
+
+# counters (columns of row R_STATS): the CacheStats attributes of the same names
+STAT_NAMES = (
+    "bytes_demand",
+    "bytes_prefetch",
+    "bytes_written_back",
+    "prefetch_issued",
+    "prefetch_completed",
+    "prefetch_used",
+    "prefetch_wasted",
+    "prefetch_dropped",
+    "evictions",
+    "bypassed",
+)
+(
+    ST_BYTES_DEMAND,
+    ST_BYTES_PREFETCH,
+    ST_BYTES_WRITTEN_BACK,
+    ST_PF_ISSUED,
+    ST_PF_COMPLETED,
+    ST_PF_USED,
+    ST_PF_WASTED,
+    ST_PF_DROPPED,
+    ST_EVICTIONS,
+    ST_BYPASSED,
+) = range(len(STAT_NAMES))
+
+ABSENT, RESIDENT = 0, 2  # State; LOADING (1) lasts only inside one fetch here
+HIT, COMPULSORY, CAPACITY, COLLISION = 0, 2, 3, 4  # AccessClass
+DEMAND, PREFETCH, PRELOAD = 0, 1, 2  # FetchReason
+OK, NO_SPACE = 0, 1  # run_passes' outcome: done, or a pinned demand fetch found no victim
+OUTSIDE = -2  # TOUCHED of a key in no queue
+
+
+def new_state(n: int, layers: int) -> np.ndarray:
+    """``S`` for ``n`` keys over ``layers`` layers: an empty cache, both queues empty, room for
+    a heap of ``4 n + 64`` entries (compacted when full)."""
+    S = np.zeros((ROWS, max(4 * n + 64, layers)), np.int64)
+    S[K_EVICTED], S[K_TOUCHED], S[K_AUX] = -1, OUTSIDE, -1
+    S[R_SC, SC_PASS] = -1
+    S[R_SC, SC_KEYS], S[R_SC, SC_NUM_LAYERS] = n, layers
+    list_init(S, n)
+    return S
+
+
+# --- doubly linked lists: queue q's head sentinel is column n + 2q, its tail n + 2q + 1 -------
+
+
+@compiled
+def list_init(S: np.ndarray, n: int) -> None:
+    """Both queues empty."""
+    for q in range(2):
+        head, tail = n + 2 * q, n + 2 * q + 1
+        S[K_NEXT, head], S[K_PREV, tail] = tail, head
+
+
+@compiled
+def list_append(S: np.ndarray, n: int, q: int, key: int) -> None:
+    tail = n + 2 * q + 1
+    last = S[K_PREV, tail]
+    S[K_NEXT, last], S[K_PREV, key] = key, last
+    S[K_NEXT, key], S[K_PREV, tail] = tail, key
+
+
+@compiled
+def list_prepend(S: np.ndarray, n: int, q: int, key: int) -> None:
+    head = n + 2 * q
+    first = S[K_NEXT, head]
+    S[K_NEXT, head], S[K_PREV, key] = key, head
+    S[K_NEXT, key], S[K_PREV, first] = first, key
+
+
+@compiled
+def list_remove(S: np.ndarray, key: int) -> None:
+    before, after = S[K_PREV, key], S[K_NEXT, key]
+    S[K_NEXT, before], S[K_PREV, after] = after, before
+
+
+@compiled
+def list_move_all(S: np.ndarray, n: int, src: int, dst: int) -> None:
+    """Append queue ``src``, in order, to the tail of queue ``dst``; ``src`` is left empty."""
+    src_head, src_tail, dst_tail = n + 2 * src, n + 2 * src + 1, n + 2 * dst + 1
+    first, last = S[K_NEXT, src_head], S[K_PREV, src_tail]
+    if first == src_tail:
+        return
+    before = S[K_PREV, dst_tail]
+    S[K_NEXT, before], S[K_PREV, first] = first, before
+    S[K_NEXT, last], S[K_PREV, dst_tail] = dst_tail, last
+    S[K_NEXT, src_head], S[K_PREV, src_tail] = src_tail, src_head
+
+
+@compiled
+def first_evictable(S: np.ndarray, n: int, q: int) -> int:
+    key = S[K_NEXT, n + 2 * q]
+    while key < n:
+        if S[K_STATE, key] == RESIDENT and S[K_PINS, key] == 0:
+            return key
+        key = S[K_NEXT, key]
+    return -1
+
+
+@compiled
+def pick_by_layer(S: np.ndarray, n: int, q: int) -> int:
+    """Least-Stale ``layer``: the evictable key of queue ``q`` whose layer the sweep reaches
+    last from the layer now running; the first in queue order among equals."""
+    experts, layers, now = S[R_SC, SC_NUM_EXPERTS], S[R_SC, SC_NUM_LAYERS], S[R_SC, SC_LAYER]
+    best, best_dist = -1, -1
+    key = S[K_NEXT, n + 2 * q]
+    while key < n:
+        dist = ((key // experts - now - 1) % layers + layers) % layers
+        if dist > best_dist and S[K_STATE, key] == RESIDENT and S[K_PINS, key] == 0:
+            best, best_dist = key, dist
+            if dist == layers - 1:
+                break
+        key = S[K_NEXT, key]
+    return best
+
+
+# --- the heap of (priority, key), smallest on top; lazily deleted ------------------------------
+
+
+@compiled
+def heap_push(S: np.ndarray, value: int, key: int) -> None:
+    i = S[R_SC, SC_HEAP_N]
+    S[R_SC, SC_HEAP_N] = i + 1
+    while i > 0:
+        parent = (i - 1) >> 1
+        if S[R_HEAP, parent] <= value:
+            break
+        S[R_HEAP, i], S[R_HEAP + 1, i] = S[R_HEAP, parent], S[R_HEAP + 1, parent]
+        i = parent
+    S[R_HEAP, i], S[R_HEAP + 1, i] = value, key
+
+
+@compiled
+def heap_pop(S: np.ndarray) -> None:
+    size = S[R_SC, SC_HEAP_N] - 1
+    S[R_SC, SC_HEAP_N] = size
+    value, key = S[R_HEAP, size], S[R_HEAP + 1, size]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        if child + 1 < size and S[R_HEAP, child + 1] < S[R_HEAP, child]:
+            child += 1
+        if S[R_HEAP, child] >= value:
+            break
+        S[R_HEAP, i], S[R_HEAP + 1, i] = S[R_HEAP, child], S[R_HEAP + 1, child]
+        i = child
+    if size > 0:
+        S[R_HEAP, i], S[R_HEAP + 1, i] = value, key
+
+
+@compiled
+def priority(S: np.ndarray, key: int, value: int, count: int) -> int:
+    """LFU: (count, stamp ``value``); Belady: (farthest next use ``value``, smallest key)."""
+    if S[R_SC, SC_POLICY] == LFU:
+        return count * S[R_SC, SC_STAMP_SPAN] + value
+    return (S[R_SC, SC_NEVER] - value) * S[R_SC, SC_KEYS] + key
+
+
+@compiled
+def entry_current(S: np.ndarray, value: int, key: int) -> bool:
+    """Whether a heap entry is the key's latest (AUX: its stamp or next use; -1 once gone)."""
+    if S[R_SC, SC_POLICY] == LFU:
+        return S[K_AUX, key] == value % S[R_SC, SC_STAMP_SPAN]
+    return S[K_AUX, key] == S[R_SC, SC_NEVER] - value // S[R_SC, SC_KEYS]
+
+
+@compiled
+def heap_compact(S: np.ndarray) -> None:
+    """Rebuild a full heap from the keys' latest entries (the order is the same: only outdated
+    entries go)."""
+    S[R_SC, SC_HEAP_N] = 0
+    for key in range(S[R_SC, SC_KEYS]):
+        if S[K_AUX, key] >= 0:
+            heap_push(S, priority(S, key, S[K_AUX, key], S[K_FREQ, key]), key)
+
+
+@compiled
+def heap_victim(S: np.ndarray) -> int:
+    """The top current entry that is evictable, or -1; outdated entries on the way are dropped,
+    current pinned ones put back."""
+    count, victim = 0, -1
+    while S[R_SC, SC_HEAP_N] > 0:
+        value, key = S[R_HEAP, 0], S[R_HEAP + 1, 0]
+        if not entry_current(S, value, key):
+            heap_pop(S)
+            continue
+        if S[K_STATE, key] == RESIDENT and S[K_PINS, key] == 0:
+            victim = key
+            break
+        S[R_HELD, count], S[R_HELD + 1, count] = value, key
+        count += 1
+        heap_pop(S)
+    for i in range(count):
+        heap_push(S, S[R_HELD, i], S[R_HELD + 1, i])
+    return victim
+
+
+@compiled
+def next_use(S: np.ndarray, pos: np.ndarray, key: int) -> int:
+    """The first position >= the clock at which ``key`` is used, or never (SEEN counts the
+    key's accesses so far, which are exactly its positions before the clock)."""
+    i = S[K_START, key] + S[K_SEEN, key]
+    return pos[i] if i < S[K_START, key + 1] else S[R_SC, SC_NEVER]
+
+
+@compiled
+def heap_update(S: np.ndarray, pos: np.ndarray, key: int,
+                count: int) -> None:  # fmt: skip
+    """LFU: ``key``'s count becomes ``count``, with a new stamp; Belady: its next use is
+    read again. The heap has room (:func:`run_passes` compacts it before a layer that could
+    fill it): so this calls only helpers that are inlined, and is inlined itself."""
+    if S[R_SC, SC_POLICY] == LFU:
+        value = S[R_SC, SC_STAMP]
+        S[R_SC, SC_STAMP] = value + 1
+        S[K_FREQ, key] = count
+    else:
+        value = next_use(S, pos, key)
+    S[K_AUX, key] = value
+    heap_push(S, priority(S, key, value, count), key)
+
+
+# --- the policy's hooks ------------------------------------------------------------------------
+
+
+@compiled
+def touch(S: np.ndarray, key: int) -> None:
+    """Least-Stale's touch: to the tail of *current* (``fifo`` leaves a current key where it
+    is). The list operations are written out: a helper that calls none is compiled into its
+    callers."""
+    if S[K_TOUCHED, key] == S[R_SC, SC_PASS] and S[R_SC, SC_POLICY] == LS_FIFO:
+        return
+    if S[K_TOUCHED, key] != OUTSIDE:  # list_remove
+        before, after = S[K_PREV, key], S[K_NEXT, key]
+        S[K_NEXT, before], S[K_PREV, after] = after, before
+    S[K_TOUCHED, key] = S[R_SC, SC_PASS]
+    tail = S[R_SC, SC_KEYS] + 3  # list_append to queue 1
+    last = S[K_PREV, tail]
+    S[K_NEXT, last], S[K_PREV, key] = key, last
+    S[K_NEXT, key], S[K_PREV, tail] = tail, key
+
+
+@compiled
+def on_insert(S: np.ndarray, pos: np.ndarray, key: int, reason: int) -> None:
+    policy, n = S[R_SC, SC_POLICY], S[R_SC, SC_KEYS]
+    if policy in (FIFO, LRU):
+        if policy == LRU and reason == PREFETCH and S[R_SC, SC_LRU_END]:
+            list_prepend(S, n, 0, key)
+        else:
+            list_append(S, n, 0, key)
+    elif policy == LFU or policy >= BELADY:
+        heap_update(S, pos, key, 1)
+    else:
+        touch(S, key)
+
+
+@compiled
+def preload(S: np.ndarray, pos: np.ndarray, keys: np.ndarray) -> bool:
+    """ExpertCache.preload; False if the keys do not fit."""
+    heap_compact(S)  # room for a push per key (at most n are placed)
+    for key in keys:
+        if S[K_STATE, key] != ABSENT:
+            continue
+        if S[R_SC, SC_CAPACITY] - S[R_SC, SC_USED] < S[K_NBYTES, key]:
+            return False
+        S[K_STATE, key] = RESIDENT
+        S[K_EVER, key] = 1
+        S[R_SC, SC_USED] += S[K_NBYTES, key]
+        on_insert(S, pos, key, PRELOAD)
+    return True
+
+
+# --- the layer step ------------------------------------------------------------------------------
+
+
+@compiled
+def run_passes(S: np.ndarray, pos: np.ndarray, keys: np.ndarray, offsets: np.ndarray,  # noqa: C901
+               pass_lo: int, pass_hi: int, plan_offsets: np.ndarray,
+               plan_keys: np.ndarray) -> int:  # fmt: skip
+    """Passes ``pass_lo .. pass_hi - 1``: every layer's demand set (``keys`` between
+    ``offsets``, as in :class:`~specmd_sim.policies.context.AccessSequence`), then the layer's
+    prefetch plan (``plan_keys`` between ``plan_offsets``, indexed from ``pass_lo``).
+
+    One loop over a layer's steps, so that each of the cache's operations is written once (a
+    compiled call to a helper that is not inlined costs more than the operation): with ``m``
+    demanded keys, steps ``0 .. 2m - 1`` are *accesses* and *resolutions* of the demand set —
+    pinned (default): all m accesses, then the m resolutions in gate order; one at a time:
+    access then resolve each key — and the steps after them fetch the plan's keys.
+    ExpertCache.access, reserve, complete and _evict, LayerStep._fetch and the policies' hooks
+    are inlined here, in that order of operations.
+    """
+    sc = S[R_SC]
+    n, layers, pinned, policy = sc[SC_KEYS], sc[SC_NUM_LAYERS], sc[SC_PINNED], sc[SC_POLICY]
+    least_stale = policy >= LS_FIFO and policy <= LS_LAYER
+    heaped = policy == LFU or policy >= BELADY
+    lru_end = policy == LRU and sc[SC_LRU_END]
+    for p in range(pass_lo, pass_hi):
+        sc[SC_PASS] = p
+        if least_stale:
+            list_move_all(S, n, 1, 0)  # current joins the tail of stale
+        for layer in range(layers):
+            sc[SC_LAYER] = layer
+            lo, hi = offsets[p * layers + layer], offsets[p * layers + layer + 1]
+            m = hi - lo
+            r = (p - pass_lo) * layers + layer
+            plan_lo = plan_offsets[r]
+            # a layer pushes at most 2 m + its plan's length heap entries (an access and an
+            # insert per demanded key, an insert per planned one); compacted, the heap holds at
+            # most n entries, of 4 n + 64
+            if heaped and sc[SC_HEAP_N] + 2 * m + plan_offsets[r + 1] - plan_lo > S.shape[1]:
+                heap_compact(S)
+            if pinned:
+                for i in range(lo, hi):
+                    S[K_PINS, keys[i]] += 1
+            for step in range(2 * m + plan_offsets[r + 1] - plan_lo):
+                if step < 2 * m:
+                    if pinned:
+                        i, resolve = (step, False) if step < m else (step - m, True)
+                    else:
+                        i, resolve = step >> 1, (step & 1) == 1
+                    key = keys[lo + i]
+                    if not resolve:  # ExpertCache.access
+                        if not pinned:
+                            S[K_PINS, key] += 1
+                        sc[SC_CLOCK] += 1
+                        S[K_SEEN, key] += 1
+                        if S[K_STATE, key] != ABSENT:
+                            klass = HIT
+                            if S[K_UNUSED, key]:
+                                S[K_UNUSED, key] = 0
+                                S[R_STATS, ST_PF_USED] += 1
+                            if policy == LRU:
+                                list_remove(S, key)
+                                list_append(S, n, 0, key)
+                            elif heaped:
+                                heap_update(S, pos, key, S[K_FREQ, key] + 1)
+                            elif least_stale:
+                                touch(S, key)
+                        elif not S[K_EVER, key]:
+                            klass = COMPULSORY
+                        elif S[K_EVICTED, key] == p:
+                            klass = COLLISION
+                        else:
+                            klass = CAPACITY
+                        S[R_BY_LAYER + klass, layer] += 1
+                        continue
+                    if S[K_STATE, key] != ABSENT:  # a hit: nothing to resolve
+                        if not pinned:
+                            S[K_PINS, key] -= 1
+                        continue
+                    reason = DEMAND
+                else:
+                    key = plan_keys[plan_lo + step - 2 * m]
+                    if S[K_STATE, key] != ABSENT:  # a hint: only Least-Stale counts it
+                        if least_stale:
+                            touch(S, key)
+                        continue
+                    reason = PREFETCH
+                need = S[K_NBYTES, key]
+                if (policy == BELADY_BYPASS and sc[SC_CAPACITY] - sc[SC_USED] < need
+                        and not bypass_admits(S, pos, key)):  # fmt: skip
+                    if reason == PREFETCH:
+                        S[R_STATS, ST_PF_DROPPED] += 1
+                        continue
+                    S[R_STATS, ST_BYPASSED] += 1  # streamed past the cache
+                    S[R_STATS, ST_BYTES_DEMAND] += need
+                    if not pinned:
+                        S[K_PINS, key] -= 1
+                    continue
+                while sc[SC_CAPACITY] - sc[SC_USED] < need:  # ExpertCache.reserve
+                    if policy in (FIFO, LRU):
+                        victim = first_evictable(S, n, 0)
+                    elif heaped:
+                        victim = heap_victim(S)
+                    else:  # Least-Stale: stale first, then current
+                        victim = -1
+                        for q in range(2):
+                            if policy == LS_LAYER:
+                                victim = pick_by_layer(S, n, q)
+                            else:
+                                victim = first_evictable(S, n, q)
+                            if victim >= 0:
+                                break
+                    if victim < 0:
+                        break
+                    S[K_STATE, victim] = ABSENT  # ExpertCache._evict
+                    sc[SC_USED] -= S[K_NBYTES, victim]
+                    S[K_EVICTED, victim] = p
+                    S[R_STATS, ST_EVICTIONS] += 1
+                    if sc[SC_WRITE_BACK]:
+                        S[R_STATS, ST_BYTES_WRITTEN_BACK] += S[K_NBYTES, victim]
+                    if S[K_UNUSED, victim]:
+                        S[K_UNUSED, victim] = 0
+                        S[R_STATS, ST_PF_WASTED] += 1
+                    if heaped:  # the policy's on_remove
+                        S[K_AUX, victim] = -1
+                    else:
+                        list_remove(S, victim)
+                        S[K_TOUCHED, victim] = OUTSIDE
+                if sc[SC_CAPACITY] - sc[SC_USED] < need:  # nothing evictable
+                    if reason == DEMAND:
+                        return NO_SPACE
+                    S[R_STATS, ST_PF_DROPPED] += 1
+                    continue
+                sc[SC_USED] += need
+                if reason == PREFETCH:
+                    S[K_UNUSED, key] = 1
+                    S[R_STATS, ST_PF_ISSUED] += 1
+                    S[R_STATS, ST_BYTES_PREFETCH] += need
+                    S[R_STATS, ST_PF_COMPLETED] += 1  # it lands at once
+                else:
+                    S[R_STATS, ST_BYTES_DEMAND] += need
+                S[K_STATE, key] = RESIDENT  # LOADING until complete(): no decision sees it
+                if policy in (FIFO, LRU):  # the policy's on_insert
+                    if reason == PREFETCH and lru_end:
+                        list_prepend(S, n, 0, key)
+                    else:
+                        list_append(S, n, 0, key)
+                elif heaped:
+                    heap_update(S, pos, key, 1)
+                else:
+                    touch(S, key)
+                S[K_EVER, key] = 1
+                if reason == DEMAND and not pinned:
+                    S[K_PINS, key] -= 1
+            if pinned:
+                for i in range(lo, hi):
+                    S[K_PINS, keys[i]] -= 1
+    return OK
+
+
+@compiled
+def bypass_admits(S: np.ndarray, pos: np.ndarray, key: int) -> bool:
+    """``belady-bypass`` admits a key (the cache being full) unless its next use is not
+    nearer than its victim's, or nothing is evictable."""
+    victim = heap_victim(S)
+    return victim < 0 or next_use(S, pos, key) < S[K_AUX, victim]

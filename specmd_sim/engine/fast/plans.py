@@ -1,0 +1,471 @@
+"""Prefetch plans in bulk: every (pass, layer)'s plan of a block of passes at once.
+
+The replay engine asks ``run.prefetch.plan(p, layer, predictor, cache)`` after each router
+decision. For the built-in ``top-k`` and ``score-threshold`` prefetchers over the
+``noisy-oracle`` and ``trace`` predictors that plan does not depend on the cache: only on the
+trace and, for the noisy oracle, on the run's generator, which it draws from in (pass, layer,
+target) order, a fixed amount per prediction (``predictors/noisy_oracle.py``). So a block of
+passes' plans can be computed before the block is replayed, in a few array operations instead
+of one Python call per target layer, which is what the compiled replay needs: its cache loop
+then reads ``keys[offsets[i] : offsets[i + 1]]``.
+
+The plans must be the reference's element for element (a different tie-break is a different
+run), so the bulk computation keeps every floating-point operation the reference makes:
+
+- the generator's draws: one ``rng.random`` call for many predictions gives the same
+  numbers, and leaves the same state, as the per-prediction calls it concatenates (one 64-bit
+  output per double);
+- ``np.exp``, the row sums and the quotients stay in numpy, on C-contiguous ``[rows, experts]``
+  arrays (numpy's vectorized ``exp`` and its summation order are its own; row-wise they equal
+  the 1-D calls of the reference, which the tests check);
+- the kernels (:func:`specmd_sim.engine.jit.compiled`) do the index logic, the selection and
+  the logits, whose operations (``+ - * /``, max) are single and correctly rounded, so give
+  the same bits in numba as in numpy.
+
+What it does not do: show the scores to the eviction policy (the run's tapped predictor does),
+so a run whose eviction reads them (``on_scores``) is not taken.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specmd_sim.engine.jit import compiled
+from specmd_sim.errors import SpecmdError
+from specmd_sim.policies.context import RecordedScores
+from specmd_sim.policies.eviction.base import EvictionPolicy
+from specmd_sim.policies.predictors.noisy_oracle import NoisyOraclePredictor
+from specmd_sim.policies.predictors.trace import TracePredictor
+from specmd_sim.policies.prefetch.score_threshold import ScoreThresholdPrefetch
+from specmd_sim.policies.prefetch.top_k import TopKPrefetch
+from specmd_sim.scenario import RunObjects
+from specmd_sim.scenario.plugins import _Tapped
+
+
+def plans_unsupported(run: RunObjects) -> str | None:
+    """None when the run's prefetch plans can be computed in bulk, else why not (one phrase,
+    e.g. "prefetch 'oracle'")."""
+    prefetch = run.prefetch
+    if prefetch.lookahead == 0:
+        return None  # the engine never asks for a plan
+    if type(prefetch) not in (TopKPrefetch, ScoreThresholdPrefetch):
+        return f"prefetch {prefetch.kind!r}"
+    predictor = _predictor(run)
+    if type(predictor) not in (NoisyOraclePredictor, TracePredictor):
+        kind = getattr(predictor, "kind", None)
+        return f"predictor {kind!r}"
+    if run.scenario.training is not None:
+        return "a predictor fitted on training routing (fit_on)"
+    if type(run.eviction).on_scores is not EvictionPolicy.on_scores:
+        return f"eviction {run.eviction.kind!r}, which reads the predictor's scores"
+    return None
+
+
+class BulkPlans:
+    """The prefetch plans of a run (:func:`plans_unsupported` must be None), block by block.
+
+    The noisy oracle draws from the run's generator, so the blocks must follow each other in
+    pass order from pass 0, as the engine's calls would. Its predictions are made in chunks of
+    about ``CHUNK_ROWS``, whatever the block: a chunk's draws, logits, exponentials and scores
+    (``(4 E + 2 m) x 8`` bytes a prediction) then stay in the CPU's caches from one step to the
+    next, where a block's would each be a pass over main memory (and freshly mapped memory
+    at that). The trace's predictions, which draw nothing, are read a block at a time (one
+    gather per distance and target layer): ``E x 8`` bytes a prediction.
+    """
+
+    CHUNK_ROWS = 2048  # predictions per chunk: ~5 MB at 64 experts
+
+    def __init__(self, run: RunObjects) -> None:
+        reason = plans_unsupported(run)
+        if reason is not None:
+            raise SpecmdError(
+                f"expected a run whose prefetch plans are computed in bulk, got {reason}"
+            )
+        self.num_layers = run.ctx.num_layers
+        self.num_experts = run.ctx.num_experts
+        self.num_passes = run.scenario.passes.num_passes
+        self.rng = run.ctx.rng
+        self.demand = run.scenario.demand
+        self.next_pass = 0
+        prefetch = run.prefetch
+        # per pass, its predictions' (layer, target) in call order, and their count per layer;
+        # none without lookahead (the engine never asks for a plan)
+        pairs = [
+            (layer, target)
+            for layer in range(self.num_layers)
+            for target in (prefetch.targets(layer) if prefetch.lookahead else ())
+        ]
+        self.row_layer = np.array([layer for layer, _ in pairs], np.int64)
+        self.row_target = np.array([target for _, target in pairs], np.int64)
+        self.per_layer = np.bincount(self.row_layer, minlength=self.num_layers)
+        self.threshold, self.cap, self.probabilities = -np.inf, 1, False  # top-k's selection
+        self.top_only = isinstance(prefetch, TopKPrefetch)
+        if self.top_only:
+            self.cap = prefetch.k
+        elif isinstance(prefetch, ScoreThresholdPrefetch):
+            self.threshold = prefetch.config.threshold
+            self.cap = prefetch.config.max_per_layer or self.num_experts
+            self.probabilities = True
+        predictor = _predictor(run)
+        self.oracle = predictor if isinstance(predictor, NoisyOraclePredictor) else None
+        self.recorded: RecordedScores | None = None
+        if isinstance(predictor, TracePredictor):
+            trace, passes = run.scenario.trace, run.scenario.passes
+            assert trace.pred_scores is not None  # the predictor refuses a trace without them
+            self.recorded = RecordedScores(trace.pred_scores, passes.rows, passes.start)
+
+    def block(self, pass_lo: int, pass_hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """(offsets int64 [(pass_hi - pass_lo) * L + 1], keys int64): for each (p, layer) of
+        passes pass_lo..pass_hi-1 in order, keys[offsets[i]:offsets[i+1]] is exactly the list
+        run.prefetch.plan(p, layer, run.predictor, run.cache) returns, and the run's rng is left
+        exactly as those calls in that order would leave it. Blocks are asked in pass order."""
+        if pass_lo != self.next_pass or not pass_lo <= pass_hi <= self.num_passes:
+            raise ValueError(
+                f"expected the block from pass {self.next_pass} (blocks follow each other), "
+                f"up to at most {self.num_passes}; got passes {pass_lo}..{pass_hi}"
+            )
+        self.next_pass = pass_hi
+        passes, width, layers = pass_hi - pass_lo, self.row_target.size, self.num_layers
+        offsets = np.zeros(passes * layers + 1, np.int64)
+        keys = np.empty(passes * width * min(self.cap, self.num_experts), np.int64)
+        if passes == 0 or width == 0:
+            return offsets, keys
+        step = max(1, self.CHUNK_ROWS // width) if self.oracle is not None else passes
+        count = 0
+        for lo in range(pass_lo, pass_hi, step):
+            hi = min(pass_hi, lo + step)
+            ends = offsets[(lo - pass_lo) * layers + 1 : (hi - pass_lo) * layers + 1]
+            if self.oracle is not None:
+                u, smallest = self._draws(lo, hi)
+                if self.top_only and smallest >= self.cap:  # the predicted experts, in order
+                    count = _oracle_top(u, self.demand.offsets, self.demand.keys, lo, layers,
+                                        self.num_experts, self.row_target, self.per_layer,
+                                        self.oracle.config.accuracy, self.cap, keys, count,
+                                        ends)  # fmt: skip
+                    continue
+                scores = self._oracle(u, lo, hi)
+                present = np.ones(scores.shape[0], np.bool_)
+            else:
+                scores, present = self._recorded(lo, hi)
+            if self.probabilities:
+                scores = _probabilities(scores)
+            count = _select(scores, present, self.per_layer, self.row_target, self.threshold,
+                            self.cap, keys, count, ends)  # fmt: skip
+        return offsets, keys[:count]
+
+    def _draws(self, lo: int, hi: int) -> tuple[np.ndarray, int]:
+        """The noisy oracle's draws for the predictions of passes ``lo..hi - 1`` (one call: the
+        concatenation of the predictions' own), and the smallest true demand set predicted."""
+        experts, layers = self.num_experts, self.num_layers
+        offsets = self.demand.offsets
+        sizes = np.diff(offsets[lo * layers : hi * layers + 1]).reshape(hi - lo, layers)
+        sizes = sizes[:, self.row_target]
+        rows = (hi - lo) * self.row_target.size
+        return self.rng.random(rows * experts + 2 * int(sizes.sum())), int(sizes.min())
+
+    def _oracle(self, u: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """The noisy oracle's scores of the predictions of passes ``lo..hi - 1`` from their
+        draws ``u``, a row each (``NoisyOraclePredictor.scores``: its ``exp``, ``sum`` and
+        quotient, on the kernel's logits less their maximum)."""
+        assert self.oracle is not None
+        config, experts, layers = self.oracle.config, self.num_experts, self.num_layers
+        rows = (hi - lo) * self.row_target.size
+        shifted = np.empty((rows, experts))
+        _oracle_logits(u, self.demand.offsets, self.demand.keys, lo, layers, self.row_target,
+                       config.accuracy, config.confidence, config.near_miss, shifted)  # fmt: skip
+        p = np.exp(shifted)  # not in place: the reference's own call
+        return p / p.sum(axis=1, keepdims=True)
+
+    def _recorded(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """The trace's scores of the predictions of passes ``lo..hi - 1``
+        (``TracePredictor.scores``: the max over the pass's tokens, NaN as -inf, a single
+        token's row as recorded) and which rows predict (the distance is recorded and not
+        every score is NaN)."""
+        recorded = self.recorded
+        assert recorded is not None
+        passes, width = hi - lo, self.row_target.size
+        values = np.zeros((passes, width, self.num_experts))
+        present = np.zeros((passes, width), np.bool_)
+        bounds = recorded.start[lo : hi + 1]
+        rows = recorded.rows[bounds[0] : bounds[-1]]
+        seg = bounds[:-1] - bounds[0]
+        single = np.flatnonzero(np.diff(bounds) == 1)
+        depth = recorded.scores.shape[0]
+        for j in range(width):
+            target = int(self.row_target[j])
+            distance = target - int(self.row_layer[j])
+            if distance > depth:
+                continue
+            block = np.asarray(recorded.scores[distance - 1, rows, target], np.float32)
+            nan = np.isnan(block)
+            best = np.maximum.reduceat(np.where(nan, -np.inf, block), seg, axis=0)
+            best[single] = block[seg[single]]
+            values[:, j] = best
+            present[:, j] = ~np.logical_and.reduceat(nan.all(axis=1), seg)
+        return values.reshape(passes * width, -1), present.reshape(-1)
+
+
+def _predictor(run: RunObjects) -> object:
+    """The run's predictor itself, not the tap that shows its scores to the eviction policy."""
+    source = run.predictor
+    return source.inner if isinstance(source, _Tapped) else source
+
+
+def _probabilities(scores: np.ndarray) -> np.ndarray:
+    """:func:`specmd_sim.policies.scores.as_probabilities` of each row, with its operations
+    (so its bits): a softmax where a valid score is negative, else the scores over their sum;
+    NaN -> 0; all-zero rows uniform over the valid scores, all-NaN rows uniform."""
+    s = np.asarray(scores, np.float64)
+    valid = ~np.isnan(s)
+    out = np.where(valid, s, 0.0)
+    with np.errstate(all="ignore"):  # what the reference would warn of, and rows not asked
+        negative = np.flatnonzero((valid & (s < 0)).any(axis=1))
+        if negative.size:
+            sub, ok = out[negative], valid[negative]
+            top = np.where(ok, sub, -np.inf).max(axis=1, keepdims=True)
+            out[negative] = np.where(ok, np.exp(sub - top), 0.0)
+        total = out.sum(axis=1, keepdims=True)
+        even = np.where(valid, 1.0 / valid.sum(axis=1, keepdims=True), 0.0)
+        probabilities = np.where(total > 0, out / total, even)
+    probabilities[~valid.any(axis=1)] = 1.0 / s.shape[1]
+    return probabilities
+
+
+# --- the kernels -----------------------------------------------------------------------------
+
+
+@compiled
+def _oracle_logits(
+    u: np.ndarray,
+    offsets: np.ndarray,
+    keys: np.ndarray,
+    pass_lo: int,
+    num_layers: int,
+    target: np.ndarray,
+    accuracy: float,
+    confidence: float,
+    near_miss: float,
+    out: np.ndarray,
+) -> None:
+    """Row ``r`` of ``out``: the logits, less their maximum, of the ``r``-th prediction from
+    pass ``pass_lo`` on (each pass's are of layers ``target``, in order), from the next of the
+    draws ``u`` (``NoisyOraclePredictor.scores``, whose layout they follow) and its target's
+    demand set (``keys``, ``offsets``: the run's access sequence)."""
+    num_experts = out.shape[1]
+    dropped = np.empty(num_experts, np.int64)
+    outside = np.empty(num_experts, np.int64)
+    member = np.zeros(num_experts, np.bool_)
+    d, r = 0, 0
+    for q in range(out.shape[0] // target.size):
+        for t in target:
+            span = (pass_lo + q) * num_layers + t
+            first, m = offsets[span], offsets[span + 1] - offsets[span]
+            base = t * num_experts
+            for e in range(num_experts):
+                out[r, e] = u[d + e]
+            n = 0
+            for i in range(m):
+                if u[d + num_experts + i] >= accuracy:
+                    dropped[n] = i
+                    n += 1
+            if n:
+                for i in range(m):
+                    member[keys[first + i] - base] = True
+                n = _replacements(u, d + num_experts + m, member, m, n, outside)
+                for i in range(m):
+                    member[keys[first + i] - base] = False
+            j = 0
+            for i in range(m):
+                expert = keys[first + i] - base
+                if j < n and dropped[j] == i:
+                    near = 1.0 - (u[d + num_experts + i] - accuracy) / (1.0 - accuracy)
+                    out[r, expert] = confidence - near_miss * near
+                    expert = outside[j]
+                    j += 1
+                out[r, expert] = confidence + (m - i) / m
+            _less_max(out, r)
+            d += num_experts + 2 * m
+            r += 1
+
+
+@compiled
+def _oracle_top(
+    u: np.ndarray,
+    offsets: np.ndarray,
+    keys: np.ndarray,
+    pass_lo: int,
+    num_layers: int,
+    num_experts: int,
+    target: np.ndarray,
+    per_layer: np.ndarray,
+    accuracy: float,
+    k: int,
+    plan: np.ndarray,
+    count: int,
+    ends: np.ndarray,
+) -> int:
+    """Top-``k`` plans of the noisy oracle's predictions from pass ``pass_lo`` on (their draws
+    ``u``, as :func:`_oracle_logits` reads them), where every true demand set has at least
+    ``k`` experts, without their scores: the first ``k`` predicted experts in position order,
+    into ``plan`` from ``count`` on (``ends`` and the new count as :func:`_select`'s). That is
+    what the scores give: with ``confidence >= 1`` a predicted expert's logit,
+    ``confidence + (m - i) / m``, exceeds every other's (below 1, or below ``confidence`` for a
+    missed true one) and the next position's by ``1 / m``, a factor ``e^(1/m)`` after the
+    softmax, far beyond its rounding: no ties, the same order."""
+    dropped = np.empty(num_experts, np.int64)
+    outside = np.empty(num_experts, np.int64)
+    member = np.zeros(num_experts, np.bool_)
+    d = 0
+    for q in range(ends.size // num_layers):
+        j_row = 0
+        for layer in range(num_layers):
+            for _ in range(per_layer[layer]):
+                t = target[j_row]
+                j_row += 1
+                span = (pass_lo + q) * num_layers + t
+                first, m = offsets[span], offsets[span + 1] - offsets[span]
+                base = t * num_experts
+                n = 0
+                for i in range(m):
+                    if u[d + num_experts + i] >= accuracy:
+                        dropped[n] = i
+                        n += 1
+                if n:
+                    for i in range(m):
+                        member[keys[first + i] - base] = True
+                    n = _replacements(u, d + num_experts + m, member, m, n, outside)
+                    for i in range(m):
+                        member[keys[first + i] - base] = False
+                j = 0
+                for i in range(k):
+                    expert = keys[first + i] - base
+                    while j < n and dropped[j] < i:
+                        j += 1
+                    if j < n and dropped[j] == i:
+                        expert = outside[j]
+                    plan[count] = base + expert
+                    count += 1
+                d += num_experts + 2 * m
+            ends[q * num_layers + layer] = count
+    return count
+
+
+@compiled
+def _replacements(
+    u: np.ndarray, at: int, member: np.ndarray, m: int, n: int, outside: np.ndarray
+) -> int:
+    """The experts that replace ``n`` dropped ones, into ``outside``: the ``j``-th is the
+    ``floor(u[at + j] * R)``-th (``R``: how many are left) of the experts neither ``member``
+    (of the ``m`` true ones) nor taken yet, in ascending id order; how many there are (fewer
+    than ``n`` when the outsiders run out: the other dropped experts stay predicted)."""
+    remaining, found = member.size - m, 0
+    while found < n and remaining > 0:
+        pick = min(int(u[at + found] * remaining), remaining - 1)
+        chosen = -1
+        for e in range(member.size):
+            if not member[e]:
+                if pick == 0:
+                    chosen = e
+                    break
+                pick -= 1
+        outside[found] = chosen
+        member[chosen] = True
+        found += 1
+        remaining -= 1
+    for j in range(found):
+        member[outside[j]] = False
+    return found
+
+
+@compiled
+def _less_max(out: np.ndarray, r: int) -> None:
+    """Row ``r`` of ``out`` less its maximum (no NaN in it)."""
+    top = out[r, 0]
+    for e in range(1, out.shape[1]):
+        top = max(top, out[r, e])
+    for e in range(out.shape[1]):
+        out[r, e] = out[r, e] - top
+
+
+@compiled
+def _select(
+    scores: np.ndarray,
+    present: np.ndarray,
+    per_layer: np.ndarray,
+    target: np.ndarray,
+    threshold: float,
+    cap: int,
+    keys: np.ndarray,
+    count: int,
+    offsets: np.ndarray,
+) -> int:
+    """The plans of the passes whose predictions are the rows of ``scores`` (per pass,
+    ``per_layer[l]`` of them after the router of layer ``l``, of layers ``target``): for each
+    row that is ``present``, its experts whose score is at least ``threshold`` (never NaN), at
+    most ``cap`` of them by descending score, ties to the lower id (top-k's stable argsort,
+    score-threshold's ``ranked``), as flat ids into ``keys`` from ``count`` on;
+    ``offsets[i]``: where the ``i``-th (pass, layer)'s plan ends. The new count."""
+    num_experts, width = scores.shape[1], min(cap, scores.shape[1])
+    bound = np.empty(width)
+    candidate = np.empty(num_experts, np.int64)
+    value = np.empty(num_experts)
+    r = 0
+    for q in range(scores.shape[0] // target.size):
+        j = 0
+        for layer in range(per_layer.size):
+            for _ in range(per_layer[layer]):
+                if present[r]:
+                    n = _best(scores, r, threshold, bound, candidate, value, keys, count)
+                    base = target[j] * num_experts
+                    for i in range(count, count + n):
+                        keys[i] += base
+                    count += n
+                r += 1
+                j += 1
+            offsets[q * per_layer.size + layer] = count
+    return count
+
+
+@compiled
+def _best(
+    scores: np.ndarray,
+    r: int,
+    threshold: float,
+    bound: np.ndarray,
+    candidate: np.ndarray,
+    value: np.ndarray,
+    chosen: np.ndarray,
+    at: int,
+) -> int:
+    """Into ``chosen`` from ``at`` on: the experts whose score (row ``r`` of ``scores``) is at least
+    ``threshold``, at most ``w = bound.size`` of them by descending score, ties to the lower
+    id; how many.
+
+    Written without data-dependent branches (an unpredictable branch costs more than the
+    comparisons it saves): first most experts are ruled out, as the maxima of the ``w``
+    stripes ``e = s mod w`` are ``w`` experts, so at least ``w`` score at least the least of
+    them, and one below it cannot be chosen (a stripe of NaNs only leaves its maximum at
+    -inf: nothing is ruled out); then each candidate's rank is counted."""
+    num_experts, width = scores.shape[1], bound.size
+    for s in range(width):
+        bound[s] = -np.inf
+    for start in range(0, num_experts, width):
+        for s in range(min(width, num_experts - start)):
+            v = scores[r, start + s]
+            bound[s] = v if v > bound[s] else bound[s]
+    least = bound[0]
+    for s in range(1, width):
+        least = bound[s] if bound[s] < least else least
+    c = 0
+    for e in range(num_experts):
+        v = scores[r, e]
+        candidate[c] = e
+        value[c] = v
+        c += (v >= least) & (v >= threshold)
+    for a in range(c):
+        v, rank = value[a], 0
+        for b in range(c):  # ties: the lower id first
+            rank += (value[b] > v) | ((value[b] == v) & (b < a))
+        if rank < width:
+            chosen[at + rank] = candidate[a]
+    return min(c, width)

@@ -1,0 +1,33 @@
+"""Optional compilation of the engines' array kernels.
+
+A kernel is plain Python over numpy arrays and scalars; :func:`compiled` hands it to
+``numba.njit`` when numba is installed (the ``fast`` extra) and returns it unchanged otherwise,
+so one source is both the specification and the fast path, and the interpreted function (a
+compiled one's ``py_func``) is what the compiled one is tested against. ``cache=True`` keeps the
+machine code beside the module, so only a first run pays the compilation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def available() -> bool:
+    """Whether numba is installed (kernels are compiled)."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def compiled(fn: F) -> F:
+    """``fn`` compiled by numba when it is installed, else ``fn`` itself."""
+    try:
+        import numba
+    except ImportError:
+        return fn
+    return numba.njit(cache=True, nogil=True)(fn)  # type: ignore[return-value]

@@ -1,0 +1,192 @@
+"""The replay engine's compiled path equals its Python reference, counter for counter.
+
+Every covered eviction policy (and order) meets every prefetcher — none, top-k, score-threshold,
+over noisy-oracle and recorded predictions, several lookaheads — and each meets both pin modes;
+every policy runs through every capacity regime (the smallest allowed, thrashing, about half,
+everything fits) in both modes; on random traces with prefill
+chunks and several requests, mixed precision, memory parity and a warm start: the whole result
+(every metric, every per-layer row) must be equal. With numba installed the compiled kernel is
+tested, without it the same kernel interpreted; runs it does not cover take the Python path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from specmd_sim import build_config, replay, save_trace
+from specmd_sim.engine import jit
+from specmd_sim.engine.fast import compiled_unsupported, positions_by_key
+from specmd_sim.errors import SpecmdError
+from specmd_sim.runtime.loader import runtime_dir
+from specmd_sim.scenario import build_run, build_scenario
+from specmd_sim.traces.synthetic import PRESETS, generate
+
+EVICTIONS = [
+    "fifo",
+    "lru",
+    {"kind": "lru", "prefetch_insert": "lru"},
+    "lfu",
+    {"kind": "least-stale", "order": "fifo"},
+    {"kind": "least-stale", "order": "touch"},
+    {"kind": "least-stale", "order": "layer"},
+    "belady",
+    "belady-bypass",
+]
+PREFETCHES = [
+    ("none", "noisy-oracle"),
+    ({"kind": "top-k", "lookahead": 1}, "noisy-oracle"),
+    ({"kind": "top-k", "k": 3, "lookahead": 3}, {"kind": "noisy-oracle", "accuracy": 0.5}),
+    ({"kind": "top-k", "k": 12}, {"kind": "noisy-oracle", "accuracy": 0.3}),  # k > |demand set|
+    ({"kind": "score-threshold", "threshold": 0.01, "lookahead": 2}, "noisy-oracle"),
+    ({"kind": "top-k", "lookahead": 2}, "trace"),
+    ({"kind": "score-threshold", "threshold": 0.05, "max_per_layer": 4}, "trace"),
+]
+CAPACITIES = ["smallest", "smallest+5", "50%", "100%"]
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> list[str]:
+    """Synthetic OLMoE-shaped traces with recorded predictions: one decode-heavy, one with
+    long prompts (several tokens per pass, chunked below)."""
+    folder = tmp_path_factory.mktemp("fast")
+    out = []
+    for seed, (prompt, decode) in enumerate([(4, 14), (16, 5)]):
+        update = {"num_requests": 3, "prompt_tokens": prompt, "decode_tokens": decode,
+                  "lookahead": 3}  # fmt: skip
+        params = PRESETS["olmoe"].model_copy(update=update)
+        out.append(str(save_trace(generate(params, seed), folder / f"t{seed}.npz")))
+    return out
+
+
+def smallest(data: dict) -> int:
+    """The smallest capacity (slots) the config allows: its largest demand set."""
+    scenario = build_scenario(build_config({**data, "cache": {}}), check_cache=False)
+    return scenario.demand.max_layer_demand()[0]
+
+
+def both(data: dict) -> tuple[dict, dict]:
+    """(Python, compiled) results of one config: metrics and per-layer table."""
+    capacity = data["cache"].get("capacity")
+    if isinstance(capacity, str) and capacity.startswith("smallest"):
+        extra = int(capacity.partition("+")[2] or 0)
+        data = {**data, "cache": {**data["cache"], "capacity": smallest(data) + extra}}
+    config = build_config(data)
+    ref, fast = replay(config, compiled=False), replay(config, compiled=True)
+    return ({"m": ref.metrics, "l": ref.per_layer}, {"m": fast.metrics, "l": fast.per_layer})
+
+
+def case(i: int) -> tuple:
+    """The i-th point of the grid: every eviction meets every prefetch once, the pin mode
+    alternating with the parity of their indices (so each meets both modes), the capacity
+    regime, trace and batch varying by index."""
+    e, pf = i % len(EVICTIONS), i // len(EVICTIONS)
+    capacity = CAPACITIES[(i // 3) % len(CAPACITIES)]
+    return EVICTIONS[e], *PREFETCHES[pf], capacity, (e + pf) % 2 == 0
+
+
+GRID = len(EVICTIONS) * len(PREFETCHES)
+# without numba the kernels run interpreted, about a hundred times slower: a third of the grid
+# and of the policies' regimes then (CI installs numba and runs all of them)
+THOROUGH = jit.available()
+
+
+@pytest.mark.parametrize("i", range(0, GRID, 1 if THOROUGH else 3))
+def test_compiled_equals_python(traces, i) -> None:
+    eviction, prefetch, predictor, capacity, pinned = case(i)
+    data = {
+        "trace": traces[i % 2],
+        "eviction": eviction,
+        "prefetch": prefetch,
+        "predictor": predictor,
+        "cache": {"capacity": capacity, "pin_demand_set": pinned},
+        "workload": {"batch_size": 1 + i % 3, "prefill_chunk_tokens": 4},
+        "seed": i,
+        "belady_gap": i % 5 == 0,
+    }
+    ref, fast = both(data)
+    assert fast == ref
+    m = ref["m"]
+    assert m["accesses"] > 0 and m["hits"] + m["misses"] == m["accesses"]
+
+
+@pytest.mark.parametrize("eviction", EVICTIONS if THOROUGH else EVICTIONS[::3], ids=str)
+def test_every_capacity_regime(traces, eviction) -> None:
+    seen_evictions = seen_hits = False
+    for i, capacity in enumerate(["smallest", "smallest+1", "smallest+6", 64, "60%", "100%"]):
+        for pinned in (i % 2 == 0, i % 3 == 0):
+            data = {"trace": traces[0], "eviction": eviction, "prefetch": "top-k",
+                    "cache": {"capacity": capacity, "pin_demand_set": pinned}}  # fmt: skip
+            ref, fast = both(data)
+            assert fast == ref, (capacity, pinned)
+            seen_evictions |= ref["m"]["evictions"] > 0
+            seen_hits |= ref["m"]["hits"] > 0
+    assert seen_evictions and seen_hits
+
+
+def test_mixed_precision_memory_parity_and_warm_start(tmp_path, traces) -> None:
+    data = yaml.safe_load((runtime_dir() / "roofline.yaml").read_text())
+    data["memory_parity"]["value"] = True
+    runtime = tmp_path / "parity.yaml"
+    runtime.write_text(yaml.safe_dump(data))
+    for eviction in EVICTIONS:
+        config = {"trace": traces[1], "eviction": eviction, "prefetch": "top-k",
+                  "runtime": str(runtime), "cache": {"capacity": "30%"},
+                  "precision": {"cold_dtype": "int4", "hot_fraction": 0.3}}  # fmt: skip
+        ref, fast = both(config)
+        assert fast == ref, eviction
+        assert ref["m"]["bytes_written_back"] > 0
+    # a warm start (what belady_gap gives the optimum of static-hot)
+    scenario = build_scenario(build_config({"trace": traces[0], "eviction": "belady",
+                                            "cache": {"capacity": 24}}))  # fmt: skip
+    warm = list(range(0, 64 * 16, 50))
+    ref = replay(scenario, warm=warm, compiled=False)
+    fast = replay(scenario, warm=warm, compiled=True)
+    assert fast.metrics == ref.metrics and fast.per_layer == ref.per_layer
+
+
+def test_uncovered_runs_take_the_python_path(traces) -> None:
+    for data, why in [
+        ({"eviction": "random"}, "eviction 'random'"),
+        ({"miss": "drop"}, "miss 'drop'"),
+        ({"prefetch": "oracle"}, "prefetch 'oracle'"),
+    ]:
+        scenario = build_scenario(build_config({"trace": traces[0], **data}))
+        assert compiled_unsupported(build_run(scenario)) == why
+        with pytest.raises(SpecmdError, match="compiled path does not cover this run: " + why):
+            replay(scenario, compiled=True)
+        replay(scenario)  # the default falls back
+
+
+def test_a_subclass_of_a_built_in_is_not_taken_for_it(traces) -> None:
+    from specmd_sim.policies.eviction.lru import LRUEviction
+
+    class Mine(LRUEviction):
+        def on_access(self, key: int) -> None:  # changes nothing, but might
+            super().on_access(key)
+
+    scenario = build_scenario(build_config({"trace": traces[0], "eviction": "lru"}))
+    run = build_run(scenario)
+    run.eviction.__class__ = Mine
+    assert compiled_unsupported(run) == "eviction 'lru'"
+
+
+def test_positions_by_key() -> None:
+    keys = np.random.default_rng(3).integers(0, 30, 500).astype(np.int64)
+    pos, start = positions_by_key(keys, 40)
+    assert np.array_equal(pos, np.argsort(keys, kind="stable"))
+    assert np.array_equal(start, np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=40))]))
+
+
+def test_the_default_replay_is_compiled_when_numba_is_installed(traces, monkeypatch) -> None:
+    pytest.importorskip("numba")
+    from specmd_sim.engine.fast import kernel
+
+    assert hasattr(kernel.run_passes, "py_func"), "numba is installed but the kernel is not"
+    called = []
+    monkeypatch.setattr("specmd_sim.engine.replay.replay_compiled",
+                        lambda *a: called.append(a) or pytest.fail("stop"))  # fmt: skip
+    with pytest.raises(pytest.fail.Exception):
+        replay(build_config({"trace": traces[0]}))
+    assert called and jit.available()
