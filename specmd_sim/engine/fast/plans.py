@@ -99,9 +99,9 @@ class BulkPlans:
         self.row_target = np.array([target for _, target in pairs], np.int64)
         self.per_layer = np.bincount(self.row_layer, minlength=self.num_layers)
         self.threshold, self.cap, self.probabilities = -np.inf, 1, False  # top-k's selection
-        self.top_only = isinstance(prefetch, TopKPrefetch)
-        if self.top_only:
-            self.cap = prefetch.k
+        self.top_only = False  # top-k: the noisy oracle's plans may need no scores
+        if isinstance(prefetch, TopKPrefetch):
+            self.top_only, self.cap = True, prefetch.k
         elif isinstance(prefetch, ScoreThresholdPrefetch):
             self.threshold = prefetch.config.threshold
             self.cap = prefetch.config.max_per_layer or self.num_experts
