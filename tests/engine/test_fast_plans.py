@@ -217,7 +217,8 @@ def test_row_probabilities_equal_as_probabilities() -> None:
 
 def test_the_compiled_kernels_equal_the_interpreted_ones(monkeypatch) -> None:
     pytest.importorskip("numba")
-    kernels = ("_oracle_logits", "_oracle_top", "_replacements", "_less_max", "_select", "_best")
+    kernels = ("_oracle_logits", "_oracle_top", "_dropped", "_replacements", "_less_max",
+               "_select", "_best")  # fmt: skip
     for name in kernels:
         assert hasattr(getattr(P, name), "py_func"), f"numba is installed: {name} is not compiled"
     rng = np.random.default_rng(13)

@@ -130,7 +130,9 @@ def replay_compiled(
 
 
 @compiled
-def _counting_sort(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+def positions_by_key(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each key's positions in the access sequence, ascending: ``pos[start[k]:start[k+1]]``
+    (Belady's next uses), by a counting sort."""
     start = np.zeros(n + 1, np.int64)
     for key in keys:
         start[key + 1] += 1
@@ -143,9 +145,3 @@ def _counting_sort(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
         pos[fill[key]] = i
         fill[key] += 1
     return pos, start
-
-
-def positions_by_key(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each key's positions in the access sequence, ascending: ``pos[start[k]:start[k+1]]``
-    (Belady's next uses)."""
-    return _counting_sort(keys, n)

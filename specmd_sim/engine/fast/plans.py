@@ -263,17 +263,7 @@ def _oracle_logits(
             base = t * num_experts
             for e in range(num_experts):
                 out[r, e] = u[d + e]
-            n = 0
-            for i in range(m):
-                if u[d + num_experts + i] >= accuracy:
-                    dropped[n] = i
-                    n += 1
-            if n:
-                for i in range(m):
-                    member[keys[first + i] - base] = True
-                n = _replacements(u, d + num_experts + m, member, m, n, outside)
-                for i in range(m):
-                    member[keys[first + i] - base] = False
+            n = _dropped(u, d, keys, first, m, base, accuracy, member, dropped, outside)
             j = 0
             for i in range(m):
                 expert = keys[first + i] - base
@@ -325,29 +315,50 @@ def _oracle_top(
                 span = (pass_lo + q) * num_layers + t
                 first, m = offsets[span], offsets[span + 1] - offsets[span]
                 base = t * num_experts
-                n = 0
-                for i in range(m):
-                    if u[d + num_experts + i] >= accuracy:
-                        dropped[n] = i
-                        n += 1
-                if n:
-                    for i in range(m):
-                        member[keys[first + i] - base] = True
-                    n = _replacements(u, d + num_experts + m, member, m, n, outside)
-                    for i in range(m):
-                        member[keys[first + i] - base] = False
+                n = _dropped(u, d, keys, first, m, base, accuracy, member, dropped, outside)
                 j = 0
-                for i in range(k):
+                for i in range(k):  # dropped is ascending: matched in turn
                     expert = keys[first + i] - base
-                    while j < n and dropped[j] < i:
-                        j += 1
                     if j < n and dropped[j] == i:
                         expert = outside[j]
+                        j += 1
                     plan[count] = base + expert
                     count += 1
                 d += num_experts + 2 * m
             ends[q * num_layers + layer] = count
     return count
+
+
+@compiled
+def _dropped(
+    u: np.ndarray,
+    d: int,
+    keys: np.ndarray,
+    first: int,
+    m: int,
+    base: int,
+    accuracy: float,
+    member: np.ndarray,
+    dropped: np.ndarray,
+    outside: np.ndarray,
+) -> int:
+    """The prediction whose draws start at ``u[d]``, of the true set ``keys[first:first + m]``
+    (flat ids from ``base``): its dropped positions that are replaced, ascending, into
+    ``dropped``, and their replacements into ``outside``; how many (``member`` is all False
+    before and after)."""
+    num_experts = member.size
+    n = 0
+    for i in range(m):
+        if u[d + num_experts + i] >= accuracy:
+            dropped[n] = i
+            n += 1
+    if n:
+        for i in range(m):
+            member[keys[first + i] - base] = True
+        n = _replacements(u, d + num_experts + m, member, m, n, outside)
+        for i in range(m):
+            member[keys[first + i] - base] = False
+    return n
 
 
 @compiled
