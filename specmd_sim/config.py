@@ -110,13 +110,66 @@ class CacheConfig(_Frozen):
         return resolve_size(self.capacity, expert_bytes, routed_bytes)
 
 
+class DramCacheConfig(_Frozen):
+    """Host DRAM as a cache of the NVMe-resident experts (``docs/hardware.md``, "Two-level
+    cache"): its own eviction, prefetch and predictor plug-ins, configured as the top-level ones."""
+
+    eviction: SerializeAsAny[PluginConfig] = Field(
+        default_factory=lambda: EVICTION.parse_config({"kind": "lru"}),
+        description="Eviction policy of the DRAM cache: {kind: ..., params}.",
+    )
+    prefetch: SerializeAsAny[PluginConfig] = Field(
+        default_factory=lambda: PREFETCH.parse_config({"kind": "none"}),
+        description=(
+            "Prefetch policy of the DRAM cache (NVMe -> DRAM, planned at each router decision "
+            "for its lookahead layers): {kind: ..., params}."
+        ),
+    )
+    predictor: SerializeAsAny[PluginConfig] | None = Field(
+        default=None,
+        description="Predictor of the DRAM prefetcher: {kind: ..., params}; null = the run's.",
+    )
+    warm: bool = Field(
+        default=True,
+        description=(
+            "Start with DRAM holding what the static tier would (memory.placement order, as "
+            "many as memory.dram_capacity holds); false = start empty."
+        ),
+    )
+
+    @field_validator("eviction", mode="before")
+    @classmethod
+    def _eviction(cls, value: Any) -> PluginConfig:
+        return _nested(EVICTION, value, "memory.dram_cache.")
+
+    @field_validator("prefetch", mode="before")
+    @classmethod
+    def _prefetch(cls, value: Any) -> PluginConfig:
+        return _nested(PREFETCH, value, "memory.dram_cache.")
+
+    @field_validator("predictor", mode="before")
+    @classmethod
+    def _predictor(cls, value: Any) -> PluginConfig | None:
+        return None if value is None else _nested(PREDICTORS, value, "memory.dram_cache.")
+
+
+def _nested(registry: Any, value: Any, prefix: str) -> PluginConfig:
+    """A plug-in section below the top level: its errors name the section's full path."""
+    try:
+        parsed: PluginConfig = registry.parse_config(value)
+    except SpecmdError as exc:  # its kind kept (an UnloadedPlugin stays one)
+        raise type(exc)(f"{prefix}{exc}") from None
+    return parsed
+
+
 class MemoryConfig(_Frozen):
     dram_capacity: str | int | None = Field(
         default=None,
         description=(
             "Routed-expert bytes stored in host DRAM, the rest on the profile's NVMe drive: a "
             "percentage of all routed-expert bytes, a number of experts (of the model's expert "
-            "size) or bytes. None = as many as the host's DRAM holds (all of them when they fit)."
+            "size) or bytes. None = as many as the host's DRAM holds (all of them when they fit). "
+            "With dram_cache: the DRAM cache's capacity."
         ),
     )
     placement: Literal["hot-first", "layer-order"] = Field(
@@ -128,6 +181,13 @@ class MemoryConfig(_Frozen):
     )
     nvme: str | None = Field(
         default=None, description="NVMe node id of the profile; None = its first NVMe node."
+    )
+    dram_cache: DramCacheConfig | None = Field(
+        default=None,
+        description=(
+            "Make DRAM a dynamic cache of experts stored on the NVMe drive (every expert lives "
+            "there; the GPU cache is filled from DRAM). null = DRAM is a static tier."
+        ),
     )
 
     @field_validator("dram_capacity", mode="before")
@@ -235,6 +295,38 @@ class WorkloadConfig(_Frozen):
         gt=0,
         description="Mean request arrivals per second, 1/s; required with arrivals: poisson.",
     )
+    scheduler: Literal["slots", "continuous"] = Field(
+        default="slots",
+        description=(
+            "How passes are formed: 'slots' = a pass is either one request's prefill chunk or "
+            "one decode step of the active requests; 'continuous' = continuous batching as "
+            "vLLM and SGLang schedule it: every step takes one decode token of each running "
+            "request, then prompt tokens (chunked prefill, FCFS: the running requests' first, "
+            "then new ones while fewer than batch_size run) up to max_tokens_per_step, all in "
+            "one pass."
+        ),
+    )
+    max_tokens_per_step: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "scheduler: continuous: tokens one pass may take (vLLM's max_num_batched_tokens); "
+            "prefill_chunk_tokens (when not 0) also bounds one request's prompt tokens in a "
+            "pass. null = no bound."
+        ),
+    )
+    kv_cache: Literal["reserved", "evict", "wait"] = Field(
+        default="reserved",
+        description=(
+            "The KV cache's share of GPU memory: 'reserved' = the longest request's context "
+            "times the requests decoded together, set aside before the run; 'evict' = it grows "
+            "with every token of every running request and shrinks when one leaves, and the "
+            "expert cache gets what is left (at most cache.capacity): experts the eviction "
+            "policy chooses are evicted when it grows; 'wait' (scheduler: continuous) = the "
+            "expert cache keeps cache.capacity and a request joins only when its whole KV "
+            "cache (prompt and output tokens) fits beside those of the running ones."
+        ),
+    )
 
     @model_validator(mode="after")
     def _check_rate(self) -> WorkloadConfig:
@@ -242,6 +334,45 @@ class WorkloadConfig(_Frozen):
             raise ValueError(
                 "arrival_rate_per_s: expected a rate > 0 with arrivals: poisson, got none"
             )
+        if self.scheduler != "continuous":
+            if self.max_tokens_per_step is not None:
+                raise ValueError(
+                    "max_tokens_per_step: expected null with scheduler: slots (it bounds "
+                    f"continuous batching's passes), got {self.max_tokens_per_step}"
+                )
+            if self.kv_cache == "wait":
+                raise ValueError(
+                    "kv_cache: expected reserved or evict with scheduler: slots (requests wait "
+                    "for KV memory only under continuous batching), got 'wait'"
+                )
+        return self
+
+
+class SloConfig(_Frozen):
+    """Per-request service-level limits: a request meets the SLO when each limit given holds."""
+
+    ttft_s: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "Time to first token limit, s: met when the request's TTFT is at most this (a "
+            "request without a prefill has no TTFT and meets it)."
+        ),
+    )
+    tpot_s: float | None = Field(
+        default=None,
+        gt=0,
+        description=(
+            "Time per output token limit, s: met when the request's TPOT (per_request.tpot_s: "
+            "its decode time over its decode tokens) is at most this (one without decode "
+            "tokens meets it)."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _check_limits(self) -> SloConfig:
+        if self.ttft_s is None and self.tpot_s is None:
+            raise ValueError("expected at least one of ttft_s and tpot_s, got neither")
         return self
 
 
@@ -334,6 +465,13 @@ class SimConfig(_Frozen):
     )
     parallel: ParallelConfig = Field(default_factory=ParallelConfig, description="Multi-GPU.")
     timing: TimingConfig = Field(default_factory=TimingConfig, description="Timing engine.")
+    slo: SloConfig | None = Field(
+        default=None,
+        description=(
+            "Service-level objective of the timing engine: per-request TTFT and TPOT limits; "
+            "with it a run reports slo_attainment and goodput_rps. null = none."
+        ),
+    )
     seed: int = Field(default=0, ge=0, description="Seed of the run's one random generator.")
 
     @field_validator("eviction", mode="before")

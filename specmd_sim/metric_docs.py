@@ -77,6 +77,26 @@ transfers of `ceil(chunk bytes / read_request_bytes)`. An expert stored at `prec
 moves `expert_bytes_at(dtype)` bytes and its kernel reads that many (`models/precision.py`: bf16
 2, fp8 1, int4 0.515625, hqq-2bit 0.377, q4_k 0.5625 bytes per parameter, ...).""",
     ),
+    (TIMING, "slo"): (
+        "Service-level objective (`simulate` only, with `slo:`)",
+        """\
+With `slo: {ttft_s: ..., tpot_s: ...}` (`--set slo.ttft_s=0.5 --set slo.tpot_s=0.05`) a run
+counts the requests that meet every limit given; a sweep spec's `search:` section finds the
+highest arrival rate whose attainment reaches a target (`docs/sweeps.md`).""",
+        "",
+    ),
+    (BOTH, "memory.dram_cache"): (
+        "Two-level cache (both engines, with `memory.dram_cache`)",
+        """\
+With `memory.dram_cache` every expert lives on NVMe and host DRAM caches them
+(`docs/hardware.md`, "Two-level cache"). Each fetch into the GPU cache is one *DRAM access*,
+classified like a GPU access one level down; the metrics above stay those of the GPU cache.""",
+        """\
+Identities: `dram_hits + dram_late_hits + dram_misses = dram_accesses`;
+`dram_prefetch_used + dram_prefetch_wasted = dram_prefetch_issued`; `bytes_nvme_demand` is the
+bytes of the DRAM misses. In replay, `dram_accesses = misses + prefetch_issued` (with miss
+handling `stall`).""",
+    ),
 }
 
 # table -> the prose after its columns

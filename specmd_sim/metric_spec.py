@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from specmd_sim.units import format_bytes, format_seconds
 
-Unit = Literal["count", "fraction", "s", "B", "B/s", "B/token", "tok/s", "id", "text"]
+Unit = Literal["count", "fraction", "s", "B", "B/s", "B/token", "tok/s", "req/s", "id", "text"]
 Better = Literal["higher", "lower", "none"]
 
 UNITS: dict[str, str] = {
@@ -32,6 +32,7 @@ UNITS: dict[str, str] = {
     "B/s": "bytes per second",
     "B/token": "bytes per token",
     "tok/s": "tokens per second of simulated time",
+    "req/s": "requests per second of simulated time",
     "id": "an identifier: a number or a name, shown as it is",
     "text": "a name, shown as it is",
 }
@@ -117,6 +118,10 @@ _CACHE = (
     Metric("evictions", "count", "lower", "evictions",
            "resident experts evicted",
            "#evictions"),
+    Metric("evictions_kv", "count", "lower", "evictions forced by the KV cache",
+           "of the evictions, those made because the KV cache grew and the expert cache's "
+           "capacity shrank under its contents (`workload.kv_cache: evict`; else 0)",
+           "#evictions at a pass start's resize"),
     Metric("prefetch_issued", "count", "none", "prefetches issued",
            "prefetches that reserved cache space and started (or queued) a transfer",
            "prefetch_used + prefetch_wasted + prefetch_cancelled"),
@@ -208,6 +213,22 @@ _LATENCY = _timing(
     Metric("tpot_other_s", "s", "lower", "TPOT other",
            "mean part of a decode pass that is neither compute nor stall",
            "tpot_s − tpot_compute_s − tpot_stall_s"),
+    *(Metric(f"ttft_p{q}_s", "s", "lower", f"TTFT p{q}",
+             f"{q}th percentile of TTFT over requests with a prefill",
+             f"percentile {q} of per_request.ttft_s (numpy's linear interpolation)")
+      for q in (50, 90, 99)),
+    *(Metric(f"tpot_p{q}_s", "s", "lower", f"TPOT p{q}",
+             f"{q}th percentile of the time per output token: of the decode passes' durations, "
+             "over all GPUs (each gives one token to each of its requests)",
+             f"percentile {q} of per_pass end_s − start_s over decode passes")
+      for q in (50, 90, 99)),
+    *(Metric(f"itl_p{q}_s", "s", "lower", f"ITL p{q}",
+             f"{q}th percentile of the inter-token latency: for every decode token, the time "
+             "since its request's previous token (the first token included; passes of other "
+             "requests in between count, as a user sees them)",
+             f"percentile {q} over decode tokens of (its time − its request's previous "
+             "token's time)")
+      for q in (50, 90, 99)),
     Metric("stall_s", "s", "lower", "stall",
            "total time the compute streams waited for experts (misses and late hits), summed "
            "over GPUs",
@@ -247,7 +268,81 @@ _LATENCY = _timing(
            "max of per_resource.utilization over resources that are not copy engines"),
 )  # fmt: skip
 
-METRICS: dict[str, Metric] = _index(*_CACHE, *_BELADY, *_LATENCY)
+_SLO = _when(
+    "slo",
+    *_timing(
+        Metric("slo_requests_met", "count", "higher", "requests meeting the SLO",
+               "requests whose TTFT and TPOT are within `slo.ttft_s` and `slo.tpot_s` (a limit "
+               "does not apply to a request without that quantity)",
+               "#requests with ttft_s ≤ slo.ttft_s and tpot_s ≤ slo.tpot_s"),
+        Metric("slo_attainment", "fraction", "higher", "SLO attainment",
+               "share of requests meeting the SLO",
+               "slo_requests_met / requests"),
+        Metric("goodput_rps", "req/s", "higher", "goodput",
+               "requests meeting the SLO per second of simulated time",
+               "slo_requests_met / makespan_s"),
+    ),
+)  # fmt: skip
+
+_DRAM = _when(
+    "memory.dram_cache",
+    Metric("dram_capacity_bytes", "B", "none", "DRAM cache capacity",
+           "bytes of host DRAM that cache the NVMe-resident experts",
+           "memory.dram_capacity resolved (default: the host's DRAM)"),
+    Metric("dram_accesses", "count", "none", "DRAM accesses",
+           "reads of an expert from host DRAM to the GPU: every fetch into the GPU cache "
+           "(demand, prefetch or streamed)",
+           "dram_hits + dram_late_hits + dram_misses"),
+    Metric("dram_hits", "count", "higher", "DRAM hits",
+           "DRAM accesses whose expert was resident in the DRAM cache",
+           "#DRAM accesses of class hit"),
+    Metric("dram_late_hits", "count", "lower", "DRAM late hits",
+           "DRAM accesses whose expert was being read from NVMe by a DRAM prefetch (timing "
+           "engine only; 0 in replay). Not hits",
+           "#DRAM accesses of class late hit"),
+    Metric("dram_misses", "count", "lower", "DRAM misses",
+           "DRAM accesses whose expert had to be read from NVMe first",
+           "dram_misses_compulsory + dram_misses_capacity + dram_misses_collision"),
+    Metric("dram_misses_compulsory", "count", "lower", "DRAM compulsory misses",
+           "DRAM misses of an expert never in the DRAM cache before in this run",
+           "#DRAM misses of class compulsory"),
+    Metric("dram_misses_capacity", "count", "lower", "DRAM capacity misses",
+           "any other DRAM miss (the expert left the DRAM cache in an earlier pass)",
+           "#DRAM misses of class capacity"),
+    Metric("dram_misses_collision", "count", "lower", "DRAM collision misses",
+           "DRAM misses of an expert evicted from DRAM earlier in the current pass",
+           "#DRAM misses of class collision"),
+    Metric("dram_hit_rate", "fraction", "higher", "DRAM hit rate",
+           "share of DRAM accesses that hit",
+           "dram_hits / dram_accesses (0 without accesses)"),
+    Metric("dram_evictions", "count", "lower", "DRAM evictions",
+           "experts evicted from the DRAM cache",
+           "#evictions of the DRAM cache"),
+    Metric("dram_bypassed", "count", "none", "DRAM bypasses",
+           "DRAM misses read through a staging buffer, not cached, because the DRAM policy "
+           "did not admit them",
+           "#DRAM misses not admitted"),
+    Metric("dram_prefetch_issued", "count", "none", "DRAM prefetches issued",
+           "NVMe-to-DRAM prefetches that reserved DRAM cache space",
+           "dram_prefetch_used + dram_prefetch_wasted"),
+    Metric("dram_prefetch_used", "count", "higher", "DRAM prefetches used",
+           "DRAM prefetches whose expert was read to the GPU before leaving DRAM",
+           "#DRAM prefetches accessed before eviction"),
+    Metric("dram_prefetch_wasted", "count", "lower", "DRAM prefetches wasted",
+           "DRAM prefetches evicted unused, or unused when the run ended",
+           "#DRAM prefetches never accessed"),
+    Metric("dram_prefetch_dropped", "count", "none", "DRAM prefetches dropped",
+           "DRAM prefetch requests not issued because nothing in DRAM was evictable",
+           "#DRAM prefetch requests without space"),
+    Metric("bytes_nvme_demand", "B", "lower", "bytes read from NVMe on demand",
+           "bytes read from NVMe into DRAM for DRAM misses",
+           "Σ bytes of DRAM misses"),
+    Metric("bytes_nvme_prefetch", "B", "lower", "bytes prefetched from NVMe",
+           "bytes read from NVMe into DRAM by DRAM prefetches",
+           "Σ bytes of DRAM prefetches"),
+)  # fmt: skip
+
+METRICS: dict[str, Metric] = _index(*_CACHE, *_BELADY, *_LATENCY, *_SLO, *_DRAM)
 """Every metric of ``RunResult.metrics``, by name."""
 
 # --- tables ----------------------------------------------------------------------------------
@@ -417,11 +512,17 @@ INPUTS: dict[str, Metric] = _index(
     Metric("non_expert_weight_bytes", "B", "none", "non-expert weights",
            "attention, routers, shared experts, dense layers, embedding and LM head in HBM",
            "params × bytes per param of dense_dtype"),
-    Metric("kv_cache_bytes", "B", "none", "KV cache", "KV cache of the longest context times "
-           "the requests decoded together", "kv_context_tokens × kv_batch × KV bytes per token "
-           "and layer × layers"),
+    Metric("kv_cache_bytes", "B", "none", "KV cache",
+           "`kv_cache_mode` reserved: the KV cache of the longest context times the requests "
+           "decoded together; evict: its peak as it grows; wait: the pool the expert cache "
+           "leaves", "reserved: kv_context_tokens × kv_batch × KV bytes per token and layer × "
+           "layers; evict: kv_context_tokens × the same bytes; wait: HBM − weights − "
+           "workspace − shard − capacity"),
     Metric("kv_context_tokens", "count", "none", "longest context",
-           "tokens of the workload's longest request", "from the pass table"),
+           "reserved: tokens of the workload's longest request; evict and wait: the most "
+           "tokens in the KV cache at once", "from the pass table"),
+    Metric("kv_cache_mode", "text", "none", "KV cache mode",
+           "how the KV cache takes its memory", "workload.kv_cache"),
     Metric("kv_batch", "count", "none", "KV batch", "requests decoded together",
            "min(workload.batch_size, requests)"),
     Metric("workspace_bytes", "B", "none", "runtime workspace",
@@ -429,8 +530,9 @@ INPUTS: dict[str, Metric] = _index(
     Metric("expert_shard_bytes", "B", "none", "own expert shard",
            "expert-sharded runs: the GPU's own routed experts (0 otherwise)", "from parallel"),
     Metric("budget_available_bytes", "B", "none", "left for the expert cache",
-           "what HBM leaves for the expert cache (cache.capacity auto takes it)",
-           "hbm − weights − KV cache − workspace − own shard"),
+           "what HBM leaves for the expert cache (cache.capacity auto takes it); with "
+           "kv_cache_mode evict, before any KV cache",
+           "hbm − weights − KV cache − workspace − own shard (evict: without the KV cache)"),
     Metric("trace_model", "text", "none", "trace model", "the model the trace was made for",
            "from the trace"),
     Metric("trace_tokens", "count", "none", "trace tokens", "tokens in the trace",
@@ -470,7 +572,14 @@ INPUTS: dict[str, Metric] = _index(
 
 def reported(metric: Metric, engine: str, config: Mapping[str, Any]) -> bool:
     """Whether a run of ``engine`` with ``config`` (its ``config_to_dict`` form) reports it."""
-    return engine in metric.engines and (metric.when is None or bool(config.get(metric.when)))
+    if engine not in metric.engines:
+        return False
+    if metric.when is None:
+        return True
+    value: Any = config  # a dotted field (memory.dram_cache) names a nested section
+    for part in metric.when.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return bool(value)
 
 
 def value_type(unit: str) -> type:
@@ -492,8 +601,8 @@ def format_value(unit: str, value: Any) -> str:
         return f"{format_bytes(value)}/token"
     if unit == "B/s":
         return _decimal(value, "B/s")
-    if unit == "tok/s":
-        return f"{value:.4g} tok/s"
+    if unit in ("tok/s", "req/s"):
+        return f"{value:.4g} {unit}"
     if unit == "fraction":
         return f"{value:.2%}"
     if unit == "count":

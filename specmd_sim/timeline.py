@@ -12,7 +12,8 @@ that prefix, so an engine that records a new lane or a new kind (appended to :da
 up in the Perfetto trace and the HTML timelines without changes there.
 
 Besides the recorder this module derives what the exports need from the spans: the access class
-a transfer served (:func:`served_class`) and sub-tracks for lanes whose spans overlap
+a transfer served (:func:`served_class`), what ended each stall (:func:`stall_causes`), which
+access used each prefetch (:func:`prefetch_uses`) and sub-tracks for lanes whose spans overlap
 (:func:`track_rows`); and it writes the Chrome Trace Event Format, whose passes and requests
 are the engine's own tables (``per_pass``, ``per_request`` of the result), not rebuilt from the
 spans: as pieces of text (:func:`chrome_trace_chunks`), into a ``.json.gz`` a chunk at a time
@@ -79,8 +80,9 @@ class Recording:
 class SpanRecorder:
     """Collects spans and counter samples during a run (plain lists: cheap appends).
 
-    Counters (``cache_used_bytes``, ``bytes_in_flight``) are step functions sampled at each
-    change: the value holds from its time until the next sample.
+    Counters (``cache_used_bytes``, ``bytes_in_flight``, each network resource's
+    ``network/<resource>_bytes_per_s``) are step functions sampled at each change: the value
+    holds from its time until the next sample.
     """
 
     def __init__(self, enabled: bool = True) -> None:
@@ -93,6 +95,12 @@ class SpanRecorder:
     def sample(self, counter: str, time: float, value: float) -> None:
         if self.enabled:
             self._counters.setdefault(counter, []).append((time, value))
+
+    def series(self, counter: str) -> list[tuple[float, float]]:
+        """The list of ``counter``'s samples (``(time, value)``, in time order), for a source
+        that samples often to append to directly: only while the recorder is enabled, which
+        appending does not check."""
+        return self._counters.setdefault(counter, [])
 
     def counters(self) -> dict[str, np.ndarray]:
         """Each counter as a ``(time, value)`` structured array, by name."""
@@ -216,6 +224,83 @@ def served_class(spans: np.ndarray) -> np.ndarray:
     return out
 
 
+def _match(sources: Sequence[np.ndarray], targets: Sequence[np.ndarray]) -> np.ndarray:
+    """For each row of the key columns ``sources``, the index of the last row (by position) of
+    the key columns ``targets`` with equal keys; -1 where none has them."""
+    n = len(sources[0])
+    if not n or not len(targets[0]):
+        return np.full(n, -1, np.int64)
+    columns = [np.concatenate((a, b)) for a, b in zip(sources, targets, strict=True)]
+    source = np.r_[np.ones(n, bool), np.zeros(len(targets[0]), bool)]
+    order = np.lexsort((source, *columns[::-1]))  # equal keys: targets first, by position
+    last = np.maximum.accumulate(np.where(source[order], -1, np.arange(order.size)))
+    found = last >= 0
+    for column in columns:
+        ordered = column[order]
+        found &= ordered[np.maximum(last, 0)] == ordered
+    out = np.full(n, -1, np.int64)
+    mine = source[order]
+    out[order[mine]] = np.where(found[mine], order[np.maximum(last, 0)][mine] - n, -1)
+    return out
+
+
+def _take(rows: np.ndarray, matched: np.ndarray) -> np.ndarray:
+    """``rows[matched]`` where ``matched`` >= 0, else -1."""
+    if not rows.size:
+        return np.full(matched.size, -1, np.int64)
+    return np.where(matched >= 0, rows[np.maximum(matched, 0)], -1)
+
+
+def stall_causes(spans: np.ndarray, lanes: Sequence[str]) -> np.ndarray:
+    """For each stall span, the index of the span whose end ended it; -1 for other spans.
+
+    A stall ends when what it waited for ends, at the same instant: the transfer of its expert
+    on a copy lane of its own device (the last chunk of the fetch, or of the prefetch it joined:
+    a late hit), else that expert's CPU run in its pass; a stall waiting for the copies to drain
+    (copies on the compute stream: no expert) on a copy of its device ending with it. A stall
+    none of these explains (no such span ended with it) keeps -1.
+    """
+    out = np.full(spans.size, -1, np.int64)
+    stall = np.flatnonzero(spans["kind"] == KIND["stall"])
+    if not stall.size:
+        return out
+    device = np.unique([lane_process(n) for n in lanes], return_inverse=True)[1] if lanes else []
+    of_lane = np.r_[np.asarray(device, np.int64), -1]  # a lane of no name (-1): no device
+    dev = of_lane[np.where(spans["lane"] >= 0, spans["lane"], len(lanes))]
+    kind, expert, end, pass_ = spans["kind"], spans["expert"], spans["end"], spans["pass_"]
+    transfer = np.flatnonzero(np.isin(kind, _TRANSFER_IDS))
+    copies = np.flatnonzero(np.isin(kind, [*_TRANSFER_IDS, KIND["write_back"]]))
+    cpu = np.flatnonzero(kind == KIND["cpu_expert"])
+    waits = stall[expert[stall] >= 0]
+    by_transfer = _match(
+        (dev[waits], expert[waits], end[waits]),
+        (dev[transfer], expert[transfer], end[transfer]),
+    )
+    found = by_transfer >= 0
+    out[waits[found]] = transfer[by_transfer[found]]
+    waits = waits[~found]
+    by_cpu = _match((pass_[waits], expert[waits], end[waits]), (pass_[cpu], expert[cpu], end[cpu]))
+    out[waits] = _take(cpu, by_cpu)
+    drains = stall[expert[stall] < 0]
+    out[drains] = _take(copies, _match((dev[drains], end[drains]), (dev[copies], end[copies])))
+    return out
+
+
+def prefetch_uses(spans: np.ndarray) -> np.ndarray:
+    """For each prefetch span, the index of the expert span of the access it served: its
+    target (pass, expert) run on the GPU once it had arrived; -1 for other spans, and for a
+    prefetch that nothing used (its expert did not run in its target layer, or ran on the
+    CPU)."""
+    out = np.full(spans.size, -1, np.int64)
+    prefetch = np.flatnonzero(spans["kind"] == KIND["prefetch"])
+    runs = np.flatnonzero((spans["kind"] == KIND["expert"]) & (spans["pass_"] >= 0))
+    key = ("pass_", "expert")
+    target = _take(runs, _match([spans[k][prefetch] for k in key], [spans[k][runs] for k in key]))
+    after = spans["start"][np.maximum(target, 0)] >= spans["end"][prefetch]
+    out[prefetch] = np.where((target >= 0) & after, target, -1)
+    return out
+
+
 _CLASS_NAMES = [c.name.lower() for c in sorted(AccessClass)]
 
 
@@ -235,8 +320,11 @@ def _ns(seconds: npt.ArrayLike) -> np.ndarray:
 
 def counter_label(name: str) -> tuple[str, str]:
     """Perfetto names a counter track ``"<event name> <arg>"``: ``cache_used_bytes`` becomes
-    ``cache used`` + ``bytes``."""
+    ``cache used`` + ``bytes``; a resource's bandwidth ``network/pcie0:host>gpu0_bytes_per_s``
+    becomes ``pcie0:host>gpu0`` + ``bytes/s`` (the resource's name as it is)."""
     base = name.rpartition("/")[2]
+    if base.endswith("_bytes_per_s"):
+        return base.removesuffix("_bytes_per_s"), "bytes/s"
     if base.endswith("_bytes"):
         return base.removesuffix("_bytes").replace("_", " "), "bytes"
     if base.startswith("bytes_"):
@@ -298,7 +386,9 @@ def chrome_trace_chunks(
     - complete events (``ph: X``, microseconds with nanosecond resolution) with args ``pass``,
       ``request``, ``layer``, ``expert`` (index within its layer, given ``num_experts``),
       ``expert_id`` (flat id), ``bytes`` and ``class`` (for a transfer, the class of the access
-      it served: :func:`served_class`), each track's in order of start;
+      it served: :func:`served_class`), each track's in order of start; on a run of several
+      GPUs a span on a lane of another device (the host's CPU experts) also names the GPU it
+      served (``gpu``, that of its pass);
     - from the engine's ``per_pass`` table (columns ``gpu``, ``pass``, ``request``, ``phase``,
       ``start_s``, ``end_s``), in the process of each pass's GPU (the first lane's where the
       GPU has no lane), a ``passes`` track: one slice per pass, with args ``pass``, ``request``
@@ -307,8 +397,11 @@ def chrome_trace_chunks(
       (prefill from its arrival until its first token, then decode until it finishes;
       ``request`` throughout where it has no first token) and an instant event at each first
       token, in the process of the GPU that ran the request's passes;
+    - flow events (:data:`FLOWS`): from each stall to the span that ended it, from each
+      prefetch to the expert span that used it (:func:`_flow_chunks`);
     - counter tracks (``ph: C``) for every counter (a counter named ``"<device>/<name>"`` goes
-      to that device's process, others to the first lane's);
+      to that device's process, others to the first lane's: the bandwidth of each resource of
+      the flow network, ``network/<resource>_bytes_per_s``, to a process ``network``);
     - ``otherData``: ``metadata`` (e.g. model, hardware, policies).
 
     Span and counter events, nearly all of a trace, are formatted from the arrays' columns, not
@@ -364,12 +457,18 @@ def chrome_trace_chunks(
         while batch := list(itertools.islice(events, TRACE_CHUNK)):
             yield "," + ",".join(map(_dumps, batch))
     klass = served_class(spans)
+    gpus = list(dict.fromkeys(per_pass.get("gpu", [])))
+    gpu = _served_gpu(spans, lanes, per_pass, gpus)
     track_pid = np.array([0] + [pid for pid, _ in tracks])
     for lo in range(0, order.size, TRACE_CHUNK):
         i, at = order[lo : lo + TRACE_CHUNK], tid[lo : lo + TRACE_CHUNK]
         yield "," + _span_text(
-            spans[i], klass[i], start_ns[i], end_ns[i], track_pid[at], at, num_experts
-        )
+            spans[i], klass[i], start_ns[i], end_ns[i], track_pid[at], at, num_experts,
+            gpu[i], gpus,
+        )  # fmt: skip
+    span_tid = np.zeros(spans.size, np.int64)  # 0: a span on no track
+    span_tid[order] = tid
+    yield from _flow_chunks(spans, lanes, start_ns, end_ns, track_pid, span_tid)
     for name, samples in sorted(counters.items()):
         label, arg = counter_label(name)
         pid = pid_of.get(name.rpartition("/")[0], main_pid)
@@ -385,6 +484,26 @@ def chrome_trace_chunks(
             yield "," + ",".join(map(event.__mod__, zip(whole, part, texts, strict=True)))
     other = f',"otherData":{_dumps({k: str(v) for k, v in metadata.items()})}' if metadata else ""
     yield '],"displayTimeUnit":"ms"' + other + "}"
+
+
+def _served_gpu(
+    spans: np.ndarray, lanes: list[str], per_pass: Mapping[str, Sequence[Any]], gpus: list[str]
+) -> np.ndarray:
+    """On a run of several GPUs, for each span on a lane of another device (the host's CPU
+    experts), the index in ``gpus`` of the GPU whose pass it served; -1 elsewhere (its process
+    names its GPU already)."""
+    out = np.full(spans.size, -1, np.int64)
+    if len(gpus) < 2 or not spans.size:
+        return out
+    elsewhere = np.array([lane_process(n) not in gpus for n in lanes] + [True])
+    passes = np.asarray(per_pass["pass"], np.int64)
+    gpu_of_pass = np.full(int(passes.max()) + 1, -1, np.int64)
+    gpu_of_pass[passes] = [gpus.index(g) for g in per_pass["gpu"]]
+    p = spans["pass_"].astype(np.int64)
+    mine = elsewhere[np.where(spans["lane"] >= 0, spans["lane"], len(lanes))] & (p >= 0)
+    mine &= p < gpu_of_pass.size
+    out[mine] = gpu_of_pass[p[mine]]
+    return out
 
 
 def _span_tracks(
@@ -408,6 +527,55 @@ def _span_tracks(
         track, pid = lane_track(name), pid_of[lane_process(name)]
         tracks += [(pid, track if n_rows == 1 else f"{track} #{r}") for r in range(n_rows)]
     return order, tid
+
+
+FLOWS = ("stall ended by", "prefetch used by")
+"""The names of the flow events (category ``flow``): from a stall to the span that ended it
+(:func:`stall_causes`), and from a prefetch to the expert span that used it
+(:func:`prefetch_uses`)."""
+
+
+def _flow_chunks(
+    spans: np.ndarray,
+    lanes: list[str],
+    start_ns: np.ndarray,
+    end_ns: np.ndarray,
+    track_pid: np.ndarray,
+    span_tid: np.ndarray,
+) -> Iterator[str]:
+    """The flow events (``ph: s`` in the first slice, ``ph: f`` with ``bp: e`` in the second:
+    each binds to the slice enclosing it on its track) of :data:`FLOWS`, ids 1, 2, ... in
+    that order and by span. A flow runs forward in time (what both ends need to bind): from a
+    stall, at a third of the time it shares with the transfer that ended it, to that
+    transfer, at two thirds; from the middle of a prefetch to the middle of the expert span
+    that used it (which starts after the prefetch ended)."""
+    first = 1
+    ends_of = (stall_causes(spans, lanes), prefetch_uses(spans))
+    for name, target in zip(FLOWS, ends_of, strict=True):
+        src = np.flatnonzero((target >= 0) & (span_tid > 0))
+        src = src[span_tid[target[src]] > 0]
+        dst = target[src]
+        if name == FLOWS[0]:  # the time both spans cover (they end at the same instant)
+            shared = np.maximum(start_ns[src], start_ns[dst])
+            length = np.minimum(end_ns[src], end_ns[dst]) - shared
+            at_src, at_dst = shared + length // 3, shared + 2 * length // 3
+        else:
+            at_src = start_ns[src] + (end_ns[src] - start_ns[src]) // 2
+            at_dst = start_ns[dst] + (end_ns[dst] - start_ns[dst]) // 2
+        head = _dumps({"name": name, "cat": "flow"})[1:-1]
+        start = '{"ph":"s","id":%d,' + head + ',"pid":%d,"tid":%d,"ts":%d%s}'
+        finish = '{"ph":"f","bp":"e","id":%d,' + head + ',"pid":%d,"tid":%d,"ts":%d%s}'
+        for lo in range(0, src.size, TRACE_CHUNK // 2):
+            part = slice(lo, lo + TRACE_CHUNK // 2)
+            ids = range(first + lo, first + min(src.size, lo + TRACE_CHUNK // 2))
+            ends = []
+            for template, at, span in ((start, at_src, src), (finish, at_dst, dst)):
+                tid = span_tid[span[part]]
+                rows = zip(ids, track_pid[tid].tolist(), tid.tolist(), *_microseconds(at[part]),
+                           strict=True)  # fmt: skip
+                ends.append(map(template.__mod__, rows))
+            yield "," + ",".join(itertools.chain.from_iterable(zip(*ends, strict=True)))
+        first += src.size
 
 
 def _microseconds(ns: np.ndarray) -> tuple[list[int], list[str]]:
@@ -438,18 +606,23 @@ def _span_text(
     pid: np.ndarray,
     tid: np.ndarray,
     num_experts: int | None,
+    gpu: np.ndarray,
+    gpus: list[str],
 ) -> str:
     """The events of ``spans`` (a chunk, in trace order), with the class each served, their
-    times in whole ns and their tracks, joined by commas. An event is three texts of few
-    distinct values (what it is; its args and track; its duration) and its start."""
+    times in whole ns, their tracks and the GPU each served (an index into ``gpus``, -1 to
+    leave it out), joined by commas. An event is three texts of few distinct values (what it
+    is; its args and track; its duration) and its start."""
 
     def what(kind: int, pass_: int, request: int) -> str:
         return f'{_SPAN_HEADS[kind]}{pass_},"request":{request}'
 
     def args_and_track(
-        layer: int, expert: int, size: int, klass: int, transfer: int, pid: int, tid: int
-    ) -> str:
-        text = f',"layer":{layer}' if layer >= 0 else ""
+        layer: int, expert: int, size: int, klass: int, transfer: int, gpu: int, pid: int,
+        tid: int,
+    ) -> str:  # fmt: skip
+        text = f',"gpu":{_dumps(gpus[gpu])}' if gpu >= 0 else ""
+        text += f',"layer":{layer}' if layer >= 0 else ""
         if expert >= 0:
             if num_experts:
                 text += f',"expert":{expert % num_experts}'
@@ -466,7 +639,7 @@ def _span_text(
 
     transfer = np.isin(spans["kind"], _TRANSFER_IDS)
     ts_whole, ts_part = _microseconds(start_ns)
-    args = (spans["layer"], spans["expert"], spans["bytes"], klass, transfer, pid, tid)
+    args = (spans["layer"], spans["expert"], spans["bytes"], klass, transfer, gpu, pid, tid)
     columns = (
         _texts(what, spans["kind"], spans["pass_"], spans["request"]),
         _texts(args_and_track, *args),

@@ -5,7 +5,9 @@ The cache owns all bookkeeping; an eviction policy only ranks (``choose_victim``
 
 Invariants (checked by the contract tests for every policy):
 
-- ``used_bytes <= capacity_bytes`` at all times (space is reserved when a fetch starts);
+- ``used_bytes <= capacity_bytes`` at all times (space is reserved when a fetch starts), but
+  for a capacity that shrank (:meth:`ExpertCache.resize`) below what loading or pinned entries
+  hold, until they can go;
 - pinned and ``LOADING`` entries are never evicted;
 - every access gets exactly one :class:`AccessClass`; hits + late hits + misses = accesses.
 
@@ -44,6 +46,7 @@ class CacheStats:
         self.prefetch_cancelled = 0
         self.prefetch_dropped = 0
         self.evictions = 0
+        self.evictions_kv = 0  # ... of them, forced by the KV cache's growth (cache resized)
         self.bypassed = 0  # demand fetches streamed past the cache (not admitted)
         self.activations_dropped = 0  # expert activations skipped by miss handling
         self.activations_substituted = 0  # ... replaced by a cached expert of the same layer
@@ -86,6 +89,7 @@ class CacheStats:
             "prefetch_cancelled": self.prefetch_cancelled,
             "prefetch_dropped": self.prefetch_dropped,
             "evictions": self.evictions,
+            "evictions_kv": self.evictions_kv,
             "bypassed": self.bypassed,
             "activations_dropped": self.activations_dropped,
             "activations_substituted": self.activations_substituted,
@@ -266,6 +270,22 @@ class ExpertCache:
             self.ever_resident[key] = 1
             self.used_bytes += self.nbytes[key]
             self.policy.on_insert(key, FetchReason.PRELOAD)
+
+    def resize(self, capacity_bytes: int) -> None:
+        """The capacity becomes ``capacity_bytes`` (the KV cache grew or shrank). While the cache
+        holds more, the policy's victims (``choose_victim(evictable, -1)``) are evicted and
+        counted in ``evictions_kv`` too; loading and pinned entries stay, so it may hold more
+        until they can go: every reservation first evicts down to the capacity."""
+        grew = capacity_bytes > self.capacity_bytes
+        self.capacity_bytes = capacity_bytes
+        while self.used_bytes > capacity_bytes:
+            victim = self.policy.choose_victim(self.evictable, -1)
+            if victim is None:
+                break
+            self._evict(victim)
+            self.stats.evictions_kv += 1
+        if grew and self.listeners:
+            self._notify()
 
     def reserve(self, key: int, reason: FetchReason) -> bool:
         """Make room for ``key`` and mark it LOADING. False if nothing evictable frees room,

@@ -123,8 +123,20 @@ _SUMMARY_ROWS: tuple[tuple[tuple[str, ...], str | None], ...] = (
     (("prefetch_issued", "prefetch_used", "prefetch_wasted"), "prefetch issued / used / wasted"),
     (("bytes_demand", "bytes_prefetch"), "bytes demand / prefetch"),
     (("bytes_written_back",), None),
+    (("dram_capacity_bytes", "dram_hit_rate"), "DRAM cache / its hit rate"),
+    (("dram_misses_compulsory", "dram_misses_capacity", "dram_misses_collision"),
+     "DRAM misses compulsory / capacity / collision"),
+    (("dram_prefetch_issued", "dram_prefetch_used", "dram_prefetch_wasted"),
+     "DRAM prefetch issued / used / wasted"),
+    (("bytes_nvme_demand", "bytes_nvme_prefetch"), "bytes read from NVMe demand / prefetch"),
+    (("evictions_kv",), None),
     (("ttft_s",), None),
+    (("ttft_p50_s", "ttft_p90_s", "ttft_p99_s"), "TTFT p50 / p90 / p99"),
     (("tpot_s",), None),
+    (("tpot_p50_s", "tpot_p90_s", "tpot_p99_s"), "TPOT p50 / p90 / p99"),
+    (("itl_p50_s", "itl_p90_s", "itl_p99_s"), "inter-token latency p50 / p90 / p99"),
+    (("slo_attainment", "slo_requests_met"), "SLO attainment / requests meeting it"),
+    (("goodput_rps",), None),
     (("stall_s",), None),
     (("overlap_s",), None),
     (("makespan_s",), None),
@@ -134,7 +146,7 @@ _SUMMARY_ROWS: tuple[tuple[tuple[str, ...], str | None], ...] = (
 )  # fmt: skip
 # rows of mechanisms most runs do not have (memory parity, bypassing, miss handlers)
 _IF_NONZERO = {"bytes_written_back", "bypassed", "activations_substituted", "activations_cpu",
-               "activations_dropped"}  # fmt: skip
+               "activations_dropped", "evictions_kv", "dram_prefetch_issued"}  # fmt: skip
 _SUMMED_OVER_GPUS = {"stall_s", "overlap_s"}  # summed over GPUs, they can exceed the makespan
 _GPU_COLUMNS = ("gpu", "requests", "hit_rate", "bytes_fetched", "stall_s", "ttft_s", "tpot_s")
 

@@ -62,6 +62,14 @@ def sweep(
     retry_errors: Annotated[
         bool, typer.Option("--retry-errors", help="With --resume: run failed points again.")
     ] = False,
+    keep_runs: Annotated[
+        bool,
+        typer.Option(
+            "--keep-runs",
+            help="Also keep each point's run folder in OUT/_runs/<point id>/ (the row's run_dir "
+            "column); `specmd report` opens it.",
+        ),
+    ] = False,
     csv: Annotated[
         Path | None, typer.Option("--csv", help="Also export the table as CSV to this file.")
     ] = None,
@@ -79,6 +87,8 @@ def sweep(
     from specmd_sim.atomic import check_output
     from specmd_sim.sweep import PointDone, export_csv, load_spec, run_sweep
     from specmd_sim.sweep.grid import MAX_POINTS, count_points
+    from specmd_sim.sweep.runner import RUNS_DIR
+    from specmd_sim.sweep.search import search_line
     from specmd_sim.sweep.store import part_files
 
     if retry_errors and not resume:
@@ -116,6 +126,9 @@ def sweep(
         if done.row["status"] != "ok":
             message = f"point {done.point.index} ({done.point.key}): {done.row['error']}"
             bar.console.print(message, markup=False)
+        elif loaded.search is not None:
+            message = f"point {done.point.index} ({done.point.key}): {search_line(done.row)}"
+            bar.console.print(message, markup=False)
 
     limit = MAX_POINTS if max_points is None else max_points
     received: list[int] = []
@@ -124,7 +137,8 @@ def sweep(
             with bar:
                 summary = run_sweep(
                     spec, out, executor=executor, workers=workers, address=address,
-                    resume=resume, retry_errors=retry_errors, max_points=limit,
+                    resume=resume, retry_errors=retry_errors, keep_runs=keep_runs,
+                    max_points=limit,
                     plugins=plugin or (), on_start=on_start, on_point=on_point,
                 )  # fmt: skip
             typer.echo(
@@ -132,6 +146,8 @@ def sweep(
                 f"({summary.ran} run now, {summary.skipped} done before) in "
                 f"{summary.seconds:.1f} s; table: {out} (pandas.read_parquet)"
             )
+            if keep_runs:
+                typer.echo(f"run folders: {out / RUNS_DIR} (the run_dir column; specmd report)")
             if csv is not None:
                 typer.echo(f"csv: {export_csv(out, csv)}")
     except KeyboardInterrupt:

@@ -141,9 +141,12 @@ class LayerStep:
         self.pinned = run.scenario.config.cache.pin_demand_set
         self.fetch_all = run.miss.always_fetches
         self.prefetching = run.prefetch.lookahead > 0
+        self.capacities = run.capacities
 
     def begin_pass(self, pass_index: int) -> None:
         self.cache.begin_pass(pass_index)
+        if self.capacities is not None:  # the KV cache grew or shrank: in this pass's evictions
+            self.cache.resize(int(self.capacities[pass_index]))
 
     def layer(self, p: int, layer: int) -> Step:
         """One MoE layer of pass ``p`` (a generator of requests; see the module docstring)."""

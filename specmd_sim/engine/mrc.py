@@ -105,6 +105,8 @@ def stack_method_applies(config: SimConfig) -> str | None:
         return f"miss {config.miss.kind} does not always fetch"
     if config.parallel.gpus != 1:
         return "several GPUs"
+    if config.workload.kv_cache == "evict":
+        return "workload.kv_cache evict changes the capacity during the run"
     return None
 
 

@@ -2,7 +2,9 @@
 
 A fetch lands when it is issued (a prefetch is resident before the next decision), experts and
 CPU work take no time, so there are no late hits and no stalls: the hit rates and the miss
-taxonomy of the decisions in :mod:`specmd_sim.engine.layer`, fast.
+taxonomy of the decisions in :mod:`specmd_sim.engine.layer`, fast. With a DRAM cache
+(:mod:`specmd_sim.engine.dram`) each fetch first reads its expert from DRAM, and an NVMe read
+into DRAM lands at once too; the compiled path does not cover such runs.
 """
 
 from __future__ import annotations
@@ -12,15 +14,18 @@ from collections.abc import Callable
 from typing import Any
 
 from specmd_sim.cache import CacheStats
-from specmd_sim.config import SimConfig
+from specmd_sim.config import DramCacheConfig, SimConfig
 from specmd_sim.engine import jit
 from specmd_sim.engine.common import Progress, finish_result, report_progress
+from specmd_sim.engine.dram import JOIN, READ, WAIT, DramLevel, dram_metrics
 from specmd_sim.engine.fast import compiled_unsupported, replay_compiled
 from specmd_sim.engine.layer import Fetch, Join, LayerStep, Step, WaitForSpace
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
+from specmd_sim.policies.context import AccessSequence
 from specmd_sim.policies.registry import EVICTION
 from specmd_sim.scenario import RunObjects, Scenario, build_run, build_scenario
+from specmd_sim.scenario.dram import needs_sequence
 
 
 def replay(
@@ -39,11 +44,15 @@ def replay(
     requires the Python path. Both give the same counters.
     """
     scenario = config if isinstance(config, Scenario) else build_scenario(config)
-    run = build_run(scenario, warm)
+    sequence = dram_sequence(scenario) if needs_sequence(scenario.config) else None
+    run = build_run(scenario, warm, sequence)
     stats = _replay_stats(run, warm, progress, compiled)
+    metrics = cache_metrics(stats)
+    if run.dram is not None:
+        metrics.update(dram_metrics(run.dram.cache))
     result = RunResult(
         engine="replay",
-        metrics=cache_metrics(stats),
+        metrics=metrics,
         per_layer=per_layer_cache_table(stats),
         per_request={},
         config={},
@@ -67,23 +76,77 @@ def _replay_stats(
             raise SpecmdError(f"replay: the compiled path does not cover this run: {why}")
         if why is None and (compiled or jit.available()):
             return replay_compiled(run, warm, progress)
+    _replay_python(run, progress)
+    return run.cache.stats
+
+
+def _replay_python(
+    run: RunObjects, progress: Progress | None = None, record: bool = False
+) -> DramLevel | None:
+    """Drive the run's layer steps (and its DRAM level, returned; ``record``: recording its
+    accesses)."""
     cache, step = run.cache, LayerStep(run, timed=False)
+    dram = read = None
+    if run.dram is not None:
+        dram_cache = run.dram.cache
+        pinned = run.scenario.config.cache.pin_demand_set
+        dram = DramLevel(run.dram, cache, run.scenario.demand, pinned, dram_cache.complete, record)
+        read = _read_from_dram(dram)
     num_layers = run.scenario.trace.num_layers
     total = run.scenario.passes.num_passes
     for p in range(total):
         step.begin_pass(p)
         for layer in range(num_layers):
-            _fulfil(step.layer(p, layer), cache.complete)
+            _fulfil(step.layer(p, layer), cache.complete, read)
         report_progress(progress, p + 1, total)
     cache.finish()
-    return cache.stats
+    if dram is not None:
+        dram.finish()
+    return dram
 
 
-def _fulfil(step: Step, complete: Callable[[int], None]) -> None:
+def _read_from_dram(dram: DramLevel) -> Callable[[int], None]:
+    """A fetch's read from DRAM (from NVMe into DRAM first on a miss), all at once."""
+
+    def read(key: int) -> None:
+        action = dram.access(key)
+        if action == READ:
+            dram.cache.complete(key)
+        elif action in (JOIN, WAIT):
+            # a DRAM read lands when it is issued, and what the DRAM cache cannot evict always
+            # leaves room for one more expert (checked before the run)
+            raise RuntimeError(f"replay: a DRAM access of {key} cannot wait without time")
+        dram.release(key)
+
+    return read
+
+
+def dram_sequence(scenario: Scenario) -> AccessSequence:
+    """The DRAM-level access sequence of ``scenario``'s two-level run (what an offline DRAM
+    eviction policy reads): every fetch into the GPU cache, in order. Recorded by a replay with
+    an online DRAM policy, since the GPU level's decisions do not depend on the DRAM level's."""
+    config = scenario.config
+    memory = config.memory.model_copy(update={"dram_cache": DramCacheConfig()})
+    probe = dataclasses.replace(
+        scenario, config=config.model_copy(update={"memory": memory, "belady_gap": False})
+    )
+    dram = _replay_python(build_run(probe), record=True)
+    assert dram is not None  # the probe has a DRAM cache
+    return dram.sequence(scenario.passes.num_passes)
+
+
+def _fulfil(
+    step: Step, complete: Callable[[int], None], read: Callable[[int], None] | None = None
+) -> None:
     """Drive one layer step: a fetch lands at once; nothing else takes time (the step is
-    untimed, so it asks neither to run experts nor to wait)."""
+    untimed, so it asks neither to run experts nor to wait). ``read``: with a DRAM cache, each
+    fetch (streamed ones too) first reads its expert from DRAM."""
     for request in step:
         match request:
+            case Fetch(key, bypass=bypass) if read is not None:
+                read(key)
+                if not bypass:
+                    complete(key)
             case Fetch(key, bypass=False):
                 complete(key)
             case WaitForSpace() | Join():

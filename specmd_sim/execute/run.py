@@ -88,6 +88,10 @@ def _check(scenario: Scenario) -> None:
         (len(scenario.gpus) == 1, "parallel.gpus", "1 GPU", len(scenario.gpus)),
         (cfg.workload.arrivals == "closed-loop", "workload.arrivals", "closed-loop",
          cfg.workload.arrivals),
+        (cfg.workload.scheduler == "slots", "workload.scheduler", "slots",
+         cfg.workload.scheduler),
+        (cfg.workload.kv_cache == "reserved", "workload.kv_cache", "reserved",
+         cfg.workload.kv_cache),
         (cfg.miss.kind != "cpu-execute", "miss.kind", "fetch, drop or substitute", "cpu-execute"),
         (cfg.timing.chunk_bytes is None, "timing.chunk_bytes", "null", cfg.timing.chunk_bytes),
         (not cfg.timing.ideal, "timing.ideal", "false", True),
@@ -225,7 +229,7 @@ class _Executor:
                 if self.phase == 1 or passes.first_token[p]:
                     last = x[-1:]
                     self._compute("lm_head", self.ops.lm_head, (last,), pass_=p, request=req)
-                tally.end_pass(p, self.now(), members)
+                tally.end_pass(p, self.now())
                 report_progress(progress, p + 1, passes.num_passes)
         finally:
             self.lock.release()
@@ -233,7 +237,9 @@ class _Executor:
         self._raise_failure()
         self.objs.cache.finish()
         network = FlowNetwork(simpy.Environment(), {})
-        result = timing_result([tally], [self.objs.cache], network, self.spans, "A")
+        result = timing_result(
+            [tally], [self.objs.cache], network, self.spans, "A", self.sc.config.slo
+        )
         result.engine = "execute"
         finish_result(self.sc, result)
         return result

@@ -17,7 +17,7 @@ from specmd_sim.report.lod import Bins, Detail, bin_bars
 from specmd_sim.report.run_data import RunData
 from specmd_sim.report.style import CLASS_LABELS, class_label, kind_colour, kind_label, ms
 from specmd_sim.runs import TRACE_FILE
-from specmd_sim.timeline import KINDS, TRANSFER_KINDS
+from specmd_sim.timeline import KINDS, TRANSFER_KINDS, lane_process
 
 _CLASS_TEXT = np.array([""] + [CLASS_LABELS[c] for c in sorted(CLASS_LABELS)], dtype=object)
 _UNUSED = class_label(-1, transfer=True)
@@ -60,7 +60,9 @@ def span_traces(
     legend: set[str],
     opacity: float = 1.0,
 ) -> list[go.Bar]:
-    """One bar trace per (kind, lane) for the spans ``idx`` at rows ``y`` (same length).
+    """One bar trace per (kind, lane) for the spans ``idx`` at rows ``y`` (same length); on a
+    run of several GPUs, one per GPU served on a lane of another device (``host0/cpu-experts
+    for gpu1``).
 
     ``legend`` collects the kinds already in the legend, so each kind is listed once and its
     traces toggle together (legend group = kind).
@@ -88,33 +90,59 @@ def span_traces(
     ).astype(np.float64)
     klass = run.classes[idx]
     token_word = "token" if run.token_serial else "step"
+    # on several GPUs, a lane of another device (the host's CPU experts) serves them all: a
+    # trace per GPU served, its hover naming that GPU
+    gpu = run.span_gpu[idx] if len(run.gpus) > 1 else np.full(idx.size, -1, np.int64)
     traces: list[go.Bar] = []
     for kind_id, kind in enumerate(KINDS):
         of_kind = s["kind"] == kind_id
         for lane_id in np.unique(s["lane"][of_kind]).tolist():
-            m = of_kind & (s["lane"] == lane_id)
-            text = _CLASS_TEXT[klass[m].astype(np.int64) + 1]
-            if kind in TRANSFER_KINDS:
-                text = np.where(klass[m] < 0, _UNUSED, text)
-            traces.append(
-                go.Bar(
-                    orientation="h",
-                    name=kind_label(kind),
-                    legendgroup=kind,
-                    showlegend=kind not in legend,
-                    base=s["start"][m] * 1e3,
-                    x=(s["end"][m] - s["start"][m]) * 1e3,
-                    y=y[m],
-                    width=thick[m],
-                    marker={"color": kind_colour(kind), "line": {"width": 0}},
-                    opacity=opacity,
-                    customdata=custom[m],
-                    hovertext=text if kind not in ("attention", "lm_head") else None,
-                    hovertemplate=span_hover(kind, lanes[lane_id], token_word),
-                )
-            )
-            legend.add(kind)
+            on_lane = of_kind & (s["lane"] == lane_id)
+            lane = lanes[lane_id]
+            served = [-1]
+            if len(run.gpus) > 1 and lane_process(lane) not in run.gpus:
+                served = np.unique(gpu[on_lane]).tolist()
+            for g in served:
+                m = on_lane & (gpu == g) if g >= 0 else on_lane
+                where = f"{lane} for {run.gpus[g]}" if g >= 0 else lane
+                traces.append(_span_trace(s, m, y, thick, custom, klass, kind, where,
+                                          token_word, legend, opacity))  # fmt: skip
+                legend.add(kind)
     return traces
+
+
+def _span_trace(
+    s: np.ndarray,
+    m: np.ndarray,
+    y: np.ndarray,
+    thick: np.ndarray,
+    custom: np.ndarray,
+    klass: np.ndarray,
+    kind: str,
+    lane: str,
+    token_word: str,
+    legend: set[str],
+    opacity: float,
+) -> go.Bar:
+    """The bar trace of the spans ``s[m]`` (of ``kind``, on ``lane``)."""
+    text = _CLASS_TEXT[klass[m].astype(np.int64) + 1]
+    if kind in TRANSFER_KINDS:
+        text = np.where(klass[m] < 0, _UNUSED, text)
+    return go.Bar(
+        orientation="h",
+        name=kind_label(kind),
+        legendgroup=kind,
+        showlegend=kind not in legend,
+        base=s["start"][m] * 1e3,
+        x=(s["end"][m] - s["start"][m]) * 1e3,
+        y=y[m],
+        width=thick[m],
+        marker={"color": kind_colour(kind), "line": {"width": 0}},
+        opacity=opacity,
+        customdata=custom[m],
+        hovertext=text if kind not in ("attention", "lm_head") else None,
+        hovertemplate=span_hover(kind, lane, token_word),
+    )
 
 
 def bin_traces(

@@ -46,8 +46,9 @@ _TAXONOMY = (
     ("misses_collision", AccessClass.COLLISION),
 )
 _OTHER_COLOUR = "#BAB0AC"
-_CARDS = ("hit_rate", "late_hits", "misses_collision", "ttft_s", "tpot_s", "stall_s",
-          "overlap_s", "makespan_s")  # fmt: skip
+_CARDS = ("hit_rate", "late_hits", "misses_collision", "ttft_s", "ttft_p99_s", "tpot_s",
+          "tpot_p99_s", "itl_p99_s", "slo_attainment", "goodput_rps", "stall_s", "overlap_s",
+          "makespan_s")  # fmt: skip
 
 
 def taxonomy_figure(run: RunData) -> go.Figure:
@@ -71,10 +72,10 @@ def taxonomy_figure(run: RunData) -> go.Figure:
     fig.update_layout(
         **base_layout(
             "Miss taxonomy per layer",
-            f"{m['accesses']:,} accesses: {m['hit_rate']:.1%} hits, {m['late_hits']:,} late "
-            f"hits, misses {m['misses_compulsory']:,} compulsory / {m['misses_capacity']:,} "
-            f"capacity / {m['misses_collision']:,} collision (evicted earlier in the same "
-            "pass).",
+            f"{m['accesses']:,} accesses{_of_all(run)}: {m['hit_rate']:.1%} hits, "
+            f"{m['late_hits']:,} late hits, misses {m['misses_compulsory']:,} compulsory / "
+            f"{m['misses_capacity']:,} capacity / {m['misses_collision']:,} collision "
+            "(evicted earlier in the same pass).",
             plot_height=340,
         ),
         barmode="stack",
@@ -120,7 +121,8 @@ def prefetch_figure(run: RunData) -> go.Figure:
     fig.update_layout(
         **base_layout(
             "Prefetching",
-            f"{issued:,} prefetches issued, {used / issued:.1%} of them used before eviction."
+            f"{issued:,} prefetches issued{_of_all(run)}, {used / issued:.1%} of them used "
+            "before eviction."
             if issued
             else "No prefetches were issued.",
             plot_height=230,
@@ -172,6 +174,11 @@ def stall_figure(run: RunData) -> go.Figure:
     fig.update_yaxes(title_text="stall (ms)", row=1, col=1)
     fig.update_yaxes(title_text="stall (ms)", row=1, col=2)
     return fig
+
+
+def _of_all(run: RunData) -> str:
+    """``" (all 4 GPUs)"`` (summed) on a run of several GPUs, else ``""``."""
+    return f" (all {len(run.gpus)} GPUs)" if len(run.gpus) > 1 else ""
 
 
 def _of_gpus(run: RunData) -> str:

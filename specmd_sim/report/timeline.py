@@ -7,9 +7,10 @@ whose spans overlap is split into sub-lanes. On a run of several GPUs each GPU h
 request and pass rows (``gpu1/requests``, ``gpu1/passes``) above its lanes. Spans are coloured
 by kind; hovering one shows its pass, request, token, layer, expert, bytes and access class.
 Dashed lines mark each request's first token (TTFT), labelled on its GPU's request row. Under
-the lanes, one small plot per counter (cache occupancy, bytes in flight), its axis naming the
-counter's GPU. Beyond ``max_spans`` spans the view follows :mod:`specmd_sim.report.lod` and
-says so.
+the lanes, one small plot per counter (cache occupancy and bytes in flight in MiB, the bandwidth
+each link, DRAM and NVMe drive carries in GB/s), its axis naming the counter's GPU (or
+``network`` and the resource). Beyond ``max_spans`` spans the view follows
+:mod:`specmd_sim.report.lod` and says so.
 
 :func:`write_timeline` writes ``timeline.html``: this view, then the per-layer view.
 """
@@ -41,6 +42,8 @@ DEFAULT_MAX_SPANS = 8_000
 """Spans drawn one by one by default; beyond, the rest is aggregated (see ``lod``)."""
 MAX_PASS_BARS = 3_000
 MAX_COUNTER_POINTS = 4_000
+_UNITS = {"bytes": ("MiB", 1 / 2**20), "bytes/s": ("GB/s", 1e-9)}
+"""How a counter's unit (:func:`~specmd_sim.timeline.counter_label`) is drawn: unit, scale."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -171,7 +174,7 @@ def _counter_title(name: str) -> str:
     label and unit."""
     label, unit = counter_label(name)
     device = name.rpartition("/")[0]
-    return f"{device + ' · ' if device else ''}{label}<br>({'MiB' if unit == 'bytes' else unit})"
+    return f"{device + ' · ' if device else ''}{label}<br>({_UNITS.get(unit, (unit, 1.0))[0]})"
 
 
 def _request_traces(run: RunData, y: np.ndarray) -> list[go.Bar]:
@@ -284,9 +287,9 @@ def _counter_traces(
     few changes), elsewhere its min-max band and time-weighted mean per bin."""
     label, unit = counter_label(name)
     label = f"{name.rpartition('/')[0]} {label}".lstrip()  # "gpu1 cache used"
-    scale = 1 / 2**20 if unit == "bytes" else 1.0
+    shown, scale = _UNITS.get(unit, ("", 1.0))
     t, v = samples["time"], samples["value"] * scale
-    hover = f"{label}: %{{y:.1f}} {'MiB' if unit == 'bytes' else ''}<extra></extra>"
+    hover = f"{label}: %{{y:.1f}} {shown}<extra></extra>"
     line = {"color": "#555555", "width": 1, "shape": "hv"}
     t_end = max(float(run.metrics.get("makespan_s") or 0.0), float(t.max()))
     segments = [(float(t.min()), t_end)]

@@ -18,6 +18,7 @@ from specmd_sim.models import ModelSpec, load_model
 from specmd_sim.policies.fit import TrainingRoutes
 from specmd_sim.runtime import RuntimeProfile, load_runtime
 from specmd_sim.scenario.budget import MemoryBudget
+from specmd_sim.scenario.dram import check_dram_cache
 from specmd_sim.scenario.passes import DemandSets, Passes, build_demand, build_passes
 from specmd_sim.scenario.placement import (
     ExpertSizes,
@@ -71,15 +72,16 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
     )
     _check_shapes(model, trace)
     check_requests(config.workload.requests, trace, "workload.requests")
-    passes = build_passes(trace, config.workload)
-    if passes.num_passes == 0:
-        raise SpecmdError(f"trace {config.trace}: expected at least one pass, got none")
-    training = build_training(config, trace, passes)
-    demand = build_demand(trace, passes)
     sizes = expert_sizes(config, model, trace)
     _check_chunks(config.timing.chunk_bytes, sizes.largest)
     gpu_nodes = _resolve_gpus(config, profile)
     _check_gpus(config, gpu_nodes)
+    pools = _kv_pools(config, model, runtime, gpu_nodes, sizes)
+    passes = build_passes(trace, config.workload, kv_pool_tokens=pools[0])
+    if passes.num_passes == 0:
+        raise SpecmdError(f"trace {config.trace}: expected at least one pass, got none")
+    training = build_training(config, trace, passes)
+    demand = build_demand(trace, passes)
     parity = runtime.memory_parity.value
     if parity and len(gpu_nodes) > 1:
         raise SpecmdError(
@@ -91,7 +93,7 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
     if gpus == 1:
         shards = ((passes, demand),)
     else:
-        parts = [build_passes(trace, config.workload, (g, gpus)) for g in range(gpus)]
+        parts = [build_passes(trace, config.workload, (g, gpus), pools[g]) for g in range(gpus)]
         shards = tuple((p, build_demand(trace, p)) for p in parts)
     budgets = tuple(
         _budget(config, model, runtime, gpu, g, sizes, shard)
@@ -104,6 +106,7 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
     placement = place(config, profile, sizes, capacity if parity else None)
     if check_cache:
         _check_capacities(config, profile, budgets, shards, placement, capacity)
+        check_dram_cache(config, placement, capacity, demand, gpus)
     return Scenario(
         config, profile, runtime, model, trace, passes, demand, capacity, placement, gpu_nodes,
         shards, budgets, training,
@@ -120,12 +123,13 @@ def with_capacity(scenario: Scenario, capacity: str | int) -> Scenario:
     except ValidationError as exc:
         raise from_validation_error("cache", exc) from None
     config = config.model_copy(update={"cache": cache})
-    if scenario.runtime.memory_parity.value:
-        return build_scenario(config)
+    if scenario.runtime.memory_parity.value or config.workload.kv_cache == "wait":
+        return build_scenario(config)  # the placement, or the passes, follow the capacity
     placement = scenario.placement
     budget = min(b.available for b in scenario.budgets)
     cap = cache.capacity_bytes(placement.largest, placement.routed_bytes, budget)
     _check_capacities(config, scenario.profile, scenario.budgets, scenario.shards, placement, cap)
+    check_dram_cache(config, placement, cap, scenario.demand, len(scenario.gpus))
     return dataclasses.replace(scenario, config=config, capacity_bytes=cap)
 
 
@@ -169,21 +173,77 @@ def _budget(
     passes: Passes,
 ) -> MemoryBudget:
     """GPU ``g``'s HBM and what it holds besides the expert cache (:mod:`.budget`)."""
-    shard = 0
-    if config.parallel.mode == "expert-sharded":
-        shard = int(sizes.nbytes[shard_mask(sizes, g, config.parallel.count)].sum())
+    mode = config.workload.kv_cache
     context = int(passes.context_end.max()) if passes.num_passes else 0
     batch = min(config.workload.batch_size, len(set(passes.row_request.tolist())))
-    return MemoryBudget(
+    per_token = kv_bytes_per_token(model)
+    kv = context * batch * per_token
+    if mode != "reserved":  # the peak of the KV cache as it grows, in tokens
+        context = int(passes.kv_resident().max()) if passes.num_passes else 0
+        kv = context * per_token
+    budget = MemoryBudget(
         gpu=gpu.id,
         hbm=int(gpu.hbm_bytes.value),
         weights=model.non_expert_bytes,
-        kv_cache=context * batch * model.kv_bytes_per_token * model.num_layers,
+        kv_cache=kv,
         kv_context=context,
         kv_batch=batch,
         workspace=int(runtime.workspace_bytes.value),
-        shard=shard,
+        shard=_shard_bytes(config, sizes, g),
+        kv_mode=mode,
     )
+    if mode == "wait":  # the pool the capacity leaves, of which ``context`` tokens were used
+        pool = budget.without_kv - config.cache.capacity_bytes(
+            sizes.largest, sizes.routed_bytes, budget.without_kv
+        )
+        budget = dataclasses.replace(budget, kv_cache=pool)
+    return budget
+
+
+def kv_bytes_per_token(model: ModelSpec) -> int:
+    """KV cache bytes of one token, over all layers."""
+    return model.kv_bytes_per_token * model.num_layers
+
+
+def _shard_bytes(config: SimConfig, sizes: ExpertSizes, g: int) -> int:
+    if config.parallel.mode != "expert-sharded":
+        return 0
+    return int(sizes.nbytes[shard_mask(sizes, g, config.parallel.count)].sum())
+
+
+def _kv_pools(
+    config: SimConfig,
+    model: ModelSpec,
+    runtime: RuntimeProfile,
+    gpus: tuple[GPUNode, ...],
+    sizes: ExpertSizes,
+) -> list[int | None]:
+    """Per GPU, the KV tokens requests may hold at once with ``kv_cache: wait``: what HBM
+    leaves beside the expert cache's ``cache.capacity`` (None for every GPU otherwise)."""
+    if config.workload.kv_cache != "wait":
+        return [None] * len(gpus)
+    if config.cache.capacity == "auto":
+        raise SpecmdError(
+            "cache.capacity: expected a size with workload.kv_cache: wait (the KV cache gets "
+            "what the expert cache leaves), got 'auto', which leaves nothing"
+        )
+    per_token = kv_bytes_per_token(model)
+    pools: list[int | None] = []
+    for g, gpu in enumerate(gpus):
+        left = (
+            int(gpu.hbm_bytes.value) - model.non_expert_bytes - int(runtime.workspace_bytes.value)
+            - _shard_bytes(config, sizes, g)
+        )  # fmt: skip
+        capacity = config.cache.capacity_bytes(sizes.largest, sizes.routed_bytes, left)
+        if left - capacity < per_token:
+            raise SpecmdError(
+                f"workload.kv_cache: wait: expected cache.capacity {config.cache.capacity!r} "
+                f"({format_bytes(capacity)}) to leave room for a KV cache on {gpu.id} "
+                f"({format_bytes(left)} beside weights and workspace), got "
+                f"{format_bytes(left - capacity)}; lower cache.capacity"
+            )
+        pools.append((left - capacity) // per_token)
+    return pools
 
 
 def _check_shapes(model: ModelSpec, trace: Trace) -> None:
@@ -239,6 +299,15 @@ def _check_capacity(
             f"({budget.describe()} on {profile.id}, runtime {config.runtime}), got {desc}; "
             f"use --cache auto, a smaller cache, a lower-precision model or a larger GPU"
         )
+    if budget.kv_mode == "evict":  # the capacity at the KV cache's peak
+        low = min(cap, budget.available - budget.kv_cache)
+        if low // eb < max(1, demand.max_layer_demand()[0] if demand.keys.size else 1):
+            raise SpecmdError(
+                f"workload.kv_cache: evict: expected the expert cache to keep room for the "
+                f"largest demand set of one layer when the KV cache peaks ({budget.describe()} "
+                f"on {profile.id}), got {format_bytes(max(low, 0))} = {max(low, 0) // eb} expert "
+                f"slots; lower workload.batch_size or use a larger GPU"
+            )
     if demand.keys.size:
         size, p, layer = demand.max_layer_demand()
         if size > slots:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specmd_sim.config import WorkloadConfig
+from specmd_sim.errors import SpecmdError
 from specmd_sim.policies.context import AccessSequence
 from specmd_sim.traces.trace import DECODE, PREFILL, Trace
 
@@ -43,6 +44,8 @@ class Passes:
     attended: np.ndarray  # int64 [P]: sum over the pass's tokens of their 1-based positions
     kv_tokens: np.ndarray  # int64 [P]: sum over the pass's requests of their context ends
     joins: np.ndarray  # bool [P]: some request runs its first pass here
+    row_phase: np.ndarray  # uint8 [N]: each row's phase (continuous batching mixes them)
+    row_first: np.ndarray  # bool [N]: the request's last prompt token (its first token follows)
 
     @property
     def num_passes(self) -> int:
@@ -55,6 +58,35 @@ class Passes:
         """The pass's requests, in slot order (a prefill pass has one)."""
         reqs = self.row_request[self.start[p] : self.start[p + 1]].tolist()
         return list(dict.fromkeys(reqs))
+
+    def first_tokens_of(self, p: int) -> list[int]:
+        """The requests whose first output token this pass gives (their prompt ends here)."""
+        lo, hi = self.start[p], self.start[p + 1]
+        return self.row_request[lo:hi][self.row_first[lo:hi]].tolist()
+
+    def decoders_of(self, p: int) -> list[int]:
+        """The requests this pass gives a decode token, in slot order."""
+        lo, hi = self.start[p], self.start[p + 1]
+        decoding = self.row_phase[lo:hi] == DECODE
+        return self.row_request[lo:hi][decoding].tolist()
+
+    def outputs(self, p: int) -> int:
+        """Tokens whose logits the pass's LM head computes: its first tokens and decode tokens."""
+        lo, hi = self.start[p], self.start[p + 1]
+        return int(self.row_first[lo:hi].sum() + (self.row_phase[lo:hi] == DECODE).sum())
+
+    def kv_resident(self) -> np.ndarray:
+        """int64 [P]: tokens in the KV cache during each pass: of every request that has run a
+        pass and not yet left (its last pass is this one or later), all its tokens so far,
+        this pass's included. A row adds one token from its pass to its request's last."""
+        pass_of_row = np.repeat(np.arange(self.num_passes), np.diff(self.start))
+        _, inverse = np.unique(self.row_request, return_inverse=True)
+        last = np.zeros(int(inverse.max(initial=-1)) + 1, np.int64)
+        np.maximum.at(last, inverse, pass_of_row)
+        change = np.zeros(self.num_passes + 1, np.int64)
+        np.add.at(change, pass_of_row, 1)
+        np.add.at(change, last[inverse] + 1, -1)
+        return np.cumsum(change[:-1])
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,9 +101,23 @@ class DemandSets(AccessSequence):
         return int(sizes[i]), i // self.num_layers, i % self.num_layers
 
 
-def build_passes(trace: Trace, workload: WorkloadConfig, share: tuple[int, int] = (0, 1)) -> Passes:
+def build_passes(
+    trace: Trace,
+    workload: WorkloadConfig,
+    share: tuple[int, int] = (0, 1),
+    kv_pool_tokens: int | None = None,
+) -> Passes:
     """The pass table; ``share = (g, n)`` keeps every n-th request from the g-th on, in arrival
-    order (GPU g's requests when n GPUs serve them round robin).
+    order (GPU g's requests when n GPUs serve them round robin). ``workload.scheduler`` picks
+    the builder: :func:`_slot_passes` or :func:`_continuous_passes` (which, with
+    ``kv_cache: wait``, admits requests only while their KV caches fit ``kv_pool_tokens``)."""
+    if workload.scheduler == "continuous":
+        return _continuous_passes(trace, workload, share, kv_pool_tokens)
+    return _slot_passes(trace, workload, share)
+
+
+def _slot_passes(trace: Trace, workload: WorkloadConfig, share: tuple[int, int]) -> Passes:
+    """The pass table of ``scheduler: slots``.
 
     Built over all rows at once (a long trace has millions): the admissions
     (:func:`_join_steps`) are the one loop, per request; then a row's pass follows from its
@@ -113,6 +159,123 @@ def build_passes(trace: Trace, workload: WorkloadConfig, share: tuple[int, int] 
         attended=attended.astype(np.int64),
         kv_tokens=np.where(in_decode, attended, position[last]).astype(np.int64),
         joins=np.logical_or.reduceat(position == 1, first),
+        row_phase=np.where(dec, DECODE, PREFILL).astype(np.uint8),
+        row_first=~dec & (position == prefill_n[req]),
+    )
+
+
+def _continuous_passes(
+    trace: Trace, workload: WorkloadConfig, share: tuple[int, int], kv_pool_tokens: int | None
+) -> Passes:
+    """The pass table of ``scheduler: continuous``, one pass per scheduler step (vLLM's V1
+    scheduler, as its docs describe it, with FCFS admission):
+
+    - the running requests, in the order they joined, each take their next decode token, or
+      (still in their prompt) their next prompt tokens, at most ``prefill_chunk_tokens`` (when
+      not 0) and what the step's token budget (``max_tokens_per_step``) has left;
+    - then waiting requests join, in arrival order, while fewer than ``batch_size`` run and the
+      budget has tokens left, each taking its first prompt tokens the same way (a request
+      without a prompt its first decode token); with ``kv_pool_tokens`` (``kv_cache: wait``)
+      the next request joins only when its whole length fits beside the running requests'
+      whole lengths (a request that cannot join blocks those behind it: FCFS);
+    - a request whose prompt ends in a step gets its first token there and decodes from the
+      next step; after its last decode token (or its prompt, without any) it leaves.
+    """
+    ids, admit = _admitted(trace, workload, share)
+    served = np.flatnonzero(admit >= 0)
+    decode = trace.phase == DECODE
+    # the rows of each request: prompt rows, then decode rows, each in trace order
+    order = np.lexsort((served, decode[served], admit[served]))
+    by_request = served[order]
+    n = ids.size
+    prompt_n = np.bincount(admit[served], ~decode[served], n).astype(np.int64)
+    length = np.bincount(admit[served], minlength=n).astype(np.int64)
+    begin = np.cumsum(length) - length
+    if kv_pool_tokens is not None and n and int(length.max()) > kv_pool_tokens:
+        r = int(np.argmax(length))
+        raise SpecmdError(
+            f"workload.kv_cache: wait: expected every request's KV cache to fit the pool that "
+            f"cache.capacity leaves ({kv_pool_tokens} tokens), got request {int(ids[r])} with "
+            f"{int(length[r])} tokens; lower cache.capacity or use kv_cache: evict"
+        )
+    budget_step = workload.max_tokens_per_step or int(length.sum()) + 1
+    chunk = workload.prefill_chunk_tokens or budget_step
+    done = np.zeros(n, np.int64)  # tokens of each request run so far
+    running: list[int] = []
+    reserved, waiting = 0, 0  # whole lengths of the running requests; next to join
+    taken: list[tuple[int, int, int]] = []  # (request, first token index, count), step by step
+    steps: list[int] = []  # taken entries before each step
+    while waiting < n or running:
+        steps.append(len(taken))
+        budget = budget_step
+        for r in running:
+            if budget == 0:
+                break
+            count = 1 if done[r] >= prompt_n[r] else min(prompt_n[r] - done[r], chunk, budget)
+            taken.append((r, int(done[r]), int(count)))
+            budget -= count
+        while waiting < n and len(running) < workload.batch_size and budget > 0:
+            r = waiting
+            if kv_pool_tokens is not None and reserved + length[r] > kv_pool_tokens:
+                break
+            count = min(prompt_n[r], chunk, budget) if prompt_n[r] else 1
+            taken.append((r, 0, int(count)))
+            budget -= count
+            running.append(r)
+            reserved += int(length[r])
+            waiting += 1
+        for r, first, count in taken[steps[-1] :]:
+            done[r] = first + count
+        finished = [r for r in running if done[r] >= length[r]]
+        reserved -= int(length[finished].sum()) if finished else 0
+        running = [r for r in running if done[r] < length[r]]
+    steps.append(len(taken))
+    return _passes_of_steps(by_request, begin, prompt_n, ids, taken, steps)
+
+
+def _passes_of_steps(
+    by_request: np.ndarray,
+    begin: np.ndarray,
+    prompt_n: np.ndarray,
+    ids: np.ndarray,
+    taken: list[tuple[int, int, int]],
+    steps: list[int],
+) -> Passes:
+    """The pass table of scheduler steps: ``taken[steps[p]:steps[p + 1]]`` are pass p's
+    (request, first token index, count) entries, over each request's rows ``by_request[
+    begin[r]:]`` (prompt rows first)."""
+    entries = np.array(taken, np.int64).reshape(-1, 3)
+    req, first, count = entries[:, 0], entries[:, 1], entries[:, 2]
+    rows_of_entry = np.repeat(np.arange(req.size), count)
+    index = first[rows_of_entry] + (
+        np.arange(rows_of_entry.size) - np.repeat(np.cumsum(count) - count, count)
+    )  # each row's index among its request's tokens
+    row_req = req[rows_of_entry]
+    sizes = np.add.reduceat(count, np.asarray(steps[:-1], np.int64)) if req.size else count
+    start = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    first_row = start[:-1]
+    position = index + 1
+    dec = index >= prompt_n[row_req]
+    pass_of_row = np.repeat(np.arange(sizes.size), sizes)
+    # per (pass, request): its last position in the pass, summed per pass
+    boundary = np.ones(row_req.size, bool)
+    boundary[:-1] = (row_req[1:] != row_req[:-1]) | (pass_of_row[1:] != pass_of_row[:-1])
+    kv = np.bincount(pass_of_row[boundary], position[boundary], sizes.size)
+    # the first request's context: its last row in the pass (entries of one request are one run)
+    first_end = np.flatnonzero(boundary)[np.searchsorted(np.flatnonzero(boundary), first_row)]
+    return Passes(
+        rows=by_request[begin[row_req] + index].astype(np.int64),
+        start=start,
+        request=ids[row_req[first_row]].astype(np.int32),
+        phase=np.where(np.logical_or.reduceat(dec, first_row), DECODE, PREFILL).astype(np.uint8),
+        context_end=position[first_end].astype(np.int64),
+        first_token=np.logical_or.reduceat(~dec & (position == prompt_n[row_req]), first_row),
+        row_request=ids[row_req].astype(np.int32),
+        attended=np.add.reduceat(position, first_row).astype(np.int64),
+        kv_tokens=kv.astype(np.int64),
+        joins=np.logical_or.reduceat(position == 1, first_row),
+        row_phase=np.where(dec, DECODE, PREFILL).astype(np.uint8),
+        row_first=~dec & (position == prompt_n[row_req]),
     )
 
 

@@ -11,6 +11,12 @@ rankings read the whole trace in advance, like an offline profiling run. A runti
 *memory parity* (``memory_parity``) stores on the host only the experts the GPU cache does not
 hold: they need the cache's bytes less DRAM, and none may live on NVMe (an evicted expert is
 copied back to DRAM).
+
+Two-level cache (``memory.dram_cache``): every expert lives on the NVMe drive and host DRAM is a
+dynamic cache of ``memory.dram_capacity`` bytes in front of it (``dram_cache_bytes``), filled and
+emptied during the run by its own plug-ins (:mod:`specmd_sim.scenario.dram`). It starts with
+what the static tier would hold (``dram_warm``: ``memory.placement`` order, as many as fit), or
+empty with ``memory.dram_cache.warm: false``.
 """
 
 from __future__ import annotations
@@ -52,6 +58,8 @@ class Placement(_Sized):
     nvme: NVMeNode | None  # the drive holding TIER_NVME experts
     num_experts: int  # per layer
     dtype_hot: str  # the model's expert dtype; the others are cold
+    dram_cache_bytes: int = 0  # capacity of the DRAM cache (memory.dram_cache); 0 = none
+    dram_warm: tuple[int, ...] = ()  # keys the DRAM cache starts with, in placement order
 
     def summary(self) -> dict[str, object]:
         """Counts and bytes per tier, and the precisions (for the result's ``inputs``)."""
@@ -134,6 +142,12 @@ def place(
                 f"memory.dram_capacity: expected at most the host's DRAM ({format_bytes(dram)} "
                 f"on {profile.id}), got {memory.dram_capacity!r} = {format_bytes(budget)}"
             )
+    if memory.dram_cache is not None and parity is not None:
+        raise SpecmdError(
+            f"memory.dram_cache: expected a runtime without memory parity (the host would hold "
+            f"only what the GPU cache does not, so DRAM could not cache), got runtime "
+            f"{config.runtime}; set memory.dram_cache: null or use another runtime"
+        )
     if parity is not None:
         outside = sizes.routed_bytes - parity
         if outside > budget:
@@ -151,12 +165,37 @@ def place(
     else:
         order = np.arange(counts.size)
     fits = np.cumsum(nbytes[order]) <= budget
+    if memory.dram_cache is not None:
+        return _dram_cache(config, profile, sizes, int(budget), order[fits])
     tier[order[~fits]] = TIER_NVME
     nvme = None
     spill = int(nbytes[order[~fits]].sum())
     if spill or memory.nvme is not None:
         nvme = _nvme(profile, memory.nvme, spill, budget, sizes.routed_bytes, budget < dram)
     return Placement(sizes.dtype, nbytes, tier, nvme, sizes.num_experts, sizes.dtype_hot)
+
+
+def _dram_cache(
+    config: SimConfig, profile: HardwareProfile, sizes: ExpertSizes, budget: int, warm: np.ndarray
+) -> Placement:
+    """Every expert on the NVMe drive, DRAM a cache of ``budget`` bytes in front of it that
+    starts (``memory.dram_cache.warm``) with ``warm``: what the static tier would hold."""
+    dram_cache = config.memory.dram_cache
+    assert dram_cache is not None
+    total = sizes.routed_bytes
+    if not any(isinstance(n, NVMeNode) for n in profile.nodes):
+        raise SpecmdError(
+            f"memory.dram_cache: expected a hardware profile with an NVMe node (every expert "
+            f"lives on NVMe, DRAM caches them), got {profile.id} without one; set "
+            f"memory.dram_cache: null or use a profile with an NVMe drive"
+        )
+    why = f"memory.dram_cache is set: every expert ({format_bytes(total)}) lives on NVMe"
+    nvme = _nvme(profile, config.memory.nvme, total, budget, total, False, why)
+    tier = np.full(sizes.nbytes.size, TIER_NVME, np.uint8)
+    initial = tuple(warm.tolist()) if dram_cache.warm else ()
+    return Placement(
+        sizes.dtype, sizes.nbytes, tier, nvme, sizes.num_experts, sizes.dtype_hot, budget, initial
+    )
 
 
 def _dtypes(config: SimConfig, model: ModelSpec, counts: np.ndarray) -> list[str]:
@@ -180,12 +219,13 @@ def _nvme(
     budget: float,
     total: int,
     capped: bool,
+    why: str | None = None,
 ) -> NVMeNode:
     """The drive for the ``spill`` of the ``total`` bytes of experts that do not fit the
     ``budget`` bytes of DRAM (0: none spill, a drive was named); ``capped``: the budget is a
     ``memory.dram_capacity`` below the host's DRAM."""
     drives = [n for n in profile.nodes if isinstance(n, NVMeNode)]
-    why = (
+    why = why or (
         f"{format_bytes(spill)} of the {format_bytes(total)} of experts do not "
         f"fit the {format_bytes(budget)} of DRAM for experts"
         if spill

@@ -4,6 +4,8 @@ plug-ins; and the request arrival times.
 Each plug-in gets the GPU's online view of the run (:class:`RunContext`); an offline one (a
 bound, an oracle, a profile of the run's own trace) gets that view plus the GPU's access
 sequence (:class:`OfflineContext`). The context's history follows the cache's position.
+With ``memory.dram_cache`` a GPU also gets the DRAM level (:mod:`.dram`): a second cache and
+its plug-ins, built the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware import TransferPath, host_path, transfer_path
 from specmd_sim.models import CostModel
 from specmd_sim.policies.context import (
+    AccessSequence,
     PassTable,
     RecordedScores,
     RunContext,
@@ -30,7 +33,9 @@ from specmd_sim.policies.miss.base import MissHandler
 from specmd_sim.policies.predictors.base import Predictor, ScoreSource
 from specmd_sim.policies.prefetch.base import PrefetchPolicy
 from specmd_sim.policies.registry import EVICTION, MISS, PREDICTORS, PREFETCH
-from specmd_sim.scenario.build import Scenario, new_rng
+from specmd_sim.scenario.budget import capacity_schedule
+from specmd_sim.scenario.build import Scenario, kv_bytes_per_token, new_rng
+from specmd_sim.scenario.dram import DramObjects, needs_sequence, stage_path
 from specmd_sim.scenario.placement import TIER_NVME, shard_mask
 
 
@@ -48,19 +53,31 @@ class RunObjects:
     arrivals: (
         np.ndarray | None
     )  # arrival time of each of its requests in admission order, s; None = closed loop
+    dram: DramObjects | None = None  # the DRAM level (memory.dram_cache); None = a static tier
+    # the cache's capacity in each of its passes (workload.kv_cache: evict); None = fixed
+    capacities: np.ndarray | None = None
 
 
-def build_run(scenario: Scenario, warm: list[int] | None = None) -> RunObjects:
-    """The objects of a one-GPU run; ``warm`` adds experts to place in the cache first."""
+def build_run(
+    scenario: Scenario,
+    warm: list[int] | None = None,
+    dram_sequence: AccessSequence | None = None,
+) -> RunObjects:
+    """The objects of a one-GPU run; ``warm`` adds experts to place in the cache first;
+    ``dram_sequence``: the DRAM-level access sequence an offline DRAM eviction policy reads."""
     if len(scenario.gpus) != 1:
         raise SpecmdError(
             f"parallel.gpus: expected 1 GPU for the replay engine (it has no time, so no "
             f"contention between GPUs), got {len(scenario.gpus)}; use simulate"
         )
-    return build_runs(scenario, warm)[0]
+    return build_runs(scenario, warm, dram_sequence)[0]
 
 
-def build_runs(scenario: Scenario, warm: list[int] | None = None) -> list[RunObjects]:
+def build_runs(
+    scenario: Scenario,
+    warm: list[int] | None = None,
+    dram_sequence: AccessSequence | None = None,
+) -> list[RunObjects]:
     """One :class:`RunObjects` per GPU of ``config.parallel``.
 
     Randomness: the run's one generator first draws the Poisson arrivals (so both engines and
@@ -76,7 +93,7 @@ def build_runs(scenario: Scenario, warm: list[int] | None = None) -> list[RunObj
     for g, (passes, demand) in enumerate(scenario.shards):
         sub = dataclasses.replace(scenario, passes=passes, demand=demand)
         mine = None if arrivals is None else arrivals[g::gpus]
-        runs.append(_build_gpu(sub, g, rngs[g], mine, warm))
+        runs.append(_build_gpu(sub, g, rngs[g], mine, warm, dram_sequence))
     return runs
 
 
@@ -89,7 +106,7 @@ def expert_sources(scenario: Scenario, g: int) -> tuple[tuple[TransferPath, ...]
     gpu_id = gpus[g].id
     paths = [host_path(profile, gpu_id)]
     source = np.zeros(placement.nbytes.size, np.int32)
-    if placement.nvme is not None:
+    if placement.nvme is not None and not placement.dram_cache_bytes:  # else all via DRAM
         paths.append(transfer_path(profile, placement.nvme.id, gpu_id))
         source[placement.tier == TIER_NVME] = len(paths) - 1
     if scenario.config.parallel.mode == "expert-sharded":
@@ -130,6 +147,7 @@ def _build_gpu(
     rng: np.random.Generator,
     arrivals: np.ndarray | None,
     warm: list[int] | None,
+    dram_sequence: AccessSequence | None,
 ) -> RunObjects:
     config = scenario.config
     views = run_views(scenario, g, rng)
@@ -149,7 +167,59 @@ def _build_gpu(
     if prefetch.lookahead > 0 and prefetch.uses_predictor:
         predictor = _Tapped(make_predictor(scenario, views), eviction)
     miss = MISS.make(config.miss, views)
-    return RunObjects(scenario, ctx, cache, eviction, prefetch, predictor, miss, arrivals)
+    dram = None
+    if config.memory.dram_cache is not None:
+        dram = _build_dram(scenario, ctx, dram_sequence)
+    capacities = None
+    if config.workload.kv_cache == "evict":
+        capacities = capacity_schedule(
+            scenario.capacity_bytes, scenario.budgets[g], scenario.passes.kv_resident(),
+            kv_bytes_per_token(scenario.model),
+        )  # fmt: skip
+    return RunObjects(
+        scenario, ctx, cache, eviction, prefetch, predictor, miss, arrivals, dram, capacities
+    )
+
+
+def _build_dram(
+    scenario: Scenario, ctx: RunContext, sequence: AccessSequence | None
+) -> DramObjects:
+    """The DRAM level of the GPU whose context is ``ctx`` (:mod:`.dram` says what its plug-ins
+    see); ``sequence``: its access sequence, required when :func:`needs_sequence`."""
+    config, placement = scenario.config, scenario.placement
+    dram = config.memory.dram_cache
+    drive = placement.nvme
+    assert dram is not None and drive is not None  # the placement put every expert on NVMe
+    stage = stage_path(scenario.profile, drive)
+    dram_ctx = dataclasses.replace(
+        ctx,
+        slots=placement.dram_cache_bytes // placement.largest,
+        rng=ctx.rng.spawn(1)[0],  # the parent's stream, and so the GPU level, is unchanged
+        paths=(stage,),
+        source=np.zeros(ctx.nbytes.size, np.int32),
+    )
+    routed = RunViews.of(dram_ctx, scenario.demand)
+    if sequence is None:
+        if needs_sequence(config):
+            raise RuntimeError("an offline DRAM eviction policy needs its access sequence")
+        sequence = scenario.demand
+    eviction = EVICTION.make(dram.eviction, RunViews.of(dram_ctx, sequence))
+    cache = ExpertCache(
+        ctx.num_layers, ctx.num_experts, ctx.nbytes.tolist(), placement.dram_cache_bytes, eviction
+    )
+    eviction.attach(cache)
+    cache.preload(eviction.initial_contents())
+    room = placement.dram_cache_bytes - cache.used_bytes
+    fill = np.cumsum(placement.nbytes[list(placement.dram_warm)]) <= room
+    cache.preload(np.array(placement.dram_warm, np.int64)[fill].tolist())
+    prefetch = PREFETCH.make(dram.prefetch, routed)
+    predictor: ScoreSource | None = None
+    if prefetch.lookahead > 0 and prefetch.uses_predictor:
+        inner = PREDICTORS.make(dram.predictor or config.predictor, routed)
+        if dram.predictor is None and scenario.training is not None:
+            inner.fit(scenario.training)
+        predictor = _Tapped(inner, eviction)
+    return DramObjects(cache, eviction, prefetch, predictor, stage, drive)
 
 
 def make_predictor(scenario: Scenario, views: RunViews) -> Predictor[Any]:

@@ -6,20 +6,24 @@
 - :mod:`.store` — the results table: one parquet file per finished point, written atomically,
   read with ``pandas.read_parquet(DIR)``;
 - :mod:`.executors` — where points run: a local process pool or a Ray cluster;
+- :mod:`.search` — a spec's rate search: at each point, the highest Poisson arrival rate whose
+  SLO attainment meets a target;
 - :mod:`.runner` — :func:`run_sweep`: check the grid's size and the folder, skip what is done,
-  run the rest, store each row at once.
+  run the rest, store each row at once (and, with ``keep_runs``, each point's run folder).
 
 ``docs/sweeps.md`` describes the spec, the table and the guarantees.
 """
 
 from specmd_sim.sweep.grid import Point, count_points, expand, iter_points
 from specmd_sim.sweep.runner import PointDone, SweepSummary, point_row, run_sweep
+from specmd_sim.sweep.search import RateSearch, search_rate
 from specmd_sim.sweep.spec import SweepSpec, load_spec, parse_spec
 from specmd_sim.sweep.store import export_csv, load_table, read_rows
 
 __all__ = [
     "Point",
     "PointDone",
+    "RateSearch",
     "SweepSpec",
     "SweepSummary",
     "count_points",
@@ -32,4 +36,5 @@ __all__ = [
     "point_row",
     "read_rows",
     "run_sweep",
+    "search_rate",
 ]

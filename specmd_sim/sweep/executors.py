@@ -1,11 +1,13 @@
 """Where the points of a sweep run: a local process pool, or a Ray cluster.
 
-An executor takes tasks (a point index, the engine and the resolved config as a mapping), an
-iterable that it draws from only as workers free up (a large grid is streamed, not held), and
-calls ``on_done(task, outcome)`` in the calling thread as each one finishes, in completion
-order; the runner turns outcomes into rows. A task never raises: :func:`run_point` returns an
-error outcome for an exception in the run, and the executors turn a worker that dies (a
-crash, ``os._exit``, the OOM killer) into an error outcome for the point that killed it.
+An executor takes tasks (a point index, the engine and the resolved config as a mapping; the
+folder to keep the point's run in, with ``--keep-runs``; the rate search, for a spec with a
+``search`` section), an iterable that it draws from only as workers free up (a large grid is
+streamed, not held), and calls ``on_done(task, outcome)`` in the calling thread as each one
+finishes, in completion order; the runner turns outcomes into rows. A task never raises:
+:func:`run_point` returns an error outcome for an exception in the run, and the executors turn
+a worker that dies (a crash, ``os._exit``, the OOM killer) into an error outcome for the point
+that killed it.
 
 An exception in the calling thread (``KeyboardInterrupt`` from Ctrl-C or, in ``specmd
 sweep``, SIGTERM; an error raised by ``on_done``) stops the run: the points in flight are
@@ -26,7 +28,10 @@ the sweep (``workers`` CPUs) and stopped afterwards; its workers inherit this pr
 environment, so a plug-in module found through ``PYTHONPATH`` here is found there. With an
 address the sweep joins that cluster, whose nodes must have specmd-sim (and the modules of
 the sweep's ``plugins``) installed. A worker imports exactly the sweep's ``plugins`` before a
-point, never a module a config names (docs/design.md, "Trust").
+point, never a module a config names (docs/design.md, "Trust"). A kept run folder
+(``--keep-runs``) is written by the worker, at the absolute path the task names: on a cluster
+that path must be on a filesystem every node shares (the runner checks each folder it is told
+was written, and records the point as failed when it cannot read it).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from specmd_sim.errors import SpecmdError
@@ -54,25 +60,53 @@ class Task:
     engine: str  # "replay" or "simulate"
     config: dict[str, Any]  # resolved config (config_to_dict)
     plugins: tuple[str, ...] = ()  # modules the worker imports first (the sweep's --plugin)
+    run_dir: str | None = None  # absolute run folder to write (--keep-runs), else none
+    search: dict[str, Any] | None = None  # the spec's rate search (RateSearch), else one run
+
+    @property
+    def args(self) -> tuple[Any, ...]:
+        """The arguments of :func:`run_point` for this task."""
+        return (self.engine, self.config, self.plugins, self.run_dir, self.search)
 
 
 Outcome = dict[str, Any]  # {"status": "ok"|"error", "error": str|None, "result": dict|None}
+# and, for a rate search that ran, "search": its columns (search_cells)
 OnDone = Callable[[Task, Outcome], None]
 
 WORKER_DIED = "worker process died while running this point (crash, os._exit or killed)"
 
 
-def run_point(engine: str, config: dict[str, Any], plugins: tuple[str, ...] = ()) -> Outcome:
+def run_point(
+    engine: str,
+    config: dict[str, Any],
+    plugins: tuple[str, ...] = (),
+    run_dir: str | None = None,
+    search: dict[str, Any] | None = None,
+) -> Outcome:
     """Run one point (in a worker) after importing ``plugins``; never raises. The result is
-    the ``result.json`` mapping."""
+    the ``result.json`` mapping: of the one run, or with ``search`` of the run at the rate
+    found (:func:`specmd_sim.sweep.search.run_search`). With ``run_dir`` that run's folder is
+    written there (:func:`specmd_sim.runs.write_run`) before the outcome is returned."""
     try:
         from specmd_sim.config import build_config
         from specmd_sim.engine.replay import replay
         from specmd_sim.engine.sim import simulate
+        from specmd_sim.runs import write_run
+        from specmd_sim.sweep.search import RateSearch, run_search, search_cells
 
-        run = simulate if engine == "simulate" else replay
-        result = run(build_config(config, plugins=plugins))
-        return {"status": "ok", "error": None, "result": json.loads(result.to_json())}
+        cells = None
+        if search is None:
+            run = simulate if engine == "simulate" else replay
+            result = run(build_config(config, plugins=plugins))
+        else:
+            found = run_search(RateSearch.model_validate(search), config, plugins)
+            result, cells = found.best, search_cells(found)
+        if run_dir is not None:
+            write_run(Path(run_dir), result)
+        outcome = {"status": "ok", "error": None, "result": json.loads(result.to_json())}
+        if cells is not None:
+            outcome["search"] = cells
+        return outcome
     except Exception as exc:  # any failure of one point is recorded, the sweep goes on
         return error_outcome(describe(exc))
 
@@ -148,7 +182,7 @@ class LocalExecutor:
                         break
                     task = queue.popleft()
                     try:
-                        future = pool.submit(run_point, task.engine, task.config, task.plugins)
+                        future = pool.submit(run_point, *task.args)
                         inflight[future] = task
                     except BrokenProcessPool:  # a worker died since the last wait
                         queue.appendleft(task)
@@ -255,7 +289,7 @@ class RayExecutor:
             pending = itertools.chain([first], source)
             while True:
                 for task in itertools.islice(pending, max(0, ahead - len(refs))):
-                    refs[remote.remote(task.engine, task.config, task.plugins)] = task
+                    refs[remote.remote(*task.args)] = task
                 if not refs:
                     break
                 ready, _ = ray.wait(list(refs), num_returns=1)

@@ -12,7 +12,9 @@ base the same way:
 Values are applied shallowest first (a kind before the parameters of its section), so
 ``eviction`` and ``eviction.order`` may be axes of the same sweep. A point's id is
 ``<engine>-<hash of its resolved config>``, the name ``specmd run`` gives its run folder; two
-points with the same id are an error.
+points with the same id are an error. With a rate ``search`` (:mod:`specmd_sim.sweep.search`)
+a point's config is the search's first probe: Poisson arrivals at ``min_rate_per_s``, after the
+axes; it must have an ``slo``.
 
 A grid is counted from the lengths of its factors (:func:`count_points`) before any point is
 built, and :func:`iter_points` builds its points one at a time, so that a grid of millions of
@@ -31,6 +33,7 @@ from typing import Any
 from specmd_sim.config import SimConfig, apply_overrides, build_config, config_to_dict
 from specmd_sim.errors import SpecmdError
 from specmd_sim.runs import config_hash
+from specmd_sim.sweep.search import ARRIVALS_PATH, RATE_PATH
 from specmd_sim.sweep.spec import SweepSpec
 
 AXIS_ALIASES = {"capacity": "cache.capacity", "cache": "cache.capacity"}
@@ -136,7 +139,16 @@ def iter_points(spec: SweepSpec, source: str = "sweep spec") -> Iterator[Point]:
     for index, combo in enumerate(itertools.product(*rows)):
         axes = axes_of(combo)
         where = f"{source}: point {index} ({point_key(axes)})"
-        config = build_config(apply_axes(base, axes), where)
+        data = apply_axes(base, axes)
+        if spec.search is not None:  # the point is the search's first probe
+            rate = json.dumps(spec.search.min_rate_per_s)
+            data = apply_overrides(data, [f"{ARRIVALS_PATH}=poisson", f"{RATE_PATH}={rate}"])
+        config = build_config(data, where)
+        if spec.search is not None and config.slo is None:
+            raise SpecmdError(
+                f"{where}: slo: expected the limits the search meets ({{ttft_s: ..., tpot_s: "
+                "...}} in base, set or an axis), got none"
+            )
         point = Point(index, axes, config, f"{spec.engine}-{config_hash(config)}")
         if point.point_id in seen:
             first = seen[point.point_id]

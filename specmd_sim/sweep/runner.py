@@ -3,7 +3,19 @@
 A row is ``result_row(result.json)`` (the layout ``specmd compare`` reads) plus the bookkeeping
 columns ``point_index``, ``point_id`` (``<engine>-<config hash>``), ``status`` (``ok`` or
 ``error``), ``error`` (the message) and ``axis.<name>`` for each axis. A failed point's row
-has its config columns and no metrics.
+has its config columns and no metrics. A spec with a rate ``search`` adds the ``search.*``
+columns (:data:`~specmd_sim.sweep.search.SEARCH_COLUMNS`); its row's result is the run at the
+rate found.
+
+With ``keep_runs`` each point's worker also writes the point's run folder (of the run that
+gives the row) to ``DIR/_runs/<point id>/``, and the row's ``run_dir`` column names it relative
+to ``DIR`` (null for a failed point): ``specmd report DIR/_runs/<point id>`` opens it. The
+folder is written, whole and atomically, before the row, so a stored ok row has its folder. A
+resumed sweep reruns an ok point whose folder is missing or incomplete
+(:func:`~specmd_sim.runs.check_run_folder`), which rewrites both; the run is deterministic, so
+the row is the same. A sweep is resumed with the ``keep_runs`` and the ``search`` it was made
+with (they are kept in ``_meta/points.json``; else one line); without ``keep_runs`` the table
+and ``_meta`` are as they always were.
 
 Before any work the grid is counted (more than ``max_points`` is refused) and the output folder
 checked (:func:`check_sweep_folder`). Without ``resume`` it must be new or empty; with it, it
@@ -21,6 +33,7 @@ stored until then stays, and a rerun with ``resume`` goes on from there.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -34,8 +47,10 @@ from specmd_sim.config import SimConfig, config_to_dict
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import result_row
 from specmd_sim.policies.registry import load_plugins
-from specmd_sim.sweep.executors import Outcome, Task, make_executor
+from specmd_sim.runs import check_run_folder
+from specmd_sim.sweep.executors import Outcome, Task, error_outcome, make_executor
 from specmd_sim.sweep.grid import MAX_POINTS, Point, axis_label, check_size, iter_points
+from specmd_sim.sweep.search import SEARCH_COLUMNS
 from specmd_sim.sweep.spec import SweepSpec, load_spec
 from specmd_sim.sweep.store import (
     META_DIR,
@@ -48,6 +63,7 @@ from specmd_sim.sweep.store import (
 )
 
 POINTS_FORMAT = "specmd-sweep-points"
+RUNS_DIR = "_runs"  # the kept run folders (--keep-runs); readers of the table skip "_" names
 
 
 @dataclass(frozen=True)
@@ -71,14 +87,18 @@ class SweepSummary:
     seconds: float
 
 
-def point_row(point: Point, engine: str, outcome: Outcome) -> Row:
-    """The table row of a finished point."""
+def point_row(point: Point, engine: str, outcome: Outcome, run_dir: str | None = None) -> Row:
+    """The table row of a finished point; ``run_dir``: its kept run folder, relative to the
+    sweep folder (``--keep-runs``)."""
     row: Row = {
         "point_index": point.index,
         "point_id": point.point_id,
         "status": outcome["status"],
         "error": outcome["error"],
     }
+    if run_dir is not None:
+        row["run_dir"] = run_dir
+    row.update(outcome.get("search") or {})
     row.update({f"axis.{name}": axis_label(value) for name, value in point.axes.items()})
     result = outcome["result"] or {
         "engine": engine,
@@ -104,6 +124,7 @@ def run_sweep(
     address: str | None = None,
     resume: bool = False,
     retry_errors: bool = False,
+    keep_runs: bool = False,
     max_points: int = MAX_POINTS,
     plugins: Sequence[str] = (),
     on_start: Callable[[int, int], None] | None = None,
@@ -111,6 +132,7 @@ def run_sweep(
 ) -> SweepSummary:
     """Run a sweep into the folder ``out``; see the module docstring.
 
+    ``keep_runs``: also keep each point's run folder in ``out/_runs/`` (the module docstring).
     ``plugins``: modules of the user's plug-ins that the spec names by import path, imported
     here and in every worker (a spec never imports code itself). ``on_start(to_run,
     skipped)`` is called once before the first point runs and ``on_point`` after each
@@ -126,14 +148,20 @@ def run_sweep(
     total = check_size(spec, max_points, source)
     check_sweep_folder(out, resume)
     runner = make_executor(executor, workers, address)
-    listing, columns = _survey(spec, source)
-    lock = _prepare_folder(out, spec, listing)
+    listing, columns = _survey(spec, source, keep_runs)
+    lock = _prepare_folder(out, spec, listing, keep_runs)
+    runs = out.resolve() / RUNS_DIR
+    search = None if spec.search is None else spec.search.model_dump(mode="json")
     try:
         store = ResultStore(out, columns, total)
         store.scan()
         done = store.done_ids()
         if retry_errors:
             done -= store.error_ids()
+        if keep_runs:  # an ok row without its complete run folder is run again
+            rows = store.read_rows()
+            done -= {r["point_id"] for r in rows
+                     if r["status"] == "ok" and not _complete(runs / r["point_id"])}  # fmt: skip
         to_run = sum(entry["point_id"] not in done for entry in listing)
         if on_start is not None:
             on_start(to_run, total - to_run)
@@ -144,14 +172,19 @@ def run_sweep(
             for point in iter_points(spec, source):
                 if point.point_id not in done:
                     running[point.index] = point
-                    yield Task(
-                        point.index, spec.engine, config_to_dict(point.config), tuple(plugins)
-                    )
+                    run_dir = None
+                    if keep_runs:
+                        run_dir = str(_clear_incomplete(runs / point.point_id))
+                    config = config_to_dict(point.config)
+                    yield Task(point.index, spec.engine, config, tuple(plugins), run_dir, search)
 
         def record(task: Task, outcome: Outcome) -> None:
             nonlocal finished
             point = running.pop(task.index)
-            row = point_row(point, spec.engine, outcome)
+            run_dir = None
+            if keep_runs and outcome["status"] == "ok":
+                outcome, run_dir = _kept(outcome, runs / point.point_id)
+            row = point_row(point, spec.engine, outcome, run_dir)
             store.append(row)
             finished += 1
             if on_point is not None:
@@ -194,7 +227,40 @@ def check_sweep_folder(out: Path, resume: bool) -> None:
         )
 
 
-def _survey(spec: SweepSpec, source: str) -> tuple[list[dict[str, Any]], dict[str, Kind]]:
+def _complete(run_dir: Path) -> bool:
+    try:
+        check_run_folder(run_dir)
+    except SpecmdError:
+        return False
+    return True
+
+
+def _clear_incomplete(run_dir: Path) -> Path:
+    """Remove what is at a point's run folder unless it is a complete run folder (changed since
+    it was written): the point's worker writes it anew, and refuses a folder of other files."""
+    if run_dir.is_dir() and not _complete(run_dir):
+        shutil.rmtree(run_dir)
+    elif run_dir.exists() and not run_dir.is_dir():
+        run_dir.unlink()
+    return run_dir
+
+
+def _kept(outcome: Outcome, run_dir: Path) -> tuple[Outcome, str | None]:
+    """A finished point's outcome and its ``run_dir`` cell, once its worker has written its
+    run folder: an error if that folder cannot be read here (a worker on another machine)."""
+    try:
+        check_run_folder(run_dir)
+    except SpecmdError as exc:
+        return error_outcome(
+            f"--keep-runs: expected the point's run folder, as its worker wrote it, got {exc} "
+            "(on a Ray cluster --out must be on a filesystem every node shares)"
+        ), None
+    return outcome, f"{RUNS_DIR}/{run_dir.name}"
+
+
+def _survey(
+    spec: SweepSpec, source: str, keep_runs: bool = False
+) -> tuple[list[dict[str, Any]], dict[str, Kind]]:
     """One pass over the grid: the listing of its points (``points.json``) and the columns of
     its table."""
     listing: list[dict[str, Any]] = []
@@ -208,30 +274,43 @@ def _survey(spec: SweepSpec, source: str) -> tuple[list[dict[str, Any]], dict[st
     # every value of an axis is the value of some point: its column's kind needs no points
     axes = {name: [axis_label(v) for v in values]
             for factor in spec.factors() for name, values in factor.items()}  # fmt: skip
-    columns = table_columns(spec.engine, axes, configs())
+    extra: dict[str, Kind] = {"run_dir": "string"} if keep_runs else {}
+    if spec.search is not None:
+        extra.update(SEARCH_COLUMNS)
+    columns = table_columns(spec.engine, axes, configs(), extra)
     return listing, columns
 
 
-def _prepare_folder(out: Path, spec: SweepSpec, listing: list[dict[str, Any]]) -> IO[Any]:
-    """Check a folder being resumed has the same points, take its lock, and write the spec and
-    the point list."""
+def _prepare_folder(
+    out: Path, spec: SweepSpec, listing: list[dict[str, Any]], keep_runs: bool = False
+) -> IO[Any]:
+    """Check a folder being resumed has the same points (and the same ``keep_runs`` and
+    search), take its lock, and write the spec and the point list."""
     meta = out / META_DIR
+    options: dict[str, Any] = {}  # only what is set: a plain sweep's points.json is unchanged
+    if keep_runs:
+        options["keep_runs"] = True
+    if spec.search is not None:
+        options["search"] = spec.search.model_dump(mode="json")
     if out.is_dir() and part_files(out):  # without results (killed before the first), any spec
-        _check_same_points(out, [entry["point_id"] for entry in listing])
+        _check_same_points(out, [entry["point_id"] for entry in listing], options)
     meta.mkdir(parents=True, exist_ok=True)
     lock = _lock(meta / "lock", out)
     document = {"format": POINTS_FORMAT, "version": 1, "engine": spec.engine, "points": listing}
+    document.update(options)
     write_text(meta / "points.json", json.dumps(document, indent=1, sort_keys=True) + "\n")
-    spec_text = yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False)
+    plain = {"search"} if spec.search is None else None  # a plain sweep's spec.yaml as before
+    spec_text = yaml.safe_dump(spec.model_dump(mode="json", exclude=plain), sort_keys=False)
     write_text(meta / "spec.yaml", spec_text)
     return lock
 
 
-def _check_same_points(out: Path, new: list[str]) -> None:
+def _check_same_points(out: Path, new: list[str], options: dict[str, Any]) -> None:
     listing = out / META_DIR / "points.json"
     try:
         stored = json.loads(listing.read_text())
         old = [entry["point_id"] for entry in stored["points"]]
+        before = {key: stored[key] for key in ("keep_runs", "search") if key in stored}
     except (OSError, ValueError, KeyError, TypeError):
         raise SpecmdError(
             f"--out {out}: expected a sweep folder to resume (with {META_DIR}/points.json), "
@@ -243,6 +322,19 @@ def _check_same_points(out: Path, new: list[str]) -> None:
             f"--out {out}: expected the spec that made this sweep folder, got one whose points "
             f"differ ({len(new)} points now, {len(old)} before, {differ} differ); "
             "use a new --out folder"
+        )
+    if before.get("keep_runs", False) != options.get("keep_runs", False):
+        made = "with" if before.get("keep_runs") else "without"
+        now = "with" if options.get("keep_runs") else "without"
+        raise SpecmdError(
+            f"--keep-runs: expected the sweep folder {out} to be resumed {made} --keep-runs, as "
+            f"it was made, got {now}"
+        )
+    if before.get("search") != options.get("search"):
+        raise SpecmdError(
+            f"--out {out}: expected the spec that made this sweep folder, got one whose search "
+            f"differs ({options.get('search')} now, {before.get('search')} before); use a new "
+            "--out folder"
         )
 
 

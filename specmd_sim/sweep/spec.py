@@ -13,6 +13,10 @@ A spec is a small YAML file::
     zip:                             # groups whose axes advance together
       - capacity: [8, 16]
         prefetch: [none, top-k]
+    search:                          # optional: at each point, the highest arrival rate that
+      attainment: 0.9                # meets the config's slo (specmd_sim.sweep.search)
+      min_rate_per_s: 0.5
+      max_rate_per_s: 64
 
 The points are the product of every entry of ``axes`` and every ``zip`` group, in that order,
 the last factor varying fastest (:mod:`specmd_sim.sweep.grid` expands them). Building a spec
@@ -29,6 +33,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from specmd_sim.errors import SpecmdError, from_validation_error
 from specmd_sim.schema_base import InputModel
+from specmd_sim.sweep.search import ARRIVALS_PATH, RATE_PATH, RateSearch
 
 Engine = Literal["replay", "simulate"]
 
@@ -62,6 +67,12 @@ class SweepSpec(InputModel):
         description="Groups of axes that advance together (equal lengths); each group is one "
         "more factor of the product.",
     )
+    search: RateSearch | None = Field(
+        default=None,
+        description="At each point, search the highest Poisson arrival rate whose SLO "
+        "attainment meets a target, instead of one run (engine simulate; the config's slo "
+        "gives the limits).",
+    )
 
     @model_validator(mode="after")
     def _check_axes(self) -> SweepSpec:
@@ -83,6 +94,18 @@ class SweepSpec(InputModel):
             if len(set(lengths.values())) > 1:
                 raise ValueError(
                     f"{where}: expected axes of equal length to zip, got lengths {lengths}"
+                )
+        if self.search is not None:
+            if self.engine != "simulate":
+                raise ValueError(
+                    "search: expected engine: simulate (slo_attainment is a timing metric), "
+                    f"got engine: {self.engine}"
+                )
+            owned = sorted(seen & {RATE_PATH, ARRIVALS_PATH, "workload"})
+            if owned:
+                raise ValueError(
+                    f"search: expected no axis {owned[0]} (the search sets the arrivals and "
+                    "their rate), got one"
                 )
         return self
 

@@ -7,6 +7,7 @@ Layout of a sweep folder ``DIR``::
     DIR/_meta/spec.yaml                         the spec, as resolved
     DIR/_meta/points.json                       every point: index, id, axis values
     DIR/_meta/lock                              held while a sweep writes to DIR
+    DIR/_runs/simulate-3fa9c2b1d0e4/            with --keep-runs: each point's run folder
 
 ``pandas.read_parquet(DIR)`` reads the table (pyarrow skips names starting with ``_`` or
 ``.``), its rows in point order because the file names start with the point index.
@@ -22,7 +23,9 @@ the table with one line naming that file.
 Every file has the same schema, so that pyarrow reads them as one table, and it is known before
 the first point runs (:func:`table_columns`), from the spec rather than from the rows:
 
-- bookkeeping: ``point_index`` (int64), ``point_id``, ``status``, ``error`` (string);
+- bookkeeping: ``point_index`` (int64), ``point_id``, ``status``, ``error`` (string), then
+  the sweep's own columns (``extra``): ``run_dir`` with ``--keep-runs``, ``search.*`` with a
+  rate search;
 - ``axis.<name>``: int64, float64 or bool when every value of the axis is one, else string;
 - ``engine``, ``hardware_grade``: string;
 - the metrics the sweep's engine reports with the points' configs, and ``inputs.<key>``, typed
@@ -72,12 +75,17 @@ _KIND_OF_TYPE: dict[type, Kind] = {bool: "bool", int: "int", float: "float", str
 
 
 def table_columns(
-    engine: str, axes: Mapping[str, Sequence[Any]], configs: Iterable[SimConfig]
+    engine: str,
+    axes: Mapping[str, Sequence[Any]],
+    configs: Iterable[SimConfig],
+    extra: Mapping[str, Kind] | None = None,
 ) -> dict[str, Kind]:
     """The columns of a sweep's table and their kinds, in order: ``axes`` maps each axis to
-    its cell value at every point, ``configs`` are the points' configs."""
+    its cell value at every point, ``configs`` are the points' configs, ``extra`` the columns
+    the sweep adds after the bookkeeping (``run_dir``, ``search.*``)."""
     columns: dict[str, Kind] = {"point_index": "int", "point_id": "string", "status": "string",
                                 "error": "string"}  # fmt: skip
+    columns.update(extra or {})
     for name, values in axes.items():
         columns[f"axis.{name}"] = _axis_kind(values)
     columns.update(engine="string", hardware_grade="string")

@@ -173,3 +173,43 @@ def test_time_only_makes_accesses_worse(eviction, prefetch, pin, workload):
         if r != _HIT:
             assert t == r  # the same miss class
     assert timed.metrics["makespan_s"] > 0
+
+
+@pytest.mark.parametrize("eviction", ["lru", "least-stale", "lfu", "belady"])
+@pytest.mark.parametrize("prefetch", ["top-k", "none"])
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
+@given(workload=workloads())
+def test_ideal_timing_makes_replays_decisions_under_kv_pressure(eviction, prefetch, workload):
+    """Continuous batching with a KV cache that grows into the expert cache (its HBM leaves the
+    drawn capacity and the KV cache of half a token less than its peak): the capacity loses a
+    slot at the peak and gets it back, and both engines evict the same experts for it."""
+    from support.profiles import profile_with_hbm
+
+    from specmd_sim.config import WorkloadConfig
+    from specmd_sim.models import load_model
+    from specmd_sim.runtime import load_runtime
+    from specmd_sim.scenario.passes import build_passes
+
+    trace, overrides = workload
+    model = load_model(MODEL)
+    slots = int(next(o for o in overrides if o.startswith("cache.capacity=")).split("=")[1])
+    batch = int(next(o for o in overrides if o.startswith("workload.batch_size=")).split("=")[1])
+    continuous = WorkloadConfig(scheduler="continuous", batch_size=batch, max_tokens_per_step=3)
+    peak = int(build_passes(trace, continuous).kv_resident().max())
+    per_token = model.kv_bytes_per_token * model.num_layers
+    hbm = (model.non_expert_bytes + int(load_runtime("fused-kernels").workspace_bytes.value)
+           + slots * model.expert_bytes + (2 * peak - 1) * per_token // 2)  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        profile = profile_with_hbm(Path(tmp), hbm)
+        overrides = [
+            *overrides, f"eviction.kind={eviction}", f"prefetch.kind={prefetch}",
+            f"hardware={profile}", "workload.scheduler=continuous", "workload.kv_cache=evict",
+            "workload.max_tokens_per_step=3",
+        ]  # fmt: skip
+        replayed, replay_log = _run(_python_replay, trace, overrides)
+        timed, timed_log = _run(simulate, trace, [*overrides, "timing.ideal=true"])
+    assert replayed.metrics["evictions_kv"] > 0
+    assert timed_log["access"] == replay_log["access"]
+    assert timed_log["evict"] == replay_log["evict"]
+    counters = {k: replayed.metrics[k] for k in (*_CACHE_COUNTERS, "evictions_kv")}
+    assert {k: timed.metrics[k] for k in (*_CACHE_COUNTERS, "evictions_kv")} == counters

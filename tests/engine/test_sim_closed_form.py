@@ -8,6 +8,7 @@ times below are written out from the profile's numbers, independently of the cos
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,13 +27,14 @@ def roofline(flops: float, nbytes: float, gpu: dict) -> float:
     return max(flops / peak, nbytes / bw) + gpu["kernel_launch_overhead_s"]["value"]
 
 
-def hand_times(gpu: dict) -> tuple[float, float, float]:
-    """Attention (1 token at position 1), one expert on 1 token, LM head: Mixtral by hand."""
+def hand_times(gpu: dict, position: int = 1) -> tuple[float, float, float]:
+    """Attention (1 token at ``position``: it reads that many tokens' keys and values), one
+    expert on 1 token, LM head: Mixtral by hand."""
     h, inter, heads, kv_heads, hd, vocab = 4096, 14336, 32, 8, 128, 32000
     attn_params = h * (2 * heads * hd + 2 * kv_heads * hd) + h * EXPERTS  # + router
     attn = roofline(
-        2 * attn_params + 4 * heads * hd * 1,
-        attn_params * 2 + 1 * (2 * kv_heads * hd * 2) + 2 * h * 2,
+        2 * attn_params + 4 * heads * hd * position,
+        attn_params * 2 + position * (2 * kv_heads * hd * 2) + 2 * h * 2,
         gpu,
     )
     expert_params = 3 * h * inter
@@ -97,3 +99,98 @@ def test_one_copy_engine_serializes_the_fetches(write_trace, tmp_path: Path) -> 
     expected = LAYERS * (attn + 2 * fetch + expert) + lm_head
     assert metrics["ttft_s"] == pytest.approx(expected, rel=1e-9)
     assert metrics["overlap_s"] == pytest.approx(LAYERS * expert, rel=1e-9)
+
+
+# --- latency distributions: deterministic arrivals and service times -------------------------
+
+
+def every_access_misses(tokens: int) -> np.ndarray:
+    """Expert 0 of every layer for every token: with one slot, LRU and no prefetching, every
+    access misses (each layer evicts the previous layer's expert), so each pass takes the same
+    time but for its attention's context."""
+    return np.zeros((tokens, LAYERS, 1), np.int16)
+
+
+def pass_time(profile: dict, position: int) -> float:
+    """A one-token pass at ``position`` in which every layer misses its one expert."""
+    attn, expert, lm_head = hand_times(profile["nodes"][0], position)
+    bw, latency = link(profile)
+    fetch = latency + load_model("mixtral-8x7b").expert_bytes / bw
+    return LAYERS * (attn + fetch + expert) + lm_head
+
+
+def simulate_misses(write_trace, tmp_path: Path, **trace: Any) -> tuple[Any, dict]:
+    tokens = trace.pop("tokens")
+    path = write_trace(every_access_misses(tokens), "mixtral-8x7b", EXPERTS, **trace)
+    cfg = SimConfig(
+        trace=str(path), hardware=str(profile_with_engines(tmp_path, 1)), cache={"capacity": 1},
+        eviction={"kind": "lru"}, prefetch={"kind": "none"}, runtime="roofline",
+        workload={"arrivals": "trace"} if "arrival_s" in trace else {},
+        slo={"ttft_s": 1.0},
+    )  # fmt: skip
+    return simulate(cfg), load_profile(cfg.hardware).model_dump(mode="json")
+
+
+def test_ttft_percentiles_of_a_queue_with_deterministic_arrivals(write_trace, tmp_path) -> None:
+    """Ten one-token requests, one every 0.6 service times: each waits for those before it, so
+    request i's TTFT is (i + 1)·S − i·a, an arithmetic sequence; its percentiles and the share
+    within a limit follow by hand."""
+    n = 10
+    profile = load_profile("h100-pcie").model_dump(mode="json")
+    service = pass_time(profile, 1)
+    gap = 0.6 * service
+    arrivals = np.arange(n) * gap
+    result, profile = simulate_misses(
+        write_trace, tmp_path, tokens=n, request=np.arange(n, dtype=np.int32),
+        phase=np.zeros(n, np.uint8), arrival_s=arrivals,
+    )  # fmt: skip
+    ttft = np.array([(i + 1) * service - i * gap for i in range(n)])
+    assert result.per_request["ttft_s"] == pytest.approx(ttft.tolist(), rel=1e-9)
+    for q in (50, 90, 99):
+        # linear interpolation between closest ranks, written out: rank q/100 · (n − 1)
+        rank = q / 100 * (n - 1)
+        lo = int(rank)
+        expected = ttft[lo] + (rank - lo) * (ttft[min(lo + 1, n - 1)] - ttft[lo])
+        assert result.metrics[f"ttft_p{q}_s"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_slo_attainment_and_goodput_of_a_queue(write_trace, tmp_path) -> None:
+    """The same queue against a TTFT limit between two requests' TTFTs: the requests before it
+    meet it, and goodput is their number over the makespan."""
+    n = 10
+    profile = load_profile("h100-pcie").model_dump(mode="json")
+    service = pass_time(profile, 1)
+    gap = 0.6 * service
+    ttft = [(i + 1) * service - i * gap for i in range(n)]
+    limit = (ttft[6] + ttft[7]) / 2  # requests 0..6 meet it
+    path = write_trace(
+        every_access_misses(n), "mixtral-8x7b", EXPERTS, request=np.arange(n, dtype=np.int32),
+        phase=np.zeros(n, np.uint8), arrival_s=np.arange(n) * gap,
+    )  # fmt: skip
+    cfg = SimConfig(
+        trace=str(path), hardware=str(profile_with_engines(tmp_path, 1)), cache={"capacity": 1},
+        eviction={"kind": "lru"}, prefetch={"kind": "none"}, runtime="roofline",
+        workload={"arrivals": "trace"}, slo={"ttft_s": limit},
+    )  # fmt: skip
+    m = simulate(cfg).metrics
+    makespan = n * service  # the server never idles: it is always behind the arrivals
+    assert m["makespan_s"] == pytest.approx(makespan, rel=1e-9)
+    assert m["slo_requests_met"] == 7
+    assert m["slo_attainment"] == pytest.approx(0.7)
+    assert m["goodput_rps"] == pytest.approx(7 / makespan, rel=1e-9)
+
+
+def test_tpot_and_itl_percentiles_of_one_decoding_request(write_trace, tmp_path) -> None:
+    """One request: a one-token prefill, then 20 decode tokens, each a pass at the next
+    position. Every decode pass is one token's time and one inter-token gap."""
+    decode = 20
+    result, profile = simulate_misses(
+        write_trace, tmp_path, tokens=decode + 1,
+        phase=np.array([0] + [1] * decode, np.uint8),
+    )  # fmt: skip
+    times = np.array([pass_time(profile, 2 + j) for j in range(decode)])
+    for q in (50, 90, 99):
+        expected = float(np.percentile(times, q))
+        assert result.metrics[f"tpot_p{q}_s"] == pytest.approx(expected, rel=1e-9)
+        assert result.metrics[f"itl_p{q}_s"] == pytest.approx(expected, rel=1e-9)
+    assert result.metrics["slo_attainment"] == 1.0  # TTFT one pass, far below 1 s

@@ -275,6 +275,7 @@ def counters(**nonzero: int) -> dict[str, int]:
         "prefetch_cancelled",
         "prefetch_dropped",
         "evictions",
+        "evictions_kv",
         "bypassed",
         "activations_dropped",
         "activations_substituted",

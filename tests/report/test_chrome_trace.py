@@ -25,7 +25,7 @@ from specmd_sim.timeline import (
     to_chrome_trace,
 )
 
-PHASES = {"X", "M", "C", "b", "e", "i"}
+PHASES = {"X", "M", "C", "b", "e", "i", "s", "f"}
 METADATA = {"process_name", "process_sort_index", "thread_name", "thread_sort_index"}
 
 
@@ -43,6 +43,7 @@ def check_schema(trace: dict[str, Any]) -> None:
     assert all(isinstance(v, str) for v in trace.get("otherData", {}).values())
     named_processes, named_threads = set(), set()
     open_async: dict[tuple, list[int]] = defaultdict(list)
+    flow_tracks: set[tuple[int, int]] = set()
     for ev in trace["traceEvents"]:
         assert ev["ph"] in PHASES, ev
         assert isinstance(ev["pid"], int) and ev["pid"] > 0, ev
@@ -72,9 +73,14 @@ def check_schema(trace: dict[str, Any]) -> None:
                 assert ns(ev["ts"]) >= open_async[key].pop()
         elif ev["ph"] == "i":
             assert ev["s"] in ("g", "p", "t")
+        elif ev["ph"] in "sf":  # a flow: bound to the slice enclosing it on a named track
+            assert isinstance(ev["id"], int) and ev["cat"] == "flow" and isinstance(ev["tid"], int)
+            assert ev["ph"] == "s" or ev["bp"] == "e"
+            flow_tracks.add((ev["pid"], ev["tid"]))
     assert not any(open_async.values()), "unclosed async slices"
     used = {(ev["pid"], ev["tid"]) for ev in trace["traceEvents"] if ev["ph"] == "X"}
     assert used <= named_threads, "every track is named"
+    assert flow_tracks <= used, "a flow binds to a slice of a track of slices"
     assert {p for p, _ in used} <= named_processes
 
 
@@ -108,7 +114,7 @@ def test_a_track_per_engine_in_a_process_per_device(trace: dict, timed: RunResul
     meta = [ev for ev in trace["traceEvents"] if ev["ph"] == "M"]
     processes = {ev["pid"]: ev["args"]["name"] for ev in meta if ev["name"] == "process_name"}
     threads = {ev["tid"]: ev["args"]["name"] for ev in meta if ev["name"] == "thread_name"}
-    assert sorted(processes.values()) == ["gpu0"]
+    assert sorted(processes.values()) == ["gpu0", "network"]  # network: bandwidth counters
     assert sorted(threads.values()) == ["compute", "copy-h2d-0", "copy-h2d-1", "passes"]
     spans = [ev for ev in trace["traceEvents"] if ev["ph"] == "X" and ev["cat"] != "pass"]
     assert len(spans) == len(timed.spans)  # every span, once
@@ -217,11 +223,16 @@ def test_counter_tracks_follow_the_samples(trace: dict[str, Any], timed: RunResu
         if ev["ph"] == "C":
             ((arg, value),) = ev["args"].items()
             counters[(ev["name"], arg)].append((ns(ev["ts"]), value))
-    assert set(counters) == {("cache used", "bytes"), ("in flight", "bytes")}
+    links = {r for r, b in zip(timed.per_resource["resource"], timed.per_resource["bytes"],
+                               strict=True) if b and "/" not in r}  # fmt: skip
+    assert set(counters) == {("cache used", "bytes"), ("in flight", "bytes")} | {
+        (r, "bytes/s") for r in links
+    }
+    named = {"cache used": "cache_used_bytes", "in flight": "bytes_in_flight"}
     for (name, _), points in counters.items():
         times = [t for t, _ in points]
         assert times == sorted(set(times)), "one value per instant, in time order"
-        samples = timed.counters["cache_used_bytes" if name == "cache used" else "bytes_in_flight"]
+        samples = timed.counters[named.get(name, f"network/{name}_bytes_per_s")]
         assert points[-1][1] == samples["value"][-1]
         assert max(v for _, v in points) == samples["value"].max()
 

@@ -17,6 +17,7 @@ SHOWN = {
     "B/s": (5.3e10, "53 GB/s"),
     "B/token": (2.5 * 2**20, "2.5 MiB/token"),
     "tok/s": (23.917, "23.92 tok/s"),
+    "req/s": (0.48153, "0.4815 req/s"),
     "id": ("gpu0", "gpu0"),
     "text": ("belady", "belady"),
 }

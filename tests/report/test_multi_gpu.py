@@ -9,7 +9,12 @@ import pytest
 from specmd_sim.metrics import RunResult
 from specmd_sim.report import RunData, layer_figure, timeline_figure
 from specmd_sim.report.analysis import layer_totals, ttft_breakdown
-from specmd_sim.report.run_report import ttft_figure
+from specmd_sim.report.run_report import (
+    prefetch_figure,
+    stall_figure,
+    taxonomy_figure,
+    ttft_figure,
+)
 from specmd_sim.timeline import lane_process
 
 
@@ -60,9 +65,13 @@ def test_every_counter_axis_names_its_gpu(run: RunData) -> None:
         "gpu0 · in flight<br>(MiB)", "gpu0 · cache used<br>(MiB)",
         "gpu1 · in flight<br>(MiB)", "gpu1 · cache used<br>(MiB)",
     ]  # fmt: skip
-    counters = [t for t in fig.data if t.type == "scatter"]
-    assert {t.name for t in counters} == {"gpu0 in flight", "gpu0 cache used",
-                                          "gpu1 in flight", "gpu1 cache used"}  # fmt: skip
+    counters = {t.name for t in fig.data if t.type == "scatter"}
+    of_gpus = {n for n in counters if not n.startswith("network ")}
+    assert of_gpus == {"gpu0 in flight", "gpu0 cache used", "gpu1 in flight", "gpu1 cache used"}
+    names = run.require_spans("counters").counters
+    links = {f"network {n.removeprefix('network/').removesuffix('_bytes_per_s')}"
+             for n in names if n.startswith("network/")}  # fmt: skip
+    assert links and counters - of_gpus == links  # each link's name holds its GPUs
 
 
 def _passes_of(fig, traces) -> set[int]:
@@ -114,3 +123,9 @@ def test_ttft_per_layer_counts_only_the_requests_gpu(run: RunData) -> None:
     assert 0 < mean_layers <= (b.requests["compute"] + b.requests["stall"]).mean() * (1 + 1e-9)
     fig = ttft_figure(run)
     assert list(fig.data[0].y) == ["request 0 · gpu0", "request 1 · gpu1"]
+
+
+def test_panels_summed_over_the_gpus_say_so(run: RunData) -> None:
+    for figure in (taxonomy_figure, prefetch_figure, stall_figure):
+        subtitle = figure(run).layout.title.subtitle.text
+        assert "of the 2 GPUs" in subtitle or "(all 2 GPUs)" in subtitle, figure.__name__

@@ -25,11 +25,15 @@ from specmd_sim.traces import make_trace
 from specmd_sim.traces import trace as trace_module
 from specmd_sim.traces.trace import DECODE, PREFILL, Trace
 
+Table = list[tuple[list[int], list[int], list[int], list[bool]]]
+"""Passes as rows: each pass's trace rows, their requests, their phases and whether each is
+its request's last prompt token."""
 
-def reference_passes(
-    trace: Trace, workload: WorkloadConfig, share: tuple[int, int] = (0, 1)
-) -> Passes:
-    """The pass table as the module docstring tells it: one admission or decode step at a time."""
+
+def rows_by_request(
+    trace: Trace, workload: WorkloadConfig, share: tuple[int, int]
+) -> tuple[dict[int, list[int]], list[int]]:
+    """Each request's rows, and the requests served, in order of first appearance."""
     rows_of: dict[int, list[int]] = {}
     for row, request in enumerate(trace.request.tolist()):
         rows_of.setdefault(request, []).append(row)
@@ -38,8 +42,19 @@ def reference_passes(
         order = [r for r in order if r in workload.requests]
     if workload.max_requests is not None:
         order = order[: workload.max_requests]
-    queue = deque(order[share[0] :: share[1]])
-    table: list[tuple[list[int], list[int], int, bool]] = []  # rows, their requests, phase, first
+    return rows_of, order[share[0] :: share[1]]
+
+
+def reference_passes(
+    trace: Trace, workload: WorkloadConfig, share: tuple[int, int] = (0, 1),
+    pool: int | None = None,
+) -> Passes:  # fmt: skip
+    """The pass table as the module docstring tells it: one admission or decode step at a time."""
+    if workload.scheduler == "continuous":
+        return passes_of(reference_continuous(trace, workload, share, pool))
+    rows_of, order = rows_by_request(trace, workload, share)
+    queue = deque(order)
+    table: Table = []
     active: list[tuple[int, list[int]]] = []  # joined requests and their decode rows left
     while queue or active:
         while queue and len(active) < workload.batch_size:
@@ -49,12 +64,75 @@ def reference_passes(
             step = workload.prefill_chunk_tokens or max(len(prefill), 1)
             for lo in range(0, len(prefill), step):
                 part = prefill[lo : lo + step]
-                table.append((part, [request] * len(part), PREFILL, lo + step >= len(prefill)))
+                last = lo + step >= len(prefill)
+                firsts = [last and i == len(part) - 1 for i in range(len(part))]
+                table.append((part, [request] * len(part), [PREFILL] * len(part), firsts))
             if decode:
                 active.append((request, decode))
         if active:
-            table.append(([d.pop(0) for _, d in active], [r for r, _ in active], DECODE, False))
+            rows = [d.pop(0) for _, d in active]
+            table.append((rows, [r for r, _ in active], [DECODE] * len(rows), [False] * len(rows)))
             active = [(r, d) for r, d in active if d]
+    return passes_of(table)
+
+
+def reference_continuous(
+    trace: Trace, workload: WorkloadConfig, share: tuple[int, int], pool: int | None
+) -> Table:
+    """Continuous batching token by token: a step hands out one token at a time from its
+    budget, first to the running requests in join order (a decode token, or prompt tokens up
+    to the chunk), then to waiting requests, which join while the batch has room (and, with a
+    KV pool, while their whole lengths fit)."""
+    rows_of, order = rows_by_request(trace, workload, share)
+    # each request's rows, prompt first; and its prompt length
+    todo = {
+        r: [x for x in rows_of[r] if trace.phase[x] == PREFILL]
+        + [x for x in rows_of[r] if trace.phase[x] == DECODE]
+        for r in order
+    }
+    prompt = {r: sum(trace.phase[x] == PREFILL for x in rows_of[r]) for r in order}
+    done = dict.fromkeys(order, 0)
+    waiting, running = deque(order), []
+    budget_step = workload.max_tokens_per_step or 10**9
+    chunk = workload.prefill_chunk_tokens or 10**9
+    table: Table = []
+    while waiting or running:
+        step: tuple[list[int], list[int], list[int], list[bool]] = ([], [], [], [])
+        budget = budget_step
+
+        def take(r: int, most: int, budget: int, step: tuple = step) -> int:
+            """Hand ``r`` up to ``most`` tokens of ``budget``; what is left of it."""
+            for _ in range(most):
+                if not budget or not todo[r]:
+                    break
+                x = todo[r].pop(0)
+                done[r] += 1
+                for column, value in zip(step, (x, r, int(trace.phase[x]),
+                                                trace.phase[x] == PREFILL and done[r] == prompt[r]),
+                                         strict=True):  # fmt: skip
+                    column.append(value)
+                budget -= 1
+                if trace.phase[x] == DECODE or done[r] == prompt[r]:
+                    break  # one decode token a step; a prompt's end ends the request's share
+            return budget
+
+        for r in list(running):
+            if not budget:
+                break
+            budget = take(r, 1 if done[r] >= prompt[r] else chunk, budget)
+        while waiting and len(running) < workload.batch_size and budget:
+            r = waiting[0]
+            if pool is not None and sum(len(rows_of[x]) for x in running) + len(rows_of[r]) > pool:
+                break
+            running.append(waiting.popleft())
+            budget = take(r, chunk if prompt[r] else 1, budget)
+        table.append(step)
+        running = [r for r in running if todo[r]]
+    return table
+
+
+def passes_of(table: Table) -> Passes:
+    """The Passes of a table, every per-pass field counted row by row."""
     done: dict[int, int] = {}
     fields: dict[str, list[int]] = {name: [] for name in ("context", "attended", "kv", "joins")}
     for _, requests, _, _ in table:
@@ -71,14 +149,17 @@ def reference_passes(
         rows=np.array([r for rows, _, _, _ in table for r in rows], np.int64),
         start=np.array([0, *np.cumsum(sizes, dtype=np.int64)], np.int64),
         request=np.array([requests[0] for _, requests, _, _ in table], np.int32),
-        phase=np.array([phase for _, _, phase, _ in table], np.uint8),
+        phase=np.array([DECODE if DECODE in phases else PREFILL for _, _, phases, _ in table],
+                       np.uint8),
         context_end=np.array(fields["context"], np.int64),
-        first_token=np.array([first for _, _, _, first in table], bool),
+        first_token=np.array([any(firsts) for _, _, _, firsts in table], bool),
         row_request=np.array([r for _, requests, _, _ in table for r in requests], np.int32),
         attended=np.array(fields["attended"], np.int64),
         kv_tokens=np.array(fields["kv"], np.int64),
         joins=np.array(fields["joins"], bool),
-    )
+        row_phase=np.array([ph for _, _, phases, _ in table for ph in phases], np.uint8),
+        row_first=np.array([f for _, _, _, firsts in table for f in firsts], bool),
+    )  # fmt: skip
 
 
 def reference_sets(trace: Trace, passes: Passes) -> dict[str, np.ndarray]:
@@ -189,6 +270,13 @@ WORKLOADS = [
     {"batch_size": 3, "prefill_chunk_tokens": 0},
     {"batch_size": 5, "prefill_chunk_tokens": 3},
     {"batch_size": 2, "max_requests": 2},
+    {"scheduler": "continuous"},
+    {"scheduler": "continuous", "batch_size": 2, "prefill_chunk_tokens": 0},
+    {"scheduler": "continuous", "batch_size": 3, "max_tokens_per_step": 2},
+    {"scheduler": "continuous", "batch_size": 4, "max_tokens_per_step": 5,
+     "prefill_chunk_tokens": 2},
+    {"scheduler": "continuous", "batch_size": 8, "max_tokens_per_step": 3,
+     "prefill_chunk_tokens": 0, "max_requests": 3},
 ]
 
 
@@ -246,3 +334,43 @@ def test_a_duplicate_id_is_found_in_a_later_chunk(k: int, monkeypatch) -> None:
     with pytest.raises(SpecmdError) as err:
         make_trace(experts, model="olmoe-1b-7b", num_experts=32)
     assert str(err.value).endswith(f"{experts[3, 1].tolist()} at token 3, layer 1")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_continuous_passes_with_a_kv_pool_equal_the_reference(seed: int) -> None:
+    """``kv_cache: wait``: a request joins only while the whole lengths of the running ones and
+    its own fit the pool; the pool is drawn between the longest request and all of them."""
+    trace = awkward_trace(seed)
+    lengths = np.unique(trace.request, return_counts=True)[1]
+    rng = np.random.default_rng(seed)
+    for pool in sorted({int(lengths.max()), int(rng.integers(lengths.max(), lengths.sum() + 1))}):
+        for kw in ({"batch_size": 8}, {"batch_size": 2, "max_tokens_per_step": 3}):
+            workload = WorkloadConfig(scheduler="continuous", kv_cache="wait", **kw)
+            passes = build_passes(trace, workload, kv_pool_tokens=pool)
+            want = reference_passes(trace, workload, pool=pool)
+            assert_identical(fields_of(passes), fields_of(want))
+
+
+def test_kv_resident_counts_every_running_requests_tokens() -> None:
+    """The KV cache of each pass, counted from the table: a request holds its tokens so far
+    from its first pass through its last."""
+    for seed in range(8):
+        trace = awkward_trace(seed)
+        for kw in ({"batch_size": 3}, {"scheduler": "continuous", "batch_size": 2}):
+            passes = build_passes(trace, WorkloadConfig(**kw))
+            last = {int(r): p for p in range(passes.num_passes) for r in passes.requests_of(p)}
+            held: dict[int, int] = {}
+            want = []
+            for p in range(passes.num_passes):
+                for r in passes.row_request[passes.start[p] : passes.start[p + 1]].tolist():
+                    held[r] = held.get(r, 0) + 1
+                want.append(sum(n for r, n in held.items() if last[r] >= p))
+            assert passes.kv_resident().tolist() == want
+
+
+def test_a_request_longer_than_the_kv_pool_is_refused() -> None:
+    trace = awkward_trace(1)
+    longest = int(np.unique(trace.request, return_counts=True)[1].max())
+    workload = WorkloadConfig(scheduler="continuous", kv_cache="wait")
+    with pytest.raises(SpecmdError, match=f"got request .* with {longest} tokens"):
+        build_passes(trace, workload, kv_pool_tokens=longest - 1)

@@ -16,3 +16,12 @@ def profile_with_engines(tmp_path: Path, engines: int) -> Path:
     path = tmp_path / f"h100-{engines}ce.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
+
+
+def profile_with_hbm(tmp_path: Path, hbm_bytes: int, name: str = "h100-pcie") -> Path:
+    """Profile ``name`` with ``hbm_bytes`` of GPU memory on its first GPU."""
+    data = load_profile(name).model_dump(mode="json")
+    data["nodes"][0]["hbm_bytes"]["value"] = hbm_bytes
+    path = tmp_path / f"{name}-hbm-{hbm_bytes}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path

@@ -52,6 +52,8 @@ def _policy_code(run: RunObjects) -> int | None:
 
 def compiled_unsupported(run: RunObjects) -> str | None:
     """None when :func:`replay_compiled` covers ``run``, else why not (a phrase)."""
+    if run.dram is not None:
+        return "a DRAM cache (memory.dram_cache)"
     if _policy_code(run) is None:
         return f"eviction {run.eviction.kind!r}"
     if not run.miss.always_fetches:
@@ -59,6 +61,8 @@ def compiled_unsupported(run: RunObjects) -> str | None:
     cache = run.cache
     if any(cache.home):
         return "experts in the GPU's own shard"
+    if run.capacities is not None:
+        return "a capacity that follows the KV cache"
     if cache.listeners or cache.occupancy_hook is not None:
         return "a cache observed during the run"
     if run.eviction.kind == "lfu" and run.scenario.demand.keys.size >= _MAX_ACCESSES:

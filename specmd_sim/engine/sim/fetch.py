@@ -14,17 +14,27 @@ With memory parity (the runtime's ``memory_parity``) every expert the cache evic
 back to host DRAM by :class:`WriteBacks` on the GPU's device-to-host copy engines, over the
 links' reverse direction, concurrently with the loads: the loaded expert goes to a spare buffer
 (as mixtral-offloading's ``_swap`` does), so nothing waits for a write-back.
+
+With a DRAM cache (:mod:`specmd_sim.engine.dram`) every fetch first reads its expert from DRAM:
+a DRAM miss is read from the NVMe drive into DRAM (a flow over the drive, its link and DRAM, at
+the drive's queue-depth bandwidth) before its job enters the copy engines; a DRAM late hit waits
+for the DRAM prefetch reading it; a miss that finds nothing evictable in DRAM waits until a read
+lands or a copy ends. DRAM prefetches are such reads without a job. With ``timing.ideal`` a
+read lands when it is issued, as in replay.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable, Generator
 from typing import Any
 
 import simpy
 
-from specmd_sim.cache import ExpertCache
+from specmd_sim.cache import ExpertCache, FetchReason
+from specmd_sim.cache.states import State
+from specmd_sim.engine.dram import JOIN, READ, READY, WAIT, DramLevel
 from specmd_sim.engine.layer import Fetch
 from specmd_sim.engine.sim.copy_engines import CopyEngines, Job
 from specmd_sim.engine.sim.flows import FlowNetwork
@@ -40,6 +50,8 @@ def split(nbytes: int, chunk_bytes: int | None) -> list[int]:
         return [nbytes]
     return [min(chunk_bytes, nbytes - off) for off in range(0, nbytes, chunk_bytes)]
 
+
+_LOADING, _RESIDENT = int(State.LOADING), int(State.RESIDENT)
 
 # (pass, layer) whose router decided last, and the demand set it decided
 Position = Callable[[], tuple[tuple[int, int], frozenset[int]]]
@@ -79,6 +91,11 @@ class Fetcher:
         self.jobs: dict[int, Job] = {}
         self.in_flight = 0
         self.space_event: simpy.Event | None = None
+        self.dram: DramLevel | None = None  # the DRAM cache in front of the drive, if any
+        self.stage: TransferPath | None = None  # its NVMe -> DRAM path
+        self.reading: dict[int, list[Job]] = {}  # keys being read into the DRAM cache: jobs after
+        self.stalled: deque[Job] = deque()  # DRAM misses waiting for DRAM space
+        self.staged = False  # an NVMe read into DRAM took time (its path's numbers were read)
         self.engines = CopyEngines(
             env,
             engines,
@@ -91,6 +108,10 @@ class Fetcher:
         if spans.enabled:
             cache.occupancy_hook = self._occupancy
 
+    def attach_dram(self, dram: DramLevel, stage: TransferPath) -> None:
+        """Fetch through a DRAM cache whose misses are read from the drive over ``stage``."""
+        self.dram, self.stage = dram, stage
+
     # --- what the stream asks --------------------------------------------------------------
 
     def fetch(self, request: Fetch) -> simpy.Event:
@@ -102,7 +123,10 @@ class Fetcher:
                   bypass=request.bypass)  # fmt: skip
         if not request.bypass:
             self.jobs[key] = job
-        self.engines.submit(job)
+        if self.dram is None:
+            self.engines.submit(job)
+        else:
+            self._from_dram(job)
         return job.done
 
     def join(self, key: int) -> simpy.Event:
@@ -120,6 +144,76 @@ class Fetcher:
         self.space_event = self.env.event()
         yield self.space_event
         self.space_event = None
+
+    # --- the DRAM cache -------------------------------------------------------------------
+
+    def _from_dram(self, job: Job) -> None:
+        """Copy ``job``'s expert from DRAM once it is there."""
+        assert self.dram is not None
+        action = self.dram.access(job.key)
+        if action == READY:
+            self.engines.submit(job)
+        elif action == JOIN:
+            self.reading[job.key].append(job)
+        elif action == WAIT:
+            self.stalled.append(job)
+        else:
+            self._read(job.key, action == READ, job)
+
+    def load(self, key: int) -> None:
+        """A DRAM prefetch reserved DRAM space for ``key``: read it from the drive."""
+        self._read(key, True, None)
+
+    def _read(self, key: int, cached: bool, job: Job | None) -> None:
+        """Read ``key`` from the drive into DRAM (``cached``: into the DRAM cache, whose space
+        is reserved; else into a staging buffer), then submit ``job`` (and any job joining)."""
+        assert self.dram is not None and self.stage is not None and self.drive is not None
+        waiting = [] if job is None else [job]
+        if cached:
+            self.reading[key] = waiting
+        nbytes = self.cache.nbytes[key]
+
+        def landed() -> None:
+            assert self.dram is not None
+            jobs = waiting
+            if cached:
+                jobs = self.reading.pop(key)
+                self.dram.cache.complete(key)
+            for queued in jobs:
+                self.engines.submit(queued)
+            self._retry_stalled()
+
+        if self.ideal:  # lands at once, as in replay (no copy engine takes it)
+            landed()
+            return
+        self.staged = True
+        stage = self.stage
+        depth = math.ceil(nbytes / self.drive.read_request_bytes.value)
+        self.network.start(nbytes, stage.resources, stage.latency_s, depth, stage.rate_cap, landed)
+
+    def _retry_stalled(self) -> None:
+        """DRAM space may have been freed: the waiting DRAM misses, in order, reserve again (one
+        that a DRAM prefetch started reading meanwhile joins that read)."""
+        dram = self.dram
+        assert dram is not None
+        while self.stalled:
+            job = self.stalled[0]
+            state = dram.cache.state[job.key]
+            if state == _LOADING:
+                self.reading[job.key].append(job)
+            elif state == _RESIDENT:
+                self.engines.submit(job)
+            elif dram.cache.reserve(job.key, FetchReason.DEMAND):
+                self._read(job.key, True, job)
+            else:
+                return
+            self.stalled.popleft()
+
+    def _copied(self, job: Job) -> None:
+        """``job``'s expert left DRAM (its copy ended or was cancelled): unpin it there."""
+        if self.dram is not None:
+            self.dram.release(job.key)
+            self._retry_stalled()
 
     # --- the copy engines' callbacks -------------------------------------------------------
 
@@ -163,6 +257,7 @@ class Fetcher:
     def _cancelled(self, job: Job) -> None:
         del self.jobs[job.key]
         self.cache.cancel(job.key)
+        self._copied(job)
         job.done.succeed()  # nothing waits on an unused prefetch, except an ideal stream
 
     def _cancel_job(self, job: Job) -> bool:
@@ -176,6 +271,7 @@ class Fetcher:
         if not job.bypass:
             del self.jobs[job.key]
             self.cache.complete(job.key)
+        self._copied(job)
         job.done.succeed()
 
     def _space_changed(self) -> None:

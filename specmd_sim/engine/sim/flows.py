@@ -14,7 +14,11 @@ depth: the sum of the ``depth`` (read requests kept outstanding) of the flows mo
 re-evaluated, like every rate, whenever a flow starts or ends.
 
 Per resource the network counts ``bytes_through`` (bytes of finished flows) and ``busy_s``
-(time during which at least one flow moved bytes over it; latency phases do not count).
+(time during which at least one flow moved bytes over it; latency phases do not count). Given
+a recorder (``spans``, when the run records spans), it also samples each resource's bandwidth
+in use, the sum of the rates of the flows moving over it, as the counter
+``network/<resource>_bytes_per_s`` wherever the rates change: a step function whose integral
+over the run is the resource's ``bytes_through``. Sampling reads the rates and changes none.
 
 The filling runs over the resources the flows use, not the whole machine; a flow alone takes
 its narrowest resource's capacity, what filling gives it, without filling. The copy engines
@@ -33,6 +37,7 @@ from typing import Any
 import simpy
 
 from specmd_sim.engine.sim.events import soon
+from specmd_sim.timeline import SpanRecorder
 
 _PRIVATE = "~flow"  # prefix of a flow's own rate-cap resource
 _EPS = 1e-12  # relative: a flow within this fraction of its size is done
@@ -64,6 +69,9 @@ class FlowNetwork:
     _count: int = 0
     # the rate of a flow alone, by (resources, cap); capacity is fixed once flows move
     _alone: dict[tuple[tuple[str, ...], float | None], float | None] = field(default_factory=dict)
+    spans: SpanRecorder | None = None  # samples each resource's bandwidth in use, if given
+    _carried: dict[str, float] = field(default_factory=dict)  # bytes/s last sampled, if > 0
+    _series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # samples
 
     def transfer(
         self,
@@ -149,6 +157,8 @@ class FlowNetwork:
             busy_s = self.busy_s
             for r in busy:
                 busy_s[r] = busy_s.get(r, 0.0) + dt
+            if self.spans is not None:
+                self._sample_bandwidth(self._last)
         self._last = now
 
     def _rates(self) -> None:
@@ -245,6 +255,35 @@ class FlowNetwork:
 
         soon(self.env, arm)
 
+    def _sample_bandwidth(self, at: float) -> None:
+        """Sample, at ``at``, the bandwidth each resource carries from then on where it changed
+        (a resource no flow moves over any more drops to 0). Called once time has moved on from
+        ``at`` (the rates held until now: the last of those set at ``at``), and when the last
+        flow ends, so there is one sample per instant at which rates changed."""
+        assert self.spans is not None
+        flows = self.flows
+        if len(flows) == 1:
+            carried = dict.fromkeys(flows[0].shared, flows[0].rate)
+        else:
+            carried = {}
+            for f in flows:
+                rate = f.rate
+                for r in f.shared:
+                    carried[r] = carried.get(r, 0.0) + rate
+        last = self._carried
+        if carried == last:
+            return
+        series = self._series
+        for r, rate in carried.items():
+            if rate != last.get(r):
+                if r not in series:
+                    series[r] = self.spans.series(f"network/{r}_bytes_per_s")
+                series[r].append((at, rate))
+        for r in last:
+            if r not in carried:
+                series[r].append((at, 0.0))
+        self._carried = carried
+
     def _wake(self, generation: int, first: _Flow) -> None:
         if generation != self._generation:
             return
@@ -254,4 +293,6 @@ class FlowNetwork:
         self.flows = [f for f in self.flows if f.remaining > _EPS * f.nbytes]
         for f in finished:
             f.done.succeed()
+        if not self.flows and self.spans is not None:
+            self._sample_bandwidth(self.env.now)
         self._reschedule()

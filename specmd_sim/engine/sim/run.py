@@ -18,7 +18,8 @@ import simpy
 
 from specmd_sim.config import SimConfig
 from specmd_sim.engine.common import Progress, finish_result, report_progress
-from specmd_sim.engine.replay import belady_gap
+from specmd_sim.engine.dram import DramLevel, dram_metrics
+from specmd_sim.engine.replay import belady_gap, dram_sequence
 from specmd_sim.engine.sim.cpu import HostCpu
 from specmd_sim.engine.sim.events import Environment
 from specmd_sim.engine.sim.fetch import Fetcher, WriteBacks
@@ -30,6 +31,7 @@ from specmd_sim.hardware.schema import GPUNode, Quantity
 from specmd_sim.metrics import RunResult
 from specmd_sim.models import CostModel, IdealCost
 from specmd_sim.scenario import RunObjects, Scenario, build_runs, build_scenario
+from specmd_sim.scenario.dram import needs_sequence
 from specmd_sim.timeline import SpanRecorder
 
 
@@ -40,12 +42,15 @@ def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> 
     spans = SpanRecorder(scenario.config.timing.record_spans)
     ideal = scenario.config.timing.ideal
     cpu = HostCpu(env, scenario, spans, ideal)
-    runs = build_runs(scenario)
+    sequence = dram_sequence(scenario) if needs_sequence(scenario.config) else None
+    runs = build_runs(scenario, None, sequence)
     backs = [_write_back(scenario, gpu) for gpu in scenario.gpus]
     capacity: dict[str, float] = {}
     for objs, back in zip(runs, backs, strict=True):
         for path in objs.ctx.paths:  # paths[0] is the host path: DRAM is always there
             capacity.update(path.capacity)
+        if objs.dram is not None:
+            capacity.update(objs.dram.stage.capacity)
         if back is not None:
             capacity.update(back.capacity)
     capacity.update(cpu.capacity)
@@ -53,7 +58,7 @@ def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> 
     dynamic: dict[str, Callable[[int], float]] = {}
     if nvme is not None:
         dynamic[f"nvme:{nvme.id}"] = nvme.read_bandwidth
-    network = FlowNetwork(env, capacity, dynamic)
+    network = FlowNetwork(env, capacity, dynamic, spans=spans if spans.enabled else None)
     cpu.network = network
     done = [0]
 
@@ -76,6 +81,8 @@ def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> 
                 "with nothing left to happen"
             )
         gpu.objs.cache.finish()
+        if gpu.dram is not None:
+            gpu.dram.finish()
     used: dict[int, Quantity] = {}
     for gpu in gpus:
         for q in gpu.quantities():
@@ -87,7 +94,10 @@ def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> 
         network,
         spans,
         lowest_grade(list(used.values())) if used else None,
+        scenario.config.slo,
     )
+    if gpus[0].dram is not None:
+        result.metrics.update(dram_metrics(gpus[0].dram.cache))
     finish_result(scenario, result)
     if scenario.config.belady_gap:
         warm = runs[0].eviction.initial_contents()
@@ -134,6 +144,11 @@ class _Gpu:
             (f"{node.id}/copy-h2d-", f"{suffix}cache_used_bytes", f"{suffix}bytes_in_flight"),
             lambda: (self.stream.position, self.stream.demanded), pass_base, sc.passes.request,
         )  # fmt: skip
+        self.dram = None
+        if objs.dram is not None:
+            pin = sc.config.cache.pin_demand_set
+            self.dram = DramLevel(objs.dram, objs.cache, sc.demand, pin, self.fetcher.load)
+            self.fetcher.attach_dram(self.dram, objs.dram.stage)
         self.write_backs = None
         if write_back is not None:
             self.write_backs = WriteBacks(
@@ -146,7 +161,7 @@ class _Gpu:
             copies.append(self.write_backs.engines)
         self.stream = GpuStream(
             env, objs, self.cost, self.fetcher, cpu, spans, self.tally, pass_base,
-            compute_lane, pass_done, copies,
+            compute_lane, pass_done, copies, f"{suffix}cache_capacity_bytes",
         )  # fmt: skip
 
     def quantities(self) -> list[Quantity]:
@@ -160,6 +175,8 @@ class _Gpu:
             used.append(self.node.copy_engines_h2d)
         for index in sorted(self.fetcher.used_paths):
             used += self.objs.ctx.paths[index].quantities
+        if self.fetcher.staged and self.objs.dram is not None:
+            used += self.objs.dram.stage.quantities
         if self.write_backs is not None and self.write_backs.used:
             used += [self.node.copy_engines_d2h, *self.write_backs.path.quantities]
         return used

@@ -56,6 +56,7 @@ class GpuStream:
         lane: str,
         on_pass_done: Callable[[], None],
         copies: list[CopyEngines],
+        capacity_counter: str = "cache_capacity_bytes",
     ) -> None:
         self.env, self.objs, self.cost = env, objs, cost
         # copies on the compute stream: what must be idle before a kernel runs (else nothing)
@@ -75,6 +76,7 @@ class GpuStream:
         self.demanded: frozenset[int] = frozenset()  # ... and the demand set it decided
         self.where: dict[str, int] = {}  # span fields of the layer running
         self.phase = 0
+        self.capacity_counter, self.capacity = capacity_counter, -1
 
     # --- passes ----------------------------------------------------------------------------
 
@@ -90,6 +92,11 @@ class GpuStream:
             tally.begin_pass(p, env.now)
             self.phase = int(passes.phase[p])
             self.step.begin_pass(p)
+            if self.objs.capacities is not None:  # the KV cache moved the capacity
+                capacity = self.objs.cache.capacity_bytes
+                if capacity != self.capacity:
+                    self.capacity = capacity
+                    self.spans.sample(self.capacity_counter, env.now, capacity)
             tokens = passes.tokens(p)
             attended, kv_tokens = int(passes.attended[p]), int(passes.kv_tokens[p])
             t_attn = cost.batch_attention_time(tokens, attended, kv_tokens)
@@ -103,9 +110,9 @@ class GpuStream:
                 yield self._compute("attention", t_attn, gp, layer, req)
                 yield from self._fulfil(self.step.layer(p, layer))
             if self.phase == 1 or passes.first_token[p]:
-                t_head = cost.lm_head_time(len(members))
+                t_head = cost.lm_head_time(passes.outputs(p))
                 yield self._compute("lm_head", t_head, gp, -1, req)
-            tally.end_pass(p, env.now, members)
+            tally.end_pass(p, env.now)
             self.on_pass_done()
 
     def _admit(self, members: list[int]) -> Generator[Any, Any, None]:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from specmd_sim.cache import CacheStats, ExpertCache
+from specmd_sim.config import SloConfig
 from specmd_sim.engine.sim.breakdown import Busy, Intervals, mean_of, request_table
 from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
@@ -53,6 +54,7 @@ class GpuTally:
         self.first_token: dict[int, float] = {}
         self.last_token: dict[int, float] = {}
         self.decode_tokens: dict[int, int] = {}
+        self.token_gaps: list[float] = []  # inter-token latencies, in the order tokens came
         self._before = (0.0, 0.0)
 
     # --- written by the stream -------------------------------------------------------------
@@ -74,15 +76,17 @@ class GpuTally:
         self.pass_start[p] = now
         self._before = (self.compute_iv.sum, self.stall_iv.sum)
 
-    def end_pass(self, p: int, now: float, members: list[int]) -> None:
-        """Pass ``p`` ended at ``now``; its first token (prefill end) or a decode token of each
-        of its ``members``."""
+    def end_pass(self, p: int, now: float) -> None:
+        """Pass ``p`` ended at ``now``: the first token of each request whose prompt ended in
+        it, a decode token of each request it decoded."""
         passes = self.passes
-        req = int(passes.request[p])
-        if passes.first_token[p]:
-            self.first_token[req] = now
-        elif passes.phase[p] == 1:
-            for r in members:
+        for r in passes.first_tokens_of(p):
+            self.first_token[r] = now
+        if passes.phase[p] == 1:
+            for r in passes.decoders_of(p):
+                previous = self.last_token.get(r, self.first_token.get(r))
+                if previous is not None:
+                    self.token_gaps.append(now - previous)
                 self.last_token[r] = now
                 self.decode_tokens[r] = self.decode_tokens.get(r, 0) + 1
         self.pass_end[p] = now
@@ -107,8 +111,10 @@ def timing_result(
     network: FlowNetwork,
     spans: SpanRecorder,
     grade: str | None,
+    slo: SloConfig | None = None,
 ) -> RunResult:
-    """The run's result (without its config and inputs echo) from every GPU's tally and cache."""
+    """The run's result (without its config and inputs echo) from every GPU's tally and cache;
+    with an ``slo``, its attainment and goodput too."""
     stats = CacheStats.combined([c.stats for c in caches])
     metrics = cache_metrics(stats)
     # the end of the last pass (prefetches or CPU experts may outlive it, unused)
@@ -119,6 +125,8 @@ def timing_result(
     per_request = {k: [v[i] for i in order] for k, v in per_request.items()}
     resources = _resource_table(network, tallies, makespan)
     metrics.update(_latency_metrics(tallies, per_request, makespan))
+    if slo is not None:
+        metrics.update(slo_metrics(slo, per_request, makespan))
     metrics.update(_transfer_metrics(tallies, metrics, resources, makespan))
     return RunResult(
         engine="simulate",
@@ -150,7 +158,12 @@ def _latency_metrics(
     tpot = float(pass_time[decode].mean()) if n_decode else None
     tpot_compute = float(pass_compute[decode].mean()) if n_decode else None
     tpot_stall = float(pass_stall[decode].mean()) if n_decode else None
+    ttft = [v for v in per_request["ttft_s"] if v is not None]
+    gaps = [gap for t in tallies for gap in t.token_gaps]
     return {
+        **percentiles("ttft", ttft),
+        **percentiles("tpot", pass_time[decode]),
+        **percentiles("itl", gaps),
         "ttft_s": mean_of(per_request["ttft_s"]),
         "ttft_compute_s": mean_of(per_request["ttft_compute_s"]),
         "ttft_stall_s": mean_of(per_request["ttft_stall_s"]),
@@ -164,6 +177,38 @@ def _latency_metrics(
         "compute_s": float(_total(t.layer_compute for t in tallies).sum()),
         "tokens_generated": tokens_out,
         "throughput_tok_s": tokens_out / makespan if makespan > 0 else None,
+    }
+
+
+PERCENTILES = (50, 90, 99)
+"""The percentiles every latency distribution reports (``<name>_p50_s`` ...)."""
+
+
+def percentiles(name: str, values: Sequence[float] | np.ndarray) -> dict[str, float | None]:
+    """``<name>_p<q>_s`` for each of :data:`PERCENTILES`: ``numpy.percentile``'s linear
+    interpolation between the closest ranks; None without values."""
+    if len(values) == 0:
+        return {f"{name}_p{q}_s": None for q in PERCENTILES}
+    points = np.percentile(np.asarray(values, np.float64), PERCENTILES)
+    return {f"{name}_p{q}_s": float(v) for q, v in zip(PERCENTILES, points, strict=True)}
+
+
+def slo_metrics(
+    slo: SloConfig, per_request: dict[str, list[Any]], makespan: float
+) -> dict[str, Any]:
+    """SLO attainment (the share of requests meeting every limit) and goodput (those requests
+    per second of the run); a limit does not apply to a request without the quantity (no
+    prefill: no TTFT; no decode tokens: no TPOT)."""
+    met = 0
+    for ttft, tpot in zip(per_request["ttft_s"], per_request["tpot_s"], strict=True):
+        ok_ttft = slo.ttft_s is None or ttft is None or ttft <= slo.ttft_s
+        ok_tpot = slo.tpot_s is None or tpot is None or tpot <= slo.tpot_s
+        met += ok_ttft and ok_tpot
+    requests = len(per_request["ttft_s"])
+    return {
+        "slo_requests_met": met,
+        "slo_attainment": met / requests if requests else None,
+        "goodput_rps": met / makespan if makespan > 0 else None,
     }
 
 

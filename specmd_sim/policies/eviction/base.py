@@ -93,8 +93,8 @@ class EvictionPolicy(Plugin[C]):
         raise NotImplementedError
 
     def choose_victim(self, evictable: Evictable, incoming: int) -> int | None:
-        """The key to evict among evictable ones to make room for ``incoming``, or None;
-        no side effects."""
+        """The key to evict among evictable ones to make room for ``incoming`` (-1: for no
+        key, the cache's capacity shrank), or None; no side effects."""
         raise NotImplementedError
 
 

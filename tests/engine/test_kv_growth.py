@@ -1,0 +1,115 @@
+"""The KV cache competing with the expert cache (``workload.kv_cache: evict``): a closed-form
+count of the evictions its growth forces, in both engines.
+
+One request of OLMoE shape, every token routed to 8 experts per layer, the cache full after the
+first pass (128 accesses, 40 slots). HBM is set so that the expert cache's 40 slots plus half an
+expert are left beside the weights and the workspace; each token adds its KV cache (written out
+by hand from OLMoE's published dimensions), and whenever the capacity falls below a whole slot
+more, the policy gives up one more expert.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.profiles import profile_with_hbm
+
+from specmd_sim import SimConfig, replay, simulate
+from specmd_sim.errors import SpecmdError
+from specmd_sim.models import load_model
+from specmd_sim.runtime import load_runtime
+
+MODEL, LAYERS, EXPERTS, TOP_K = "olmoe-1b-7b", 16, 64, 8
+# OLMoE-1B-7B: 16 layers, 16 KV heads of dimension 128, bf16 keys and values
+KV_PER_TOKEN = 16 * 2 * 16 * 128 * 2
+SLOTS = 40
+
+
+def config(write_trace, tmp_path: Path, tokens: int, **kw) -> SimConfig:
+    rng = np.random.default_rng(0)
+    experts = np.stack([[rng.permutation(EXPERTS)[:TOP_K] for _ in range(LAYERS)]
+                        for _ in range(tokens)]).astype(np.int16)  # fmt: skip
+    phase = np.r_[0, np.ones(tokens - 1)].astype(np.uint8)
+    trace = write_trace(experts, MODEL, EXPERTS, phase=phase)
+    model = load_model(MODEL)
+    workspace = int(load_runtime("fused-kernels").workspace_bytes.value)
+    slack = model.expert_bytes // 2
+    hbm = model.non_expert_bytes + workspace + SLOTS * model.expert_bytes + slack
+    return SimConfig(
+        trace=str(trace), hardware=str(profile_with_hbm(tmp_path, hbm)), cache={"capacity": "auto"},
+        eviction={"kind": kw.pop("eviction", "lru")}, prefetch={"kind": "none"},
+        workload={"kv_cache": "evict"}, **kw,
+    )  # fmt: skip
+
+
+def forced_evictions(tokens: int) -> int:
+    """Slots lost from the first pass to the last: at pass p the request holds p + 1 tokens,
+    and the cache, full, holds as many experts as its capacity then has whole slots."""
+    eb = load_model(MODEL).expert_bytes
+    left = SLOTS * eb + eb // 2
+    slots = [min(SLOTS * eb, left - (p + 1) * KV_PER_TOKEN) // eb for p in range(tokens)]
+    return slots[0] - slots[-1]
+
+
+@pytest.mark.parametrize("eviction", ["lru", "least-stale", "fifo"])
+def test_kv_growth_forces_a_known_number_of_evictions(write_trace, tmp_path, eviction) -> None:
+    tokens = 300
+    expected = forced_evictions(tokens)
+    assert expected == 3  # 300 tokens of 128 KiB: 3.1 experts of 12 MiB, the first half slack
+    cfg = config(write_trace, tmp_path, tokens, eviction=eviction)
+    replayed = replay(cfg).metrics
+    timed = simulate(cfg.model_copy(update={"timing": cfg.timing.model_copy(
+        update={"record_spans": False})})).metrics  # fmt: skip
+    for m in (replayed, timed):
+        assert m["evictions_kv"] == expected
+        assert m["evictions"] >= expected
+    # demand-only: every decision the same, and the forced evictions make misses
+    assert replayed["misses"] == timed["misses"]
+
+
+def test_the_budget_reports_the_peak_and_the_capacity_before_it(write_trace, tmp_path) -> None:
+    tokens = 300
+    result = replay(config(write_trace, tmp_path, tokens))
+    inputs = result.inputs
+    eb = load_model(MODEL).expert_bytes
+    assert inputs["kv_cache_mode"] == "evict"
+    assert inputs["kv_cache_bytes"] == tokens * KV_PER_TOKEN
+    assert inputs["kv_context_tokens"] == tokens
+    assert inputs["budget_available_bytes"] == SLOTS * eb + eb // 2
+    assert inputs["capacity_slots"] == SLOTS
+
+
+def test_without_growth_nothing_is_forced(write_trace, tmp_path) -> None:
+    """``reserved`` sets the whole KV cache aside first: the same run has no forced evictions
+    (and one slot fewer, the 300 tokens' KV taken before the run)."""
+    cfg = config(write_trace, tmp_path, 300)
+    cfg = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={
+        "kv_cache": "reserved"})})  # fmt: skip
+    result = replay(cfg)
+    assert result.metrics["evictions_kv"] == 0
+    assert result.inputs["capacity_slots"] == SLOTS - 3
+
+
+def test_a_peak_that_leaves_no_room_for_a_layer_is_refused(write_trace, tmp_path) -> None:
+    """Past 40 slots' worth of KV the cache cannot hold one layer's 8 experts: refused before
+    the run, in one line naming the setting."""
+    eb = load_model(MODEL).expert_bytes
+    tokens = (SLOTS - TOP_K + 1) * eb // KV_PER_TOKEN + 2
+    with pytest.raises(SpecmdError, match=r"^workload.kv_cache: evict: expected the expert cache"):
+        replay(config(write_trace, tmp_path, tokens))
+
+
+def test_the_timeline_draws_the_capacity_as_it_shrinks(write_trace, tmp_path) -> None:
+    """A counter of the expert cache's capacity, sampled at each change: the hand-computed
+    capacities of the passes, without repeats."""
+    tokens = 300
+    result = simulate(config(write_trace, tmp_path, tokens))
+    samples = result.counters["cache_capacity_bytes"]
+    eb = load_model(MODEL).expert_bytes
+    left = SLOTS * eb + eb // 2
+    capacities = [min(SLOTS * eb, left - (p + 1) * KV_PER_TOKEN) for p in range(tokens)]
+    changes = [c for i, c in enumerate(capacities) if i == 0 or c != capacities[i - 1]]
+    assert samples["value"].tolist() == changes
+    assert samples["time"][0] == 0.0 and np.all(np.diff(samples["time"]) > 0)
