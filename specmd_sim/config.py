@@ -424,6 +424,13 @@ class SimConfig(_Frozen):
             "experts, embedding, LM head); same names as expert_dtype."
         ),
     )
+    kv_dtype: Literal["bf16", "fp16", "fp8", "fp32"] | None = Field(
+        default=None,
+        description=(
+            "Override the precision of the KV cache (its bytes per token, in the memory "
+            "budget and in attention's reads); null = the model's (bf16)."
+        ),
+    )
     hardware: str = Field(
         default="h100-pcie", description="Bundled hardware profile id or path to a YAML file."
     )

@@ -506,6 +506,12 @@ INPUTS: dict[str, Metric] = _index(
     Metric("dense_dtype", "text", "none", "non-expert precision",
            "precision of attention, routers, shared experts, embedding and LM head",
            "config.dense_dtype or the model's"),
+    Metric("kv_dtype", "text", "none", "KV-cache precision",
+           "precision of the KV cache's keys and values", "config.kv_dtype or the model's"),
+    Metric("kv_bytes_per_token", "B", "none", "KV cache per token",
+           "KV-cache bytes one token adds over all layers",
+           "layers × (2 × KV heads × head dimension, or the model's MLA override) × bytes of "
+           "kv_dtype"),
     Metric("budget_gpu", "text", "none", "budget GPU", "the GPU whose memory budget is shown "
            "(the first of parallel.gpus)", "from parallel.gpus"),
     Metric("hbm_bytes", "B", "none", "HBM", "the GPU's memory", "from the profile"),

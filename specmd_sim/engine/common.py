@@ -22,6 +22,8 @@ def inputs_echo(scenario: Scenario) -> dict[str, Any]:
         "hardware": scenario.profile.id,
         "runtime": scenario.runtime.id,
         "dense_dtype": model.dense_dtype,
+        "kv_dtype": model.kv_dtype,
+        "kv_bytes_per_token": model.kv_bytes_per_token * model.num_layers,
         **scenario.budgets[0].as_dict(),  # of the first GPU
         "trace_model": trace.model,
         "trace_tokens": trace.num_tokens,

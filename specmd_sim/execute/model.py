@@ -58,7 +58,7 @@ def scaled_model(model_id: str, scale: int) -> ModelSpec:
             "source": f"{base.source}; hidden, expert width, heads and vocabulary / {scale}",
             "expert_dtype": "fp32",
             "dense_dtype": "fp32",
-            "kv_bytes_per_token_per_layer": 2 * small["num_kv_heads"] * base.head_dim * FLOAT32,
+            "kv_dtype": "fp32",
         }
     )
 

@@ -13,7 +13,7 @@ experts are 12 GiB, so a 5 % cache holds 51 experts (0.6 GiB). Mixtral's expert 
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, model_validator
 
@@ -23,6 +23,8 @@ from specmd_sim.units import format_bytes
 
 # a precision name (bf16, fp8, int4, hqq-2bit, q4_k_m, w3g64, ...), checked where it is given
 Dtype = Annotated[str, BeforeValidator(check_precision)]
+KV_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+"""Bytes of one key or value element at each KV-cache precision."""
 
 MAX_EXPERTS_PER_LAYER = 32_767  # traces store expert ids as int16
 # Flat keys (layer x expert), each with a slot in the cache's and the placement's arrays: 70
@@ -76,11 +78,17 @@ class ModelSpec(InputModel):
         default=None,
         ge=1,
         le=MAX_WEIGHT_BYTES,
-        description="Override of KV-cache bytes per token and layer (MLA).",
+        description=(
+            "Override of KV-cache bytes per token and layer at 2 bytes per value (MLA); "
+            "kv_dtype scales it."
+        ),
     )
     vocab_size: int = Field(ge=1, le=MAX_DIMENSION)
     expert_dtype: Dtype = Field(description="Storage precision of routed experts.")
     dense_dtype: Dtype = Field(default="bf16", description="Precision of all non-expert weights.")
+    kv_dtype: Literal["bf16", "fp16", "fp8", "fp32"] = Field(
+        default="bf16", description="Precision of the KV cache's keys and values."
+    )
 
     @model_validator(mode="after")
     def _check_shape(self) -> ModelSpec:
@@ -139,10 +147,12 @@ class ModelSpec(InputModel):
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes one token adds per layer (bf16 cache)."""
-        if self.kv_bytes_per_token_per_layer is not None:
-            return self.kv_bytes_per_token_per_layer
-        return 2 * self.num_kv_heads * self.head_dim * 2
+        """KV-cache bytes one token adds per layer: keys and values of every KV head (or the
+        override), at ``kv_dtype``."""
+        at_two_bytes = self.kv_bytes_per_token_per_layer
+        if at_two_bytes is None:
+            at_two_bytes = 2 * self.num_kv_heads * self.head_dim * 2
+        return at_two_bytes * KV_BYTES[self.kv_dtype] // 2
 
     @property
     def moe_layer_dense_params(self) -> int:
@@ -176,9 +186,13 @@ class ModelSpec(InputModel):
     def num_layers(self) -> int:
         return self.moe_layers + self.dense_layers
 
-    def with_dtypes(self, expert: str | None, dense: str | None = None) -> ModelSpec:
-        """This model with its expert and/or non-expert precision replaced (None keeps it)."""
-        update = {k: v for k, v in (("expert_dtype", expert), ("dense_dtype", dense)) if v}
+    def with_dtypes(
+        self, expert: str | None, dense: str | None = None, kv: str | None = None
+    ) -> ModelSpec:
+        """This model with its expert, non-expert and/or KV-cache precision replaced (None
+        keeps it)."""
+        pairs = (("expert_dtype", expert), ("dense_dtype", dense), ("kv_dtype", kv))
+        update = {k: v for k, v in pairs if v}
         return self.model_copy(update=update) if update else self
 
     def summary(self) -> dict[str, object]:

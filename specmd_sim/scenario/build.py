@@ -68,7 +68,7 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
     runtime = load_runtime(config.runtime)
     trace = load_trace(config.trace)
     model = trace_model(config.model, trace, f"trace {config.trace}").with_dtypes(
-        config.expert_dtype, config.dense_dtype
+        config.expert_dtype, config.dense_dtype, config.kv_dtype
     )
     _check_shapes(model, trace)
     check_requests(config.workload.requests, trace, "workload.requests")

@@ -44,21 +44,32 @@ def config(write_trace, tmp_path: Path, tokens: int, **kw) -> SimConfig:
     )  # fmt: skip
 
 
-def forced_evictions(tokens: int) -> int:
+def forced_evictions(tokens: int, per_token: int = KV_PER_TOKEN) -> int:
     """Slots lost from the first pass to the last: at pass p the request holds p + 1 tokens,
     and the cache, full, holds as many experts as its capacity then has whole slots."""
     eb = load_model(MODEL).expert_bytes
     left = SLOTS * eb + eb // 2
-    slots = [min(SLOTS * eb, left - (p + 1) * KV_PER_TOKEN) // eb for p in range(tokens)]
+    slots = [min(SLOTS * eb, left - (p + 1) * per_token) // eb for p in range(tokens)]
     return slots[0] - slots[-1]
 
 
-@pytest.mark.parametrize("eviction", ["lru", "least-stale", "fifo"])
-def test_kv_growth_forces_a_known_number_of_evictions(write_trace, tmp_path, eviction) -> None:
+@pytest.mark.parametrize(
+    ("eviction", "kv_dtype", "per_token", "evicted"),
+    [
+        # 300 tokens of 128 KiB: 3.1 experts of 12 MiB, the first half slack
+        ("lru", None, KV_PER_TOKEN, 3),
+        ("least-stale", None, KV_PER_TOKEN, 3),
+        ("fifo", None, KV_PER_TOKEN, 3),
+        ("lru", "fp8", KV_PER_TOKEN // 2, 2),  # one byte a value: 1.6 experts
+    ],
+)
+def test_kv_growth_forces_a_known_number_of_evictions(
+    write_trace, tmp_path, eviction, kv_dtype, per_token, evicted
+) -> None:
     tokens = 300
-    expected = forced_evictions(tokens)
-    assert expected == 3  # 300 tokens of 128 KiB: 3.1 experts of 12 MiB, the first half slack
-    cfg = config(write_trace, tmp_path, tokens, eviction=eviction)
+    expected = forced_evictions(tokens, per_token)
+    assert expected == evicted
+    cfg = config(write_trace, tmp_path, tokens, eviction=eviction, kv_dtype=kv_dtype)
     replayed = replay(cfg).metrics
     timed = simulate(cfg.model_copy(update={"timing": cfg.timing.model_copy(
         update={"record_spans": False})})).metrics  # fmt: skip
@@ -75,6 +86,7 @@ def test_the_budget_reports_the_peak_and_the_capacity_before_it(write_trace, tmp
     inputs = result.inputs
     eb = load_model(MODEL).expert_bytes
     assert inputs["kv_cache_mode"] == "evict"
+    assert inputs["kv_dtype"] == "bf16" and inputs["kv_bytes_per_token"] == KV_PER_TOKEN
     assert inputs["kv_cache_bytes"] == tokens * KV_PER_TOKEN
     assert inputs["kv_context_tokens"] == tokens
     assert inputs["budget_available_bytes"] == SLOTS * eb + eb // 2
