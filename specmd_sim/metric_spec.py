@@ -120,8 +120,9 @@ _CACHE = (
            "#evictions"),
     Metric("evictions_kv", "count", "lower", "evictions forced by the KV cache",
            "of the evictions, those made because the KV cache grew and the expert cache's "
-           "capacity shrank under its contents (`workload.kv_cache: evict`; else 0)",
-           "#evictions at a pass start's resize"),
+           "capacity shrank under its contents (`workload.kv_cache: evict`; else 0): at the "
+           "pass start, or (timing engine: experts still loading then) at the next fetches",
+           "#evictions while the cache held more than its capacity"),
     Metric("prefetch_issued", "count", "none", "prefetches issued",
            "prefetches that reserved cache space and started (or queued) a transfer",
            "prefetch_used + prefetch_wasted + prefetch_cancelled"),
@@ -219,7 +220,7 @@ _LATENCY = _timing(
       for q in (50, 90, 99)),
     *(Metric(f"tpot_p{q}_s", "s", "lower", f"TPOT p{q}",
              f"{q}th percentile of the time per output token: of the decode passes' durations, "
-             "over all GPUs (each gives one token to each of its requests)",
+             "over all GPUs (each gives one token to each request it decodes)",
              f"percentile {q} of per_pass end_s − start_s over decode passes")
       for q in (50, 90, 99)),
     *(Metric(f"itl_p{q}_s", "s", "lower", f"ITL p{q}",

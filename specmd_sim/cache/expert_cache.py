@@ -275,7 +275,8 @@ class ExpertCache:
         """The capacity becomes ``capacity_bytes`` (the KV cache grew or shrank). While the cache
         holds more, the policy's victims (``choose_victim(evictable, -1)``) are evicted and
         counted in ``evictions_kv`` too; loading and pinned entries stay, so it may hold more
-        until they can go: every reservation first evicts down to the capacity."""
+        until they can go: every reservation first evicts down to the capacity, and counts
+        those evictions in ``evictions_kv`` as well."""
         grew = capacity_bytes > self.capacity_bytes
         self.capacity_bytes = capacity_bytes
         while self.used_bytes > capacity_bytes:
@@ -311,7 +312,9 @@ class ExpertCache:
                 if reason == _PREFETCH:
                     self.stats.prefetch_dropped += 1
                 return False
+            over = self.used_bytes > self.capacity_bytes  # a shrunk capacity's excess
             self._evict(victim)
+            self.stats.evictions_kv += over
         self.state[key] = _LOADING
         self.used_bytes += need
         if self.occupancy_hook is not None:

@@ -144,9 +144,9 @@ class LayerStep:
         self.capacities = run.capacities
 
     def begin_pass(self, pass_index: int) -> None:
-        self.cache.begin_pass(pass_index)
-        if self.capacities is not None:  # the KV cache grew or shrank: in this pass's evictions
+        if self.capacities is not None:  # the KV cache grew or shrank, before the pass begins
             self.cache.resize(int(self.capacities[pass_index]))
+        self.cache.begin_pass(pass_index)
 
     def layer(self, p: int, layer: int) -> Step:
         """One MoE layer of pass ``p`` (a generator of requests; see the module docstring)."""

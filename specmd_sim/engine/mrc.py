@@ -117,6 +117,12 @@ def miss_ratio_curve(
     of ``capacities``."""
     if not capacities:
         raise SpecmdError("capacities: expected at least one, got none")
+    if (config.config if isinstance(config, Scenario) else config).workload.kv_cache == "wait":
+        raise SpecmdError(
+            "workload.kv_cache: expected reserved or evict for a miss-ratio curve (with wait "
+            "the requests that run together, so the accesses, depend on the capacity), got "
+            "'wait'"
+        )
     if isinstance(config, Scenario):
         scenario, config = config, config.config
     else:

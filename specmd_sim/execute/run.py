@@ -92,6 +92,8 @@ def _check(scenario: Scenario) -> None:
          cfg.workload.scheduler),
         (cfg.workload.kv_cache == "reserved", "workload.kv_cache", "reserved",
          cfg.workload.kv_cache),
+        (cfg.kv_dtype in (None, "fp32"), "kv_dtype", "null or fp32 (its KV cache is float32)",
+         cfg.kv_dtype),
         (cfg.miss.kind != "cpu-execute", "miss.kind", "fetch, drop or substitute", "cpu-execute"),
         (cfg.timing.chunk_bytes is None, "timing.chunk_bytes", "null", cfg.timing.chunk_bytes),
         (not cfg.timing.ideal, "timing.ideal", "false", True),

@@ -75,6 +75,8 @@ class PassInfo(NamedTuple):
     phase: int  # 0 prefill, 1 decode
     tokens: int  # tokens it processes
     context_end: int  # its request's tokens up to and including this pass
+    attended: int  # the sum of its tokens' positions in their requests (1-based)
+    kv_tokens: int  # the tokens of its requests' KV caches after it (what attention reads)
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,11 +87,14 @@ class PassTable:
     phase: np.ndarray  # uint8 [P]
     tokens: np.ndarray  # int64 [P]
     context_end: np.ndarray  # int64 [P]
+    attended: np.ndarray  # int64 [P]
+    kv_tokens: np.ndarray  # int64 [P]
 
     def info(self, p: int) -> PassInfo:
         return PassInfo(
-            int(self.request[p]), int(self.phase[p]), int(self.tokens[p]), int(self.context_end[p])
-        )
+            int(self.request[p]), int(self.phase[p]), int(self.tokens[p]),
+            int(self.context_end[p]), int(self.attended[p]), int(self.kv_tokens[p]),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, eq=False)

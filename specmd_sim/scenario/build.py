@@ -174,8 +174,9 @@ def _budget(
 ) -> MemoryBudget:
     """GPU ``g``'s HBM and what it holds besides the expert cache (:mod:`.budget`)."""
     mode = config.workload.kv_cache
-    context = int(passes.context_end.max()) if passes.num_passes else 0
-    batch = min(config.workload.batch_size, len(set(passes.row_request.tolist())))
+    lengths = np.unique(passes.row_request, return_counts=True)[1]  # each request's tokens
+    context = int(lengths.max()) if lengths.size else 0
+    batch = min(config.workload.batch_size, lengths.size)
     per_token = kv_bytes_per_token(model)
     kv = context * batch * per_token
     if mode != "reserved":  # the peak of the KV cache as it grows, in tokens

@@ -243,6 +243,8 @@ def run_views(scenario: Scenario, g: int, rng: np.random.Generator) -> RunViews:
         phase=passes.phase,
         tokens=np.diff(passes.start),
         context_end=passes.context_end,
+        attended=passes.attended,
+        kv_tokens=passes.kv_tokens,
     )
     recorded = None
     if trace.pred_scores is not None:

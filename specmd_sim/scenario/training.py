@@ -69,6 +69,8 @@ def build_training(config: SimConfig, trace: Trace, passes: Passes) -> TrainingR
         phase=train.phase,
         tokens=np.diff(train.start),
         context_end=train.context_end,
+        attended=train.attended,
+        kv_tokens=train.kv_tokens,
     )
     return TrainingRoutes(build_demand(source, train), table, trace.num_experts)
 

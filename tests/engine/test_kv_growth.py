@@ -39,7 +39,7 @@ def config(write_trace, tmp_path: Path, tokens: int, **kw) -> SimConfig:
     hbm = model.non_expert_bytes + workspace + SLOTS * model.expert_bytes + slack
     return SimConfig(
         trace=str(trace), hardware=str(profile_with_hbm(tmp_path, hbm)), cache={"capacity": "auto"},
-        eviction={"kind": kw.pop("eviction", "lru")}, prefetch={"kind": "none"},
+        eviction={"kind": kw.pop("eviction", "lru")}, prefetch={"kind": kw.pop("prefetch", "none")},
         workload={"kv_cache": "evict"}, **kw,
     )  # fmt: skip
 
@@ -125,3 +125,37 @@ def test_the_timeline_draws_the_capacity_as_it_shrinks(write_trace, tmp_path) ->
     changes = [c for i, c in enumerate(capacities) if i == 0 or c != capacities[i - 1]]
     assert samples["value"].tolist() == changes
     assert samples["time"][0] == 0.0 and np.all(np.diff(samples["time"]) > 0)
+
+
+
+def test_prefetching_replay_counts_the_same_forced_evictions(write_trace, tmp_path) -> None:
+    """Prefetches fill the cache too; the KV cache still takes one expert per slot lost
+    (replay: nothing is loading when the capacity shrinks)."""
+    cfg = config(write_trace, tmp_path, 300, prefetch="top-k")
+    assert replay(cfg).metrics["evictions_kv"] == forced_evictions(300)
+
+
+def test_the_reserved_kv_cache_is_of_the_longest_request(write_trace, tmp_path) -> None:
+    """Continuous batching: a 70-token request that joins after, and leaves before, a 51-token
+    one is never a pass's first request; the reservation is still 70 tokens x 2 requests."""
+    experts = np.zeros((121, LAYERS, TOP_K), np.int16) + np.arange(TOP_K, dtype=np.int16)
+    request = np.r_[np.zeros(51), np.ones(70)].astype(np.int32)
+    phase = np.r_[0, np.ones(50), np.zeros(40), np.ones(30)].astype(np.uint8)
+    trace = write_trace(experts, MODEL, EXPERTS, request=request, phase=phase)
+    cfg = SimConfig(trace=str(trace), workload={
+        "scheduler": "continuous", "batch_size": 2, "max_tokens_per_step": 4,
+        "prefill_chunk_tokens": 0})  # fmt: skip
+    inputs = replay(cfg).inputs
+    assert inputs["kv_context_tokens"] == 70 and inputs["kv_batch"] == 2
+    assert inputs["kv_cache_bytes"] == 70 * 2 * KV_PER_TOKEN
+
+
+def test_a_miss_ratio_curve_refuses_a_kv_pool(write_trace, tmp_path) -> None:
+    from specmd_sim.engine.mrc import miss_ratio_curve
+
+    cfg = config(write_trace, tmp_path, 20)
+    cfg = cfg.model_copy(update={"workload": cfg.workload.model_copy(update={
+        "scheduler": "continuous", "kv_cache": "wait"}), "cache": cfg.cache.model_copy(
+        update={"capacity": 20})})  # fmt: skip
+    with pytest.raises(SpecmdError, match=r"^workload.kv_cache: expected reserved or evict"):
+        miss_ratio_curve(cfg, [16, 20])

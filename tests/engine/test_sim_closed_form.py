@@ -17,6 +17,7 @@ from support.profiles import profile_with_engines
 from specmd_sim import SimConfig, simulate
 from specmd_sim.hardware import load_profile
 from specmd_sim.models import load_model
+from specmd_sim.runtime import load_runtime
 
 LAYERS, EXPERTS = 32, 8  # mixtral-8x7b shape
 
@@ -194,3 +195,90 @@ def test_tpot_and_itl_percentiles_of_one_decoding_request(write_trace, tmp_path)
         assert result.metrics[f"tpot_p{q}_s"] == pytest.approx(expected, rel=1e-9)
         assert result.metrics[f"itl_p{q}_s"] == pytest.approx(expected, rel=1e-9)
     assert result.metrics["slo_attainment"] == 1.0  # TTFT one pass, far below 1 s
+
+
+def test_itl_counts_another_requests_prefill_between_two_tokens(write_trace, tmp_path) -> None:
+    """Two requests decoded together (slots, batch 2): A (1 prompt token, 3 decode tokens)
+    and B (2 prompt tokens, 1 decode token) join at once, so the passes are A's prefill, B's two
+    prefill chunks, then decode steps {A, B}, {A}, {A}. A's first gap spans B's prefill: the
+    inter-token latencies are, from the passes' end times, A's (p3 - p0, p4 - p3, p5 - p4) and
+    B's p3 - p2, while TPOT is over the three decode passes alone."""
+    experts = every_access_misses(7)
+    path = write_trace(
+        experts, "mixtral-8x7b", EXPERTS, request=np.array([0, 0, 0, 0, 1, 1, 1], np.int32),
+        phase=np.array([0, 1, 1, 1, 0, 0, 1], np.uint8),
+    )  # fmt: skip
+    cfg = SimConfig(
+        trace=str(path), hardware=str(profile_with_engines(tmp_path, 1)), cache={"capacity": 1},
+        eviction={"kind": "lru"}, prefetch={"kind": "none"}, runtime="roofline",
+        workload={"batch_size": 2},
+    )  # fmt: skip
+    result = simulate(cfg)
+    table = result.per_pass
+    assert table["phase"] == ["prefill"] * 3 + ["decode"] * 3
+    assert table["request"] == [0, 1, 1, 0, 0, 0]
+    end = np.array(table["end_s"])
+    start = np.array(table["start_s"])
+    gaps = [end[3] - end[0], end[4] - end[3], end[5] - end[4], end[3] - end[2]]
+    decode = (end - start)[3:]
+    for q in (50, 90, 99):
+        assert result.metrics[f"itl_p{q}_s"] == pytest.approx(np.percentile(gaps, q), rel=1e-12)
+        assert result.metrics[f"tpot_p{q}_s"] == pytest.approx(np.percentile(decode, q), rel=1e-12)
+    assert result.metrics["itl_p99_s"] > 2.5 * result.metrics["tpot_p99_s"]  # three passes
+    assert result.metrics["tokens_generated"] == 2 + 4
+
+
+def test_a_tpot_limit_applies_to_requests_that_decode(write_trace, tmp_path) -> None:
+    """One decoding request (its TPOT the mean of its 20 decode passes, by hand) and one
+    prompt-only request (no TPOT: the limit does not apply to it): a limit just below the
+    decoding request's TPOT is met by one request, just above by both."""
+    decode = 20
+    path = write_trace(
+        every_access_misses(decode + 2), "mixtral-8x7b", EXPERTS,
+        request=np.array([0] * (decode + 1) + [1], np.int32),
+        phase=np.array([0] + [1] * decode + [0], np.uint8),
+    )  # fmt: skip
+    profile = load_profile("h100-pcie").model_dump(mode="json")
+    tpot = float(np.mean([pass_time(profile, 2 + j) for j in range(decode)]))
+    for limit, met in ((tpot * (1 - 1e-6), 1), (tpot * (1 + 1e-6), 2)):
+        cfg = SimConfig(
+            trace=str(path), hardware=str(profile_with_engines(tmp_path, 1)),
+            cache={"capacity": 1}, eviction={"kind": "lru"}, prefetch={"kind": "none"},
+            runtime="roofline", slo={"tpot_s": limit},
+        )  # fmt: skip
+        m = simulate(cfg).metrics
+        assert m["slo_requests_met"] == met
+        assert m["slo_attainment"] == pytest.approx(met / 2)
+
+
+def test_continuous_batching_gives_first_and_decode_tokens_in_one_pass(write_trace, tmp_path):
+    """Continuous batching of the same two requests (no token limit, whole prompts): step 0
+    runs both prompts (two first tokens), step 1 decodes both, steps 2 and 3 decode A. Each
+    pass's LM head computes the logits of its output tokens: 2, 2, 1, 1."""
+    from specmd_sim.models import CostModel
+    from specmd_sim.timeline import KIND
+
+    path = write_trace(
+        every_access_misses(7), "mixtral-8x7b", EXPERTS,
+        request=np.array([0, 0, 0, 0, 1, 1, 1], np.int32),
+        phase=np.array([0, 1, 1, 1, 0, 0, 1], np.uint8),
+    )  # fmt: skip
+    cfg = SimConfig(
+        trace=str(path), hardware=str(profile_with_engines(tmp_path, 1)), cache={"capacity": 2},
+        eviction={"kind": "lru"}, prefetch={"kind": "none"}, runtime="roofline",
+        workload={"scheduler": "continuous", "batch_size": 2, "prefill_chunk_tokens": 0},
+    )  # fmt: skip
+    result = simulate(cfg)
+    assert result.per_pass["phase"] == ["prefill", "decode", "decode", "decode"]
+    assert result.per_request["decode_tokens"] == [3, 1]
+    end = result.per_pass["end_s"]
+    assert [r - a for r, a in zip(result.per_request["ttft_s"], result.per_request["arrival_s"],
+                                  strict=True)] == pytest.approx([end[0]] * 2)  # fmt: skip
+    spans = result.spans
+    heads = spans[spans["kind"] == KIND["lm_head"]]
+    cost = CostModel(load_model("mixtral-8x7b"), load_profile(cfg.hardware).gpus[0],
+                     load_runtime("roofline"))  # fmt: skip
+    assert heads["pass_"].tolist() == [0, 1, 2, 3]
+    want = [cost.lm_head_time(n) for n in (2, 2, 1, 1)]
+    assert (heads["end"] - heads["start"]).tolist() == pytest.approx(want, rel=1e-12)
+    assert result.metrics["tokens_generated"] == 2 + 4

@@ -22,7 +22,9 @@ def test_the_history_serves_each_demand_set_from_its_router_decision_on() -> Non
         history.pass_info(0)
     cache.begin_pass(0)
     assert history.now == (0, -1)
-    assert history.pass_info(0) == PassInfo(request=5, phase=1, tokens=1, context_end=1)
+    assert history.pass_info(0) == PassInfo(
+        request=5, phase=1, tokens=1, context_end=1, attended=1, kv_tokens=1
+    )
     with pytest.raises(FutureAccessError, match="the demand set of pass 0, layer 0"):
         history.demand_set(0, 0)
     cache.begin_layer(0)

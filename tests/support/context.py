@@ -72,6 +72,8 @@ def views(
         phase=np.ones(request.size, np.uint8),
         tokens=np.ones(request.size, np.int64),
         context_end=np.arange(1, request.size + 1, dtype=np.int64),
+        attended=np.arange(1, request.size + 1, dtype=np.int64),
+        kv_tokens=np.arange(1, request.size + 1, dtype=np.int64),
     )
     recorded = None
     if pred_scores is not None:

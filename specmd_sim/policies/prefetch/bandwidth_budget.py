@@ -51,7 +51,7 @@ class BandwidthBudgetPrefetch(PrefetchPolicy[BandwidthBudgetConfig]):
             for key, n in zip(chosen.keys, chosen.tokens, strict=True)
         )
         this = history.pass_info(pass_index)
-        return seconds + cost.attention_time(this.tokens, this.context_end)
+        return seconds + cost.batch_attention_time(this.tokens, this.attended, this.kv_tokens)
 
     def _transfer_time(self, key: int) -> float:
         ctx = self.ctx
