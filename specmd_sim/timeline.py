@@ -41,7 +41,7 @@ from specmd_sim.cache.states import AccessClass
 
 KINDS = (
     "attention", "expert", "lm_head", "stall", "demand_fetch", "prefetch", "cpu_expert",
-    "write_back",
+    "write_back", "nvme_read",
 )  # fmt: skip
 """Span kinds; a span stores the index. Append only: saved spans keep their kind names."""
 COMPUTE_KINDS = ("attention", "expert", "lm_head")
@@ -358,6 +358,7 @@ _FRACTIONS = np.array(["." + (f"{r:03d}".rstrip("0") or "0") for r in range(1000
 _CATEGORY = {
     "stall": "stall",
     "write_back": "transfer",
+    "nvme_read": "transfer",
     **dict.fromkeys(TRANSFER_KINDS, "transfer"),
 }
 _SPAN_HEADS = [

@@ -20,6 +20,7 @@ KIND_COLOURS = {
     "demand_fetch": "#F58518",
     "prefetch": "#72B7B2",
     "write_back": "#D4A6C8",
+    "nvme_read": "#8F6D31",
 }
 KIND_LABELS = {
     "attention": "attention",
@@ -30,6 +31,7 @@ KIND_LABELS = {
     "demand_fetch": "demand fetch",
     "prefetch": "prefetch",
     "write_back": "write-back",
+    "nvme_read": "NVMe read into DRAM",
 }
 SPARE_COLOURS = ("#EECA3B", "#FF9DA6", "#BAB0AC", "#439894", "#D67195", "#8F6D31")
 

@@ -282,3 +282,26 @@ def test_bad_two_level_configs_fail_in_one_line(
         build_scenario(build_config(data))
     text = str(info.value)
     assert message in text and "\n" not in text
+
+
+def test_every_nvme_read_is_a_span_on_the_drives_lane(small_trace) -> None:
+    """The timeline shows each read into DRAM (demand, prefetch or staged past the cache) as a
+    ``nvme_read`` span on ``nvme0/dram-fill``: as many bytes as the DRAM level counts, each
+    ending before the copy of its expert to the GPU that follows it starts."""
+    from specmd_sim.timeline import KIND
+
+    trace = small_trace("olmoe-1b-7b", requests=2, prefill=3, decode=6)
+    dram = {"eviction": "lru", "prefetch": {"kind": "top-k", "lookahead": 3}, "warm": False}
+    cfg = config(trace, dram, prefetch=PREFETCHING, dram=100, capacity=40)
+    result = simulate(cfg.model_copy(update={"timing": cfg.timing.model_copy(
+        update={"record_spans": True})}))  # fmt: skip
+    spans, m = result.spans, result.metrics
+    reads = spans[spans["kind"] == KIND["nvme_read"]]
+    assert {result.lanes[lane] for lane in reads["lane"].tolist()} == {"nvme0/dram-fill"}
+    assert int(reads["bytes"].sum()) == m["bytes_nvme_demand"] + m["bytes_nvme_prefetch"] > 0
+    assert np.all(reads["end"] > reads["start"])
+    copies = spans[np.isin(spans["kind"], [KIND["demand_fetch"], KIND["prefetch"]])]
+    for read in reads[reads["pass_"] >= 0][:50]:  # the copy of its expert after it
+        later = copies[(copies["expert"] == read["expert"]) & (copies["end"] > read["end"])]
+        if later.size:
+            assert later["start"].min() >= read["end"] - 1e-12

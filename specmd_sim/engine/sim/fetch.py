@@ -96,6 +96,7 @@ class Fetcher:
         self.reading: dict[int, list[Job]] = {}  # keys being read into the DRAM cache: jobs after
         self.stalled: deque[Job] = deque()  # DRAM misses waiting for DRAM space
         self.staged = False  # an NVMe read into DRAM took time (its path's numbers were read)
+        self.read_lane = -1  # the span lane of those reads
         self.engines = CopyEngines(
             env,
             engines,
@@ -109,8 +110,11 @@ class Fetcher:
             cache.occupancy_hook = self._occupancy
 
     def attach_dram(self, dram: DramLevel, stage: TransferPath) -> None:
-        """Fetch through a DRAM cache whose misses are read from the drive over ``stage``."""
+        """Fetch through a DRAM cache whose misses are read from the drive over ``stage``
+        (each read a ``nvme_read`` span on the drive's lane ``<drive>/dram-fill``)."""
+        assert self.drive is not None  # a DRAM cache needs the drive (checked before the run)
         self.dram, self.stage = dram, stage
+        self.read_lane = self.spans.lane(f"{self.drive.id}/dram-fill")
 
     # --- what the stream asks --------------------------------------------------------------
 
@@ -172,9 +176,16 @@ class Fetcher:
         if cached:
             self.reading[key] = waiting
         nbytes = self.cache.nbytes[key]
+        start = self.env.now
+        # the pass and layer it serves: its job's, or (a DRAM prefetch) the router decision's
+        p, layer = self.position()[0] if job is None else job.target
 
         def landed() -> None:
             assert self.dram is not None
+            self.spans.add(
+                self.read_lane, "nvme_read", start, self.env.now, self.pass_base + p, layer, key,
+                nbytes, int(self.pass_request[p]),
+            )  # fmt: skip
             jobs = waiting
             if cached:
                 jobs = self.reading.pop(key)
