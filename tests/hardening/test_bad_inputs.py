@@ -549,6 +549,22 @@ CASES = [
         fragments=("prefill_chunk_tokens",),
     ),
     set_case("set-hot-fraction-above-one", "precision.hot_fraction=2", fragments=("hot_fraction",)),
+    # serving: SLO limits, the continuous scheduler, the KV cache
+    set_case("set-slo-negative", "slo.ttft_s=-1", fragments=("slo.ttft_s",), command="run"),
+    set_case("set-slo-empty", "slo={}", fragments=("slo", "ttft_s", "tpot_s"), command="run"),
+    set_case("set-slo-nan", "slo.tpot_s=.nan", fragments=("slo.tpot_s",), command="run"),
+    set_case(
+        "set-max-tokens-with-slots", "workload.max_tokens_per_step=8",
+        fragments=("max_tokens_per_step", "scheduler: slots"),
+    ),  # fmt: skip
+    set_case("set-max-tokens-zero", "workload.scheduler=continuous",
+             "workload.max_tokens_per_step=0", fragments=("max_tokens_per_step",)),  # fmt: skip
+    set_case("set-kv-wait-with-slots", "workload.kv_cache=wait", fragments=("kv_cache", "wait")),
+    set_case("set-kv-wait-auto", "workload.scheduler=continuous", "workload.kv_cache=wait",
+             "cache.capacity=auto", fragments=("cache.capacity", "auto")),  # fmt: skip
+    set_case("set-kv-mode-unknown", "workload.kv_cache=spill", fragments=("kv_cache",)),
+    set_case("set-kv-dtype-unknown", "kv_dtype=int3", fragments=("kv_dtype",)),
+    set_case("set-scheduler-unknown", "workload.scheduler=fifo", fragments=("scheduler",)),
     set_case("set-record-spans-not-bool", "timing.record_spans=maybe", fragments=("record_spans",)),
     set_case("set-unknown-top-level", "nope=1", fragments=("nope",)),
     set_case("set-empty-key", "=5", fragments=("--set",)),
