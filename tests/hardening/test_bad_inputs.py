@@ -556,12 +556,12 @@ CASES = [
     set_case(
         "set-max-tokens-with-slots", "workload.max_tokens_per_step=8",
         fragments=("max_tokens_per_step", "scheduler: slots"),
-    ),  # fmt: skip
+    ),
     set_case("set-max-tokens-zero", "workload.scheduler=continuous",
-             "workload.max_tokens_per_step=0", fragments=("max_tokens_per_step",)),  # fmt: skip
+             "workload.max_tokens_per_step=0", fragments=("max_tokens_per_step",)),
     set_case("set-kv-wait-with-slots", "workload.kv_cache=wait", fragments=("kv_cache", "wait")),
     set_case("set-kv-wait-auto", "workload.scheduler=continuous", "workload.kv_cache=wait",
-             "cache.capacity=auto", fragments=("cache.capacity", "auto")),  # fmt: skip
+             "cache.capacity=auto", fragments=("cache.capacity", "auto")),
     set_case("set-kv-mode-unknown", "workload.kv_cache=spill", fragments=("kv_cache",)),
     set_case("set-kv-dtype-unknown", "kv_dtype=int3", fragments=("kv_dtype",)),
     set_case("set-scheduler-unknown", "workload.scheduler=fifo", fragments=("scheduler",)),
