@@ -255,6 +255,49 @@ def ttft_figure(run: RunData) -> go.Figure:
     return fig
 
 
+def latency_figure(run: RunData) -> go.Figure | None:
+    """The distributions of TTFT and TPOT over requests (empirical CDFs, from ``per_request``)
+    with the run's p50/p90/p99 marked and its SLO limits drawn; None without requests."""
+    table = run.result.get("per_request") or {}
+    series = [
+        (name, np.sort([v for v in table.get(f"{name}_s", []) if v is not None]))
+        for name in ("ttft", "tpot")
+    ]
+    series = [(name, values) for name, values in series if values.size]
+    if not series:
+        return None
+    slo = run.config.get("slo") or {}
+    titles = [f"{n.upper()} over requests" for n, _ in series]
+    fig = make_subplots(rows=1, cols=len(series), horizontal_spacing=0.1, subplot_titles=titles)
+    for col, (name, values) in enumerate(series, start=1):
+        share = np.arange(1, values.size + 1) / values.size
+        fig.add_scatter(
+            x=values * 1e3, y=share, mode="lines+markers", line_shape="hv", name=name.upper(),
+            showlegend=False, row=1, col=col, marker_color=kind_colour("expert"),
+            hovertemplate=f"{name.upper()} ≤ %{{x:.4g}} ms: %{{y:.0%}} of requests<extra></extra>",
+        )  # fmt: skip
+        limit = slo.get(f"{name}_s")
+        if limit is not None:
+            fig.add_vline(x=limit * 1e3, line_dash="dash", line_color=kind_colour("stall"),
+                          annotation_text="SLO", row=1, col=col)  # fmt: skip
+        fig.update_xaxes(title_text="ms", row=1, col=col)
+        fig.update_yaxes(tickformat=".0%", range=[0, 1.02], row=1, col=col)
+    m = run.metrics
+
+    def tail(name: str) -> str:
+        return " / ".join(ms(m.get(f"{name}_p{q}_s")) for q in (50, 90, 99))
+
+    marks = [f"p50 / p90 / p99: TTFT over requests {tail('ttft')}; TPOT over decode passes "
+             f"{tail('tpot')}; inter-token latency over tokens {tail('itl')}"]  # fmt: skip
+    if "slo_attainment" in m:
+        met = METRICS["slo_attainment"].format(m["slo_attainment"])
+        goodput = METRICS["goodput_rps"].format(m["goodput_rps"])
+        marks.append(f"SLO met by {met} of requests, goodput {goodput}")
+    fig.update_layout(**base_layout("Latency distributions", "<br>".join(marks), plot_height=260,
+                                    subplot_titles=True))  # fmt: skip
+    return fig
+
+
 def _section(cfg: dict[str, Any], name: str) -> str:
     section = cfg.get(name)
     if not isinstance(section, dict):
@@ -283,6 +326,9 @@ def run_figures(run: RunData) -> dict[str, go.Figure]:
     if run.recording is not None:
         figures["stall"] = stall_figure(run)
         figures["ttft"] = ttft_figure(run)
+    latency = latency_figure(run) if run.engine != "replay" else None
+    if latency is not None:
+        figures["latency"] = latency
     return figures
 
 
@@ -333,6 +379,8 @@ def write_run_report(run: RunData, path: Path) -> dict[str, go.Figure]:
             "breakdowns need them."
         )
         blocks.append(Block("Timing", html=f'<p class="note">{html.escape(note)}</p>'))
+    if "latency" in figures:
+        blocks.append(Block("Latency distributions", figures=figures["latency"]))
     for title, key, label in (
         ("Resources", "per_resource", "resource"),
         ("GPUs", "per_gpu", "gpu"),

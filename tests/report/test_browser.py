@@ -66,7 +66,7 @@ def opened(browser: Browser, pages: dict[str, Path]) -> Callable[[str], tuple[Pa
     return get
 
 
-@pytest.mark.parametrize(("name", "figures"), [("timeline", 2), ("report", 4), ("compare", 1)])
+@pytest.mark.parametrize(("name", "figures"), [("timeline", 2), ("report", 5), ("compare", 1)])
 def test_page_opens_without_errors_and_draws_its_plots(
     browser: Browser, opened: Callable, name: str, figures: int, tmp_path: Path
 ) -> None:

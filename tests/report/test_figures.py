@@ -196,7 +196,7 @@ def test_ttft_breakdown_per_layer_adds_up_to_the_engines_split(run: RunData) -> 
 
 def test_run_report_page(run: RunData, timed_dir: Path, tmp_path: Path) -> None:
     figures = write_run_report(RunData.load(timed_dir), tmp_path / "report.html")
-    assert set(figures) == {"taxonomy", "prefetch", "stall", "ttft"}
+    assert set(figures) == {"taxonomy", "prefetch", "stall", "ttft", "latency"}
     taxonomy = figures["taxonomy"]
     stacked = np.sum([np.asarray(t.y) for t in taxonomy.data], axis=0)
     assert stacked.tolist() == run.per_layer["accesses"]
@@ -208,3 +208,27 @@ def test_run_report_page(run: RunData, timed_dir: Path, tmp_path: Path) -> None:
     assert throughput.endswith(" tok/s") and f">{throughput}</td>" in page
     assert "GB/s</td>" in page and "%</td>" in page
     json.loads(json.dumps(figures["ttft"].to_plotly_json(), default=str))
+
+
+def test_latency_figure_draws_each_requests_ttft_and_tpot_and_the_slo(tiny_config) -> None:
+    """The empirical CDFs are the per-request values, sorted, at shares 1/n ... 1; each SLO
+    limit is a line; the caption carries the run's percentiles and attainment."""
+    from specmd_sim import replay, simulate
+    from specmd_sim.report.run_report import latency_figure
+
+    result = simulate(tiny_config(slo={"ttft_s": 0.2, "tpot_s": 0.05},
+                                  timing={"record_spans": False}))  # fmt: skip
+    figure = latency_figure(RunData.from_result(result, None))
+    assert figure is not None
+    ttft, tpot = figure.data
+    for trace, column in ((ttft, "ttft_s"), (tpot, "tpot_s")):
+        values = sorted(v for v in result.per_request[column] if v is not None)
+        assert np.asarray(trace.x).tolist() == pytest.approx([v * 1e3 for v in values])
+        assert np.asarray(trace.y).tolist() == pytest.approx(
+            [(i + 1) / len(values) for i in range(len(values))])  # fmt: skip
+    lines = [s.x0 for s in figure.layout.shapes]
+    assert lines == pytest.approx([200.0, 50.0])
+    caption = figure.layout.title.subtitle.text
+    assert METRICS["ttft_p99_s"].format(result.metrics["ttft_p99_s"]) in caption
+    assert "SLO met by" in caption
+    assert latency_figure(RunData.from_result(replay(tiny_config()), None)) is None

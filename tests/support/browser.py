@@ -286,8 +286,8 @@ class Page:
         return png
 
     def plots(self) -> list[dict[str, Any]]:
-        """Every plotly figure on the page: id, number of traces, drawn trace groups and bars,
-        and title (after waiting until plotly has drawn them all)."""
+        """Every plotly figure on the page: id, number of traces, drawn trace groups and points
+        (bars, markers), and title (after waiting until plotly has drawn them all)."""
         self.wait_for(
             "[...document.querySelectorAll('.plotly-graph-div')]"
             ".every(p => p._fullLayout && p.querySelector('.main-svg'))"
@@ -295,6 +295,6 @@ class Page:
         return self.evaluate(
             "[...document.querySelectorAll('.plotly-graph-div')].map(p => ({id: p.id, "
             "traces: p.data.length, drawn: p.querySelectorAll('g.trace').length, "
-            "points: p.querySelectorAll('g.point').length, "
+            "points: p.querySelectorAll('.point').length, "
             "title: (p.layout.title && p.layout.title.text) || ''}))"
         )
