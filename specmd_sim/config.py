@@ -22,7 +22,7 @@ from pydantic import (
 
 from specmd_sim.errors import SpecmdError, from_validation_error, short_repr
 from specmd_sim.hardware.loader import YamlSyntaxError, parse_yaml
-from specmd_sim.models.spec import Dtype
+from specmd_sim.models.spec import Dtype, KvDtype
 from specmd_sim.policies.registry import (
     EVICTION,
     MISS,
@@ -424,7 +424,7 @@ class SimConfig(_Frozen):
             "experts, embedding, LM head); same names as expert_dtype."
         ),
     )
-    kv_dtype: Literal["bf16", "fp16", "fp8", "fp32"] | None = Field(
+    kv_dtype: KvDtype | None = Field(
         default=None,
         description=(
             "Override the precision of the KV cache (its bytes per token, in the memory "

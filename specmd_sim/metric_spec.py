@@ -83,6 +83,19 @@ def _when(flag: str, *metrics: Metric) -> tuple[Metric, ...]:
     return tuple(replace(m, when=flag) for m in metrics)
 
 
+PERCENTILES = (50, 90, 99)
+"""The percentiles each latency distribution reports: ``<name>_p50_s`` ..."""
+
+
+def _percentiles(name: str, label: str, of: str, formula: str) -> tuple[Metric, ...]:
+    """``<name>_p<q>_s`` for each of :data:`PERCENTILES`: the q-th percentile of ``of``."""
+    return tuple(
+        Metric(f"{name}_p{q}_s", "s", "lower", f"{label} p{q}", f"{q}th percentile of {of}",
+               f"percentile {q} of {formula}")
+        for q in PERCENTILES
+    )  # fmt: skip
+
+
 # --- metrics ---------------------------------------------------------------------------------
 
 _CACHE = (
@@ -214,22 +227,15 @@ _LATENCY = _timing(
     Metric("tpot_other_s", "s", "lower", "TPOT other",
            "mean part of a decode pass that is neither compute nor stall",
            "tpot_s − tpot_compute_s − tpot_stall_s"),
-    *(Metric(f"ttft_p{q}_s", "s", "lower", f"TTFT p{q}",
-             f"{q}th percentile of TTFT over requests with a prefill",
-             f"percentile {q} of per_request.ttft_s (numpy's linear interpolation)")
-      for q in (50, 90, 99)),
-    *(Metric(f"tpot_p{q}_s", "s", "lower", f"TPOT p{q}",
-             f"{q}th percentile of the time per output token: of the decode passes' durations, "
-             "over all GPUs (each gives one token to each request it decodes)",
-             f"percentile {q} of per_pass end_s − start_s over decode passes")
-      for q in (50, 90, 99)),
-    *(Metric(f"itl_p{q}_s", "s", "lower", f"ITL p{q}",
-             f"{q}th percentile of the inter-token latency: for every decode token, the time "
-             "since its request's previous token (the first token included; passes of other "
-             "requests in between count, as a user sees them)",
-             f"percentile {q} over decode tokens of (its time − its request's previous "
-             "token's time)")
-      for q in (50, 90, 99)),
+    *_percentiles("ttft", "TTFT", "TTFT over requests with a prefill", "per_request.ttft_s "
+                  "(numpy's linear interpolation)"),
+    *_percentiles("tpot", "TPOT", "the time per output token: of the decode passes' "
+                  "durations, over all GPUs (each gives one token to each request it decodes)",
+                  "per_pass end_s − start_s over decode passes"),
+    *_percentiles("itl", "ITL", "the inter-token latency: for every decode token, the time "
+                  "since its request's previous token (the first token included; passes of "
+                  "other requests in between count, as a user sees them)",
+                  "(its time − its request's previous token's time) over decode tokens"),
     Metric("stall_s", "s", "lower", "stall",
            "total time the compute streams waited for experts (misses and late hits), summed "
            "over GPUs",

@@ -487,24 +487,42 @@ def chrome_trace_chunks(
     yield '],"displayTimeUnit":"ms"' + other + "}"
 
 
+def span_gpus(
+    spans: np.ndarray,
+    lanes: Sequence[str],
+    gpus: Sequence[str],
+    pass_ids: np.ndarray,
+    pass_gpu: np.ndarray,
+) -> np.ndarray:
+    """Per span, the index in ``gpus`` of the GPU it worked for: the GPU that ran its pass
+    (``pass_gpu[i]`` ran pass ``pass_ids[i]``), else its lane's device; -1 for a span of no
+    pass on a lane of no GPU."""
+    index = {g: i for i, g in enumerate(gpus)}
+    of_lane = np.array([index.get(lane_process(n), -1) for n in lanes] + [-1], np.int64)
+    out = of_lane[np.where(spans["lane"] >= 0, spans["lane"], len(lanes))]
+    pass_ids = np.asarray(pass_ids, np.int64)
+    if pass_ids.size:
+        gpu_of_pass = np.full(int(pass_ids.max()) + 1, -1, np.int64)
+        gpu_of_pass[pass_ids] = pass_gpu
+        p = spans["pass_"].astype(np.int64)
+        known = (p >= 0) & (p < gpu_of_pass.size)
+        known[known] = gpu_of_pass[p[known]] >= 0
+        out[known] = gpu_of_pass[p[known]]
+    return out
+
+
 def _served_gpu(
     spans: np.ndarray, lanes: list[str], per_pass: Mapping[str, Sequence[Any]], gpus: list[str]
 ) -> np.ndarray:
     """On a run of several GPUs, for each span on a lane of another device (the host's CPU
-    experts), the index in ``gpus`` of the GPU whose pass it served; -1 elsewhere (its process
-    names its GPU already)."""
-    out = np.full(spans.size, -1, np.int64)
+    experts), the index in ``gpus`` of the GPU whose pass it served (:func:`span_gpus`); -1
+    elsewhere (its process names its GPU already)."""
     if len(gpus) < 2 or not spans.size:
-        return out
+        return np.full(spans.size, -1, np.int64)
     elsewhere = np.array([lane_process(n) not in gpus for n in lanes] + [True])
-    passes = np.asarray(per_pass["pass"], np.int64)
-    gpu_of_pass = np.full(int(passes.max()) + 1, -1, np.int64)
-    gpu_of_pass[passes] = [gpus.index(g) for g in per_pass["gpu"]]
-    p = spans["pass_"].astype(np.int64)
-    mine = elsewhere[np.where(spans["lane"] >= 0, spans["lane"], len(lanes))] & (p >= 0)
-    mine &= p < gpu_of_pass.size
-    out[mine] = gpu_of_pass[p[mine]]
-    return out
+    pass_gpu = np.array([gpus.index(g) for g in per_pass["gpu"]], np.int64)
+    gpu = span_gpus(spans, lanes, gpus, np.asarray(per_pass["pass"]), pass_gpu)
+    return np.where(elsewhere[np.where(spans["lane"] >= 0, spans["lane"], len(lanes))], gpu, -1)
 
 
 def _span_tracks(

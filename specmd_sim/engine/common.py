@@ -8,6 +8,7 @@ from typing import Any
 from specmd_sim.config import config_to_dict
 from specmd_sim.metrics import RunResult
 from specmd_sim.scenario import Scenario
+from specmd_sim.scenario.build import kv_bytes_per_token
 
 Progress = Callable[[int, int], None]  # (passes done, passes total)
 
@@ -23,7 +24,7 @@ def inputs_echo(scenario: Scenario) -> dict[str, Any]:
         "runtime": scenario.runtime.id,
         "dense_dtype": model.dense_dtype,
         "kv_dtype": model.kv_dtype,
-        "kv_bytes_per_token": model.kv_bytes_per_token * model.num_layers,
+        "kv_bytes_per_token": kv_bytes_per_token(model),
         **scenario.budgets[0].as_dict(),  # of the first GPU
         "trace_model": trace.model,
         "trace_tokens": trace.num_tokens,

@@ -23,8 +23,9 @@ from specmd_sim.units import format_bytes
 
 # a precision name (bf16, fp8, int4, hqq-2bit, q4_k_m, w3g64, ...), checked where it is given
 Dtype = Annotated[str, BeforeValidator(check_precision)]
-KV_BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
-"""Bytes of one key or value element at each KV-cache precision."""
+KvDtype = Literal["bf16", "fp16", "fp8", "fp32"]
+KV_BYTES: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "fp32": 4}
+"""Bytes of one key or value element at each KV-cache precision (:data:`KvDtype`)."""
 
 MAX_EXPERTS_PER_LAYER = 32_767  # traces store expert ids as int16
 # Flat keys (layer x expert), each with a slot in the cache's and the placement's arrays: 70
@@ -86,7 +87,7 @@ class ModelSpec(InputModel):
     vocab_size: int = Field(ge=1, le=MAX_DIMENSION)
     expert_dtype: Dtype = Field(description="Storage precision of routed experts.")
     dense_dtype: Dtype = Field(default="bf16", description="Precision of all non-expert weights.")
-    kv_dtype: Literal["bf16", "fp16", "fp8", "fp32"] = Field(
+    kv_dtype: KvDtype = Field(
         default="bf16", description="Precision of the KV cache's keys and values."
     )
 

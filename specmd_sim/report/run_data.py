@@ -18,7 +18,7 @@ import numpy as np
 
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import METRICS, TABLES, RunResult
-from specmd_sim.timeline import Recording, lane_process, served_class
+from specmd_sim.timeline import Recording, served_class, span_gpus
 from specmd_sim.units import format_bytes
 
 PASS_DTYPE = np.dtype(
@@ -198,19 +198,9 @@ class RunData:
         """Per span: the index in :attr:`gpus` of the GPU it worked for: that of its pass, else
         of its lane's device; -1 for a span of no pass on a lane of no GPU. All 0 on one GPU."""
         rec = self.require_spans("this view")
-        spans = rec.spans
         if len(self.gpus) == 1:
-            return np.zeros(spans.size, np.int64)
-        index = {g: i for i, g in enumerate(self.gpus)}
-        of_lane = np.array([index.get(lane_process(n), -1) for n in rec.lanes] or [-1])
-        out = of_lane[spans["lane"].astype(np.int64)] if spans.size else np.zeros(0, np.int64)
-        passes = self.passes
-        has = spans["pass_"] >= 0
-        if passes.size and has.any():
-            row = np.clip(np.searchsorted(passes["pass_"], spans["pass_"][has]), 0, passes.size - 1)
-            found = passes["pass_"][row] == spans["pass_"][has]
-            out[np.flatnonzero(has)[found]] = self.pass_gpu[row[found]]
-        return out
+            return np.zeros(rec.spans.size, np.int64)
+        return span_gpus(rec.spans, rec.lanes, self.gpus, self.passes["pass_"], self.pass_gpu)
 
     def gpu_label(self, gpu: int) -> str:
         """``"gpu1 · "`` on a run of several GPUs, ``""`` on one: the prefix that names a

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from specmd_sim.cache.states import AccessClass
+from specmd_sim.metric_spec import PERCENTILES
 from specmd_sim.metrics import METRICS, TABLES
 from specmd_sim.report.analysis import (
     STALL_CAUSES,
@@ -285,7 +286,7 @@ def latency_figure(run: RunData) -> go.Figure | None:
     m = run.metrics
 
     def tail(name: str) -> str:
-        return " / ".join(ms(m.get(f"{name}_p{q}_s")) for q in (50, 90, 99))
+        return " / ".join(ms(m.get(f"{name}_p{q}_s")) for q in PERCENTILES)
 
     marks = [f"p50 / p90 / p99: TTFT over requests {tail('ttft')}; TPOT over decode passes "
              f"{tail('tpot')}; inter-token latency over tokens {tail('itl')}"]  # fmt: skip

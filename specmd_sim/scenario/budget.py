@@ -29,8 +29,6 @@ import numpy as np
 
 from specmd_sim.units import format_bytes
 
-KV_MODES = ("reserved", "evict", "wait")
-
 
 @dataclass(frozen=True)
 class MemoryBudget:
@@ -107,6 +105,6 @@ def capacity_schedule(
 ) -> np.ndarray:
     """int64 [P]: the expert cache's capacity in each pass when the KV cache grows
     (``kv_cache: evict``): ``capacity``, or less where the KV cache of the tokens resident then
-    (``kv_tokens``, :meth:`~specmd_sim.scenario.passes.Passes.kv_resident`) leaves less."""
+    (``kv_tokens``, :attr:`~specmd_sim.scenario.passes.Passes.kv_resident`) leaves less."""
     left = budget.without_kv - kv_tokens.astype(np.int64) * kv_bytes_per_token
     return np.minimum(capacity, left)

@@ -77,7 +77,9 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
     gpu_nodes = _resolve_gpus(config, profile)
     _check_gpus(config, gpu_nodes)
     pools = _kv_pools(config, model, runtime, gpu_nodes, sizes)
-    passes = build_passes(trace, config.workload, kv_pool_tokens=pools[0])
+    per_token = kv_bytes_per_token(model)
+    pool_tokens = [None if pool is None else pool // per_token for pool in pools]
+    passes = build_passes(trace, config.workload, kv_pool_tokens=pool_tokens[0])
     if passes.num_passes == 0:
         raise SpecmdError(f"trace {config.trace}: expected at least one pass, got none")
     training = build_training(config, trace, passes)
@@ -93,10 +95,12 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
     if gpus == 1:
         shards = ((passes, demand),)
     else:
-        parts = [build_passes(trace, config.workload, (g, gpus), pools[g]) for g in range(gpus)]
+        parts = [
+            build_passes(trace, config.workload, (g, gpus), pool_tokens[g]) for g in range(gpus)
+        ]
         shards = tuple((p, build_demand(trace, p)) for p in parts)
     budgets = tuple(
-        _budget(config, model, runtime, gpu, g, sizes, shard)
+        _budget(config, model, runtime, gpu, g, sizes, shard, pools[g])
         for g, (gpu, (shard, _)) in enumerate(zip(gpu_nodes, shards, strict=True))
     )
     # a slot count is of the largest expert (mixed precision), as capacity_slots reports it
@@ -171,8 +175,10 @@ def _budget(
     g: int,
     sizes: ExpertSizes,
     passes: Passes,
+    pool: int | None,
 ) -> MemoryBudget:
-    """GPU ``g``'s HBM and what it holds besides the expert cache (:mod:`.budget`)."""
+    """GPU ``g``'s HBM and what it holds besides the expert cache (:mod:`.budget`); ``pool``:
+    the KV pool of ``kv_cache: wait`` (:func:`_kv_pools`)."""
     mode = config.workload.kv_cache
     lengths = np.unique(passes.row_request, return_counts=True)[1]  # each request's tokens
     context = int(lengths.max()) if lengths.size else 0
@@ -180,36 +186,44 @@ def _budget(
     per_token = kv_bytes_per_token(model)
     kv = context * batch * per_token
     if mode != "reserved":  # the peak of the KV cache as it grows, in tokens
-        context = int(passes.kv_resident().max()) if passes.num_passes else 0
+        context = int(passes.kv_resident.max()) if passes.num_passes else 0
         kv = context * per_token
-    budget = MemoryBudget(
+    if pool is not None:  # wait: the pool, of which ``context`` tokens were used at most
+        kv = pool
+    return dataclasses.replace(
+        _bare_budget(config, model, runtime, gpu, g, sizes),
+        kv_cache=kv, kv_context=context, kv_batch=batch,
+    )  # fmt: skip
+
+
+def _bare_budget(
+    config: SimConfig,
+    model: ModelSpec,
+    runtime: RuntimeProfile,
+    gpu: GPUNode,
+    g: int,
+    sizes: ExpertSizes,
+) -> MemoryBudget:
+    """GPU ``g``'s budget without its KV cache, which the pass table decides."""
+    shard = 0
+    if config.parallel.mode == "expert-sharded":
+        shard = int(sizes.nbytes[shard_mask(sizes, g, config.parallel.count)].sum())
+    return MemoryBudget(
         gpu=gpu.id,
         hbm=int(gpu.hbm_bytes.value),
         weights=model.non_expert_bytes,
-        kv_cache=kv,
-        kv_context=context,
-        kv_batch=batch,
+        kv_cache=0,
+        kv_context=0,
+        kv_batch=0,
         workspace=int(runtime.workspace_bytes.value),
-        shard=_shard_bytes(config, sizes, g),
-        kv_mode=mode,
+        shard=shard,
+        kv_mode=config.workload.kv_cache,
     )
-    if mode == "wait":  # the pool the capacity leaves, of which ``context`` tokens were used
-        pool = budget.without_kv - config.cache.capacity_bytes(
-            sizes.largest, sizes.routed_bytes, budget.without_kv
-        )
-        budget = dataclasses.replace(budget, kv_cache=pool)
-    return budget
 
 
 def kv_bytes_per_token(model: ModelSpec) -> int:
     """KV cache bytes of one token, over all layers."""
     return model.kv_bytes_per_token * model.num_layers
-
-
-def _shard_bytes(config: SimConfig, sizes: ExpertSizes, g: int) -> int:
-    if config.parallel.mode != "expert-sharded":
-        return 0
-    return int(sizes.nbytes[shard_mask(sizes, g, config.parallel.count)].sum())
 
 
 def _kv_pools(
@@ -219,8 +233,8 @@ def _kv_pools(
     gpus: tuple[GPUNode, ...],
     sizes: ExpertSizes,
 ) -> list[int | None]:
-    """Per GPU, the KV tokens requests may hold at once with ``kv_cache: wait``: what HBM
-    leaves beside the expert cache's ``cache.capacity`` (None for every GPU otherwise)."""
+    """Per GPU, the bytes of KV cache requests may hold at once with ``kv_cache: wait``: what
+    HBM leaves beside the expert cache's ``cache.capacity`` (None for every GPU otherwise)."""
     if config.workload.kv_cache != "wait":
         return [None] * len(gpus)
     if config.cache.capacity == "auto":
@@ -231,10 +245,7 @@ def _kv_pools(
     per_token = kv_bytes_per_token(model)
     pools: list[int | None] = []
     for g, gpu in enumerate(gpus):
-        left = (
-            int(gpu.hbm_bytes.value) - model.non_expert_bytes - int(runtime.workspace_bytes.value)
-            - _shard_bytes(config, sizes, g)
-        )  # fmt: skip
+        left = _bare_budget(config, model, runtime, gpu, g, sizes).without_kv
         capacity = config.cache.capacity_bytes(sizes.largest, sizes.routed_bytes, left)
         if left - capacity < per_token:
             raise SpecmdError(
@@ -243,7 +254,7 @@ def _kv_pools(
                 f"({format_bytes(left)} beside weights and workspace), got "
                 f"{format_bytes(left - capacity)}; lower cache.capacity"
             )
-        pools.append((left - capacity) // per_token)
+        pools.append(left - capacity)
     return pools
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -75,6 +76,7 @@ class Passes:
         lo, hi = self.start[p], self.start[p + 1]
         return int(self.row_first[lo:hi].sum() + (self.row_phase[lo:hi] == DECODE).sum())
 
+    @cached_property
     def kv_resident(self) -> np.ndarray:
         """int64 [P]: tokens in the KV cache during each pass: of every request that has run a
         pass and not yet left (its last pass is this one or later), all its tokens so far,

@@ -173,7 +173,7 @@ def _build_gpu(
     capacities = None
     if config.workload.kv_cache == "evict":
         capacities = capacity_schedule(
-            scenario.capacity_bytes, scenario.budgets[g], scenario.passes.kv_resident(),
+            scenario.capacity_bytes, scenario.budgets[g], scenario.passes.kv_resident,
             kv_bytes_per_token(scenario.model),
         )  # fmt: skip
     return RunObjects(
@@ -215,9 +215,11 @@ def _build_dram(
     prefetch = PREFETCH.make(dram.prefetch, routed)
     predictor: ScoreSource | None = None
     if prefetch.lookahead > 0 and prefetch.uses_predictor:
-        inner = PREDICTORS.make(dram.predictor or config.predictor, routed)
-        if dram.predictor is None and scenario.training is not None:
-            inner.fit(scenario.training)
+        inner = (
+            make_predictor(scenario, routed)  # the run's predictor, fitted as the run's is
+            if dram.predictor is None
+            else PREDICTORS.make(dram.predictor, routed)
+        )
         predictor = _Tapped(inner, eviction)
     return DramObjects(cache, eviction, prefetch, predictor, stage, drive)
 

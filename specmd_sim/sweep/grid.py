@@ -33,7 +33,7 @@ from typing import Any
 from specmd_sim.config import SimConfig, apply_overrides, build_config, config_to_dict
 from specmd_sim.errors import SpecmdError
 from specmd_sim.runs import config_hash
-from specmd_sim.sweep.search import ARRIVALS_PATH, RATE_PATH
+from specmd_sim.sweep.search import at_rate
 from specmd_sim.sweep.spec import SweepSpec
 
 AXIS_ALIASES = {"capacity": "cache.capacity", "cache": "cache.capacity"}
@@ -141,8 +141,7 @@ def iter_points(spec: SweepSpec, source: str = "sweep spec") -> Iterator[Point]:
         where = f"{source}: point {index} ({point_key(axes)})"
         data = apply_axes(base, axes)
         if spec.search is not None:  # the point is the search's first probe
-            rate = json.dumps(spec.search.min_rate_per_s)
-            data = apply_overrides(data, [f"{ARRIVALS_PATH}=poisson", f"{RATE_PATH}={rate}"])
+            data = at_rate(data, spec.search.min_rate_per_s)
         config = build_config(data, where)
         if spec.search is not None and config.slo is None:
             raise SpecmdError(

@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from specmd_sim.config import apply_overrides, build_config
 from specmd_sim.errors import SpecmdError
 from specmd_sim.schema_base import InputModel
 from specmd_sim.sweep.store import Kind
@@ -141,19 +142,21 @@ def search_rate(search: RateSearch, probe: Callable[[float], tuple[float, Any]])
     return done("found", lo, hi)
 
 
+def at_rate(config: dict[str, Any], rate: float) -> dict[str, Any]:
+    """A config mapping with Poisson arrivals at ``rate`` requests/s (a probe of the search)."""
+    return apply_overrides(config, [f"{ARRIVALS_PATH}=poisson", f"{RATE_PATH}={json.dumps(rate)}"])
+
+
 def run_search(
     search: RateSearch, config: dict[str, Any], plugins: tuple[str, ...] = ()
 ) -> SearchResult:
     """Search the point ``config`` (a resolved config mapping with an ``slo``) with the timing
     engine: each probe is ``config`` with Poisson arrivals at the probed rate."""
-    from specmd_sim.config import build_config
     from specmd_sim.engine.sim import simulate
 
     def probe(rate: float) -> tuple[float, Any]:
-        data = {**config, "workload": {**config["workload"], "arrivals": "poisson",
-                                       "arrival_rate_per_s": rate}}  # fmt: skip
         where = f"search: rate {rate:g}/s"
-        result = simulate(build_config(data, where, plugins=plugins))
+        result = simulate(build_config(at_rate(config, rate), where, plugins=plugins))
         attainment = result.metrics.get("slo_attainment")
         if attainment is None:
             raise SpecmdError(f"{where}: expected slo_attainment, got none (no requests)")

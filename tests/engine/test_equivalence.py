@@ -195,7 +195,7 @@ def test_ideal_timing_makes_replays_decisions_under_kv_pressure(eviction, prefet
     slots = int(next(o for o in overrides if o.startswith("cache.capacity=")).split("=")[1])
     batch = int(next(o for o in overrides if o.startswith("workload.batch_size=")).split("=")[1])
     continuous = WorkloadConfig(scheduler="continuous", batch_size=batch, max_tokens_per_step=3)
-    peak = int(build_passes(trace, continuous).kv_resident().max())
+    peak = int(build_passes(trace, continuous).kv_resident.max())
     per_token = model.kv_bytes_per_token * model.num_layers
     hbm = (model.non_expert_bytes + int(load_runtime("fused-kernels").workspace_bytes.value)
            + slots * model.expert_bytes + (2 * peak - 1) * per_token // 2)  # fmt: skip

@@ -301,7 +301,10 @@ def test_every_nvme_read_is_a_span_on_the_drives_lane(small_trace) -> None:
     assert int(reads["bytes"].sum()) == m["bytes_nvme_demand"] + m["bytes_nvme_prefetch"] > 0
     assert np.all(reads["end"] > reads["start"])
     copies = spans[np.isin(spans["kind"], [KIND["demand_fetch"], KIND["prefetch"]])]
-    for read in reads[reads["pass_"] >= 0][:50]:  # the copy of its expert after it
+    followed = 0
+    for read in reads[:50]:  # the copy of its expert that follows it starts once it landed
         later = copies[(copies["expert"] == read["expert"]) & (copies["end"] > read["end"])]
         if later.size:
             assert later["start"].min() >= read["end"] - 1e-12
+            followed += 1
+    assert followed > 25  # most reads feed a copy (a few prefetched into DRAM never do)

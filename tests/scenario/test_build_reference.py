@@ -365,7 +365,7 @@ def test_kv_resident_counts_every_running_requests_tokens() -> None:
                 for r in passes.row_request[passes.start[p] : passes.start[p + 1]].tolist():
                     held[r] = held.get(r, 0) + 1
                 want.append(sum(n for r, n in held.items() if last[r] >= p))
-            assert passes.kv_resident().tolist() == want
+            assert passes.kv_resident.tolist() == want
 
 
 def test_a_request_longer_than_the_kv_pool_is_refused() -> None:

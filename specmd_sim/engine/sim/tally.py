@@ -19,6 +19,7 @@ from specmd_sim.cache import CacheStats, ExpertCache
 from specmd_sim.config import SloConfig
 from specmd_sim.engine.sim.breakdown import Busy, Intervals, mean_of, request_table
 from specmd_sim.engine.sim.flows import FlowNetwork
+from specmd_sim.metric_spec import PERCENTILES
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
 from specmd_sim.scenario.passes import Passes
 from specmd_sim.timeline import SpanRecorder, intersection_length
@@ -178,10 +179,6 @@ def _latency_metrics(
         "tokens_generated": tokens_out,
         "throughput_tok_s": tokens_out / makespan if makespan > 0 else None,
     }
-
-
-PERCENTILES = (50, 90, 99)
-"""The percentiles every latency distribution reports (``<name>_p50_s`` ...)."""
 
 
 def percentiles(name: str, values: Sequence[float] | np.ndarray) -> dict[str, float | None]:
