@@ -22,20 +22,24 @@ memory does not grow with the trace. ``belady=True`` adds the offline optimum's 
 rate at each capacity (the ``belady`` policy, replayed), the bound of every curve.
 
 The pass kernel is plain Python over numpy arrays that numba compiles when installed (the
-``fast`` extra); without it the same code runs interpreted, slower but equal.
+``fast`` extra); without it the same code runs interpreted, slower but equal. Compiled, a long
+trace is cut into pieces counted on threads at once (:func:`curve_counts`), with the same
+counts.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from specmd_sim.config import SimConfig
-from specmd_sim.engine.jit import compiled
+from specmd_sim.engine.jit import available, compiled
 from specmd_sim.engine.replay import replay
 from specmd_sim.errors import SpecmdError
 from specmd_sim.policies.registry import EVICTION
@@ -111,10 +115,15 @@ def stack_method_applies(config: SimConfig) -> str | None:
 
 
 def miss_ratio_curve(
-    config: SimConfig | Scenario, capacities: Sequence[str | int], *, belady: bool = False
+    config: SimConfig | Scenario,
+    capacities: Sequence[str | int],
+    *,
+    belady: bool = False,
+    workers: int | None = None,
 ) -> MissRatioCurve:
     """The curve of ``config`` (or of an already built scenario), its capacity replaced by each
-    of ``capacities``."""
+    of ``capacities``. ``workers``: threads of the one-pass method (:func:`curve_counts`; default
+    the machine's cores)."""
     if not capacities:
         raise SpecmdError("capacities: expected at least one, got none")
     if (config.config if isinstance(config, Scenario) else config).workload.kv_cache == "wait":
@@ -131,7 +140,7 @@ def miss_ratio_curve(
     cap = np.array([s.capacity_bytes for s in sized], np.int64)
     slots = cap // scenario.placement.largest
     if stack_method_applies(config) is None:
-        curve = _stack_curve(scenario, tuple(capacities), cap, slots)
+        curve = _stack_curve(scenario, tuple(capacities), cap, slots, workers)
     else:
         curve = _replay_curve(sized, tuple(capacities), cap, slots)
     if belady:
@@ -140,14 +149,18 @@ def miss_ratio_curve(
 
 
 def _stack_curve(
-    scenario: Scenario, capacities: tuple[str | int, ...], cap: np.ndarray, slots: np.ndarray
+    scenario: Scenario,
+    capacities: tuple[str | int, ...],
+    cap: np.ndarray,
+    slots: np.ndarray,
+    workers: int | None,
 ) -> MissRatioCurve:
     demand = scenario.demand
     keys = demand.keys
     nbytes = scenario.placement.nbytes.astype(np.int64)
     starts = demand.offsets[:: demand.num_layers].astype(np.int64)  # each pass's first access
     order = np.argsort(cap, kind="stable")
-    *counts, first, bytes_accessed = curve_counts(keys, starts, nbytes, cap[order])
+    *counts, first, bytes_accessed = curve_counts(keys, starts, nbytes, cap[order], workers)
     hits, resident, hit_bytes = (np.empty(cap.size, np.int64) for _ in range(3))
     for out, column in zip((hits, resident, hit_bytes), counts, strict=True):
         out[order] = np.cumsum(column)[: cap.size]  # at most each capacity
@@ -204,6 +217,116 @@ def _belady_hits(sized: list[Scenario]) -> np.ndarray:
 
 # --- the pass kernel -------------------------------------------------------------------------
 
+# The trace is cut into pieces (at pass boundaries) of at least this many accesses, counted on
+# threads at once where numba compiles the kernel (it releases the GIL); a piece starts from the
+# keys' recency order where the one before ends, so the counts do not depend on the cutting.
+_PIECE_ACCESSES = 1 << 20
+# Distances are looked up in a table of this many entries at most (else a binary search).
+_TABLE_LIMIT = 1 << 22
+
+
+def curve_counts(
+    keys: np.ndarray,
+    starts: np.ndarray,
+    nbytes: np.ndarray,
+    bounds: np.ndarray,
+    workers: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+    """One pass over the accesses (``keys`` in run order; ``starts``: each pass's first access,
+    then the end; ``bounds``: the capacities in bytes, sorted). Per capacity, and one past the
+    largest: the accesses whose byte stack distance first fits it, those whose key's byte depth
+    when the pass started first fits it (a key used earlier in the pass has depth 0), and the
+    bytes of the former; then the number of first accesses and the bytes of all accesses.
+    Cumulated over the capacities, the first two are the hits and the keys resident when
+    their pass started.
+
+    Sizes are counted in units of the keys' greatest common size (one unit a key when all are
+    the same size), so a distance looks its capacity up in a table. With ``workers`` above 1
+    (default: the machine's cores) and numba, pieces of the trace are counted at once on that
+    many threads, each from the recency order left by the accesses before it (a scan of the
+    keys); every access is still counted once, and the counts are the same for any cutting.
+    """
+    keys = np.ascontiguousarray(keys)
+    starts = np.ascontiguousarray(starts, np.int64)
+    nbytes = np.ascontiguousarray(nbytes, np.int64)
+    unit = int(np.gcd.reduce(nbytes)) if nbytes.size else 1
+    weight = nbytes // max(unit, 1)
+    limit = int(weight.sum())
+    units = np.asarray(bounds, np.int64) // max(unit, 1)  # a distance d fits B iff d <= B // unit
+    table = _bucket_table(units, limit) if limit < _TABLE_LIMIT else np.zeros(0, np.int64)
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
+    if not available():
+        workers = 1
+    accesses = int(starts[-1] - starts[0])
+    pieces = _cut(starts, max(1, min(workers, accesses // _PIECE_ACCESSES)))
+    befores = _last_uses(keys, nbytes.size, starts[pieces[:-1]])
+
+    def count(i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+        piece = starts[pieces[i] : pieces[i + 1] + 1]
+        return _count_piece(keys, piece, nbytes, weight, units, table, befores[i])
+
+    if len(pieces) == 2:
+        parts = [count(0)]
+    else:
+        with ThreadPoolExecutor(len(pieces) - 1) as pool:
+            parts = list(pool.map(count, range(len(pieces) - 1)))
+    hits, resident, hit_bytes, first, accessed = parts[0]
+    for more in parts[1:]:
+        hits, resident, hit_bytes = hits + more[0], resident + more[1], hit_bytes + more[2]
+        first, accessed = first + more[3], accessed + more[4]
+    return hits, resident, hit_bytes, first, accessed
+
+
+def _cut(starts: np.ndarray, pieces: int) -> np.ndarray:
+    """Pass indices cutting the passes into ``pieces`` runs of about equal accesses (the first
+    0, the last the number of passes)."""
+    passes = starts.size - 1
+    goals = starts[0] + (starts[-1] - starts[0]) * np.arange(1, pieces) // pieces
+    inner = np.searchsorted(starts[:-1], goals)
+    return np.unique(np.concatenate(([0], inner, [passes]))).astype(np.int64)
+
+
+@compiled
+def _bucket_table(units: np.ndarray, limit: int) -> np.ndarray:
+    """For each distance 0..limit (in units), the index of the first capacity it fits."""
+    table = np.empty(limit + 1, np.int64)
+    j = 0
+    for d in range(limit + 1):
+        while j < units.size and units[j] < d:
+            j += 1
+        table[d] = j
+    return table
+
+
+@compiled
+def _last_uses(keys: np.ndarray, n: int, cuts: np.ndarray) -> np.ndarray:
+    """Per cut (an access index, ascending), each key's last use before it (-1: none)."""
+    out = np.empty((cuts.size, n), np.int64)
+    last = np.full(n, -1, np.int64)
+    i = 0
+    for c in range(cuts.size):
+        while i < cuts[c]:
+            last[keys[i]] = i
+            i += 1
+        out[c] = last
+    return out
+
+
+@compiled
+def _bucket(units: np.ndarray, table: np.ndarray, distance: int) -> int:
+    """The index of the first capacity ``distance`` fits (the number of capacities if none)."""
+    if table.size:
+        return table[distance] if distance < table.size else units.size
+    lo, hi = 0, units.size
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if units[mid] < distance:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
 
 @compiled
 def _prefix(tree: np.ndarray, i: int) -> int:
@@ -223,94 +346,98 @@ def _add(tree: np.ndarray, i: int, value: int) -> None:
 
 
 @compiled
-def _compact(tree: np.ndarray, last: np.ndarray, nbytes: np.ndarray) -> int:
-    """Renumber the keys' last uses 1..n in their order (the tree rebuilt); the next free
-    position."""
-    order = np.argsort(last)
+def _renumber(tree: np.ndarray, last: np.ndarray, weight: np.ndarray, at: np.ndarray) -> int:
+    """Renumber the keys' last uses 1..m in their order and rebuild the tree (in linear time,
+    ``at`` as scratch); the next free position."""
+    at[:] = -1
+    for key in range(last.size):
+        if last[key] >= 0:
+            at[last[key]] = key
     tree[:] = 0
     position = 1
-    for j in range(order.size):
-        key = order[j]
-        if last[key] >= 0:
+    for i in range(at.size):
+        key = at[i]
+        if key >= 0:
             last[key] = position
-            _add(tree, position, nbytes[key])
+            tree[position] = weight[key]
             position += 1
+    for i in range(1, tree.size):  # each node adds itself to its parent
+        parent = i + (i & -i)
+        if parent < tree.size:
+            tree[parent] += tree[i]
     return position
 
 
 @compiled
-def _first_at_least(bounds: np.ndarray, value: int) -> int:
-    """The index of the first of the sorted ``bounds`` at least ``value`` (its size if none)."""
-    lo, hi = 0, bounds.size
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if bounds[mid] < value:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@compiled
-def curve_counts(
-    keys: np.ndarray, starts: np.ndarray, nbytes: np.ndarray, bounds: np.ndarray
+def _count_piece(
+    keys: np.ndarray,
+    starts: np.ndarray,
+    nbytes: np.ndarray,
+    weight: np.ndarray,
+    units: np.ndarray,
+    table: np.ndarray,
+    before: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
-    """One pass over the accesses (``keys`` in run order; ``starts``: each pass's first access,
-    then the end; ``bounds``: the capacities in bytes, sorted). Per capacity, and one past the
-    largest: the accesses whose byte stack distance first fits it, those whose key's byte depth
-    when the pass started first fits it (a key used earlier in the pass has depth 0), and the
-    bytes of the former; then the number of first accesses and the bytes of all accesses.
-    Cumulated over the capacities, the first two are the hits and the keys resident when
-    their pass started.
+    """:func:`curve_counts` over the passes of ``starts``, from the recency order ``before``
+    (each key's last use before them, -1: none).
 
-    A Fenwick tree over positions in time holds each key's bytes at its last use, so the
-    distance is the key's bytes plus the tree's sum after that use (its total, the bytes of
+    A Fenwick tree over positions in time holds each key's size at its last use, so the
+    distance is the key's size plus the tree's sum after that use (its total, the size of
     every key used so far, less the sum up to that use). Positions are renumbered (kept in
-    order) between passes when the next pass would not fit, so the tree has ``17 x keys +
-    longest pass`` positions however long the run, and a renumbering (``O(keys log keys)``)
-    comes at most once per ``16 x keys`` accesses. Memory: O(keys + capacities).
+    order) between passes when the next pass would not fit, so the tree has ``2 x keys +
+    longest pass`` positions however long the run, and a renumbering (linear in that) comes at
+    most once per ``keys`` accesses. Memory: O(keys + capacities).
     """
     passes = starts.size - 1
+    n = weight.size
     longest = 0
     for p in range(passes):
         longest = max(longest, starts[p + 1] - starts[p])
-    tree = np.zeros(17 * nbytes.size + longest + 2, np.int64)
-    total = 0  # the tree's sum: the bytes of every key used so far
-    last = np.full(nbytes.size, -1, np.int64)  # position of each key's last use
-    seen = np.full(nbytes.size, -1, np.int64)  # the last pass that used each key
+    tree = np.zeros(2 * n + longest + 2, np.int64)
+    at = np.empty(tree.size, np.int64)
+    last = np.full(n, -1, np.int64)  # position of each key's last use in the tree
+    total = 0  # the tree's sum: the size of every key used so far
+    rank = 1
+    for key in np.argsort(before):  # the keys used before, in the order of their last use
+        if before[key] >= 0:
+            last[key] = rank
+            rank += 1
+            total += weight[key]
+    now = _renumber(tree, last, weight, at)
+    seen = np.full(n, -1, np.int64)  # the last pass that used each key
     depth = np.zeros(longest, np.int64)  # of the pass's accesses
-    hits = np.zeros(bounds.size + 1, np.int64)
-    resident = np.zeros(bounds.size + 1, np.int64)
-    hit_bytes = np.zeros(bounds.size + 1, np.int64)
+    hits = np.zeros(units.size + 1, np.int64)
+    resident = np.zeros(units.size + 1, np.int64)
+    hit_bytes = np.zeros(units.size + 1, np.int64)
     first = 0
     accessed = 0
-    now = 1
     for p in range(passes):
         lo, hi = starts[p], starts[p + 1]
         if now + (hi - lo) >= tree.size:
-            now = _compact(tree, last, nbytes)
+            now = _renumber(tree, last, weight, at)
         for i in range(lo, hi):  # depths at the pass's start: the tree before its updates
             key = keys[i]
             if seen[key] == p or last[key] < 0:
                 depth[i - lo] = 0  # used earlier in this pass (or never: not counted)
             else:
-                depth[i - lo] = nbytes[key] + total - _prefix(tree, last[key])
+                depth[i - lo] = weight[key] + total - _prefix(tree, last[key])
             seen[key] = p
         for i in range(lo, hi):
             key = keys[i]
             q = last[key]
+            w = weight[key]
             accessed += nbytes[key]
             if q >= 0:
-                distance = nbytes[key] + total - _prefix(tree, q)
-                _add(tree, q, -nbytes[key])
-                j = _first_at_least(bounds, distance)
+                distance = w + total - _prefix(tree, q)
+                _add(tree, q, -w)
+                j = _bucket(units, table, distance)
                 hits[j] += 1
                 hit_bytes[j] += nbytes[key]
-                resident[_first_at_least(bounds, depth[i - lo])] += 1
+                resident[_bucket(units, table, depth[i - lo])] += 1
             else:
-                total += nbytes[key]
+                total += w
                 first += 1
-            _add(tree, now, nbytes[key])
+            _add(tree, now, w)
             last[key] = now
             now += 1
     return hits, resident, hit_bytes, first, accessed

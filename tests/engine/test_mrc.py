@@ -14,6 +14,7 @@ from support.cli import cli
 from support.traces import random_trace_ids
 
 from specmd_sim import build_config, make_trace, replay, save_trace
+from specmd_sim.engine import mrc
 from specmd_sim.engine.mrc import curve_counts, miss_ratio_curve, stack_method_applies
 from specmd_sim.errors import SpecmdError
 
@@ -73,21 +74,47 @@ def test_the_reference_table_lru_column(tmp_path) -> None:
     assert misses.tolist() == [5312, 5312, 3703, 2475, 1073]
 
 
-def test_the_compiled_kernel_equals_the_interpreted_one() -> None:
-    pytest.importorskip("numba")
-    assert hasattr(curve_counts, "py_func"), "numba is installed but the kernel is not compiled"
-    rng = np.random.default_rng(7)
+def _random_accesses(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Keys, pass starts, sizes (mixed) and capacities of a random run of 5,000 accesses."""
+    rng = np.random.default_rng(seed)
     keys = rng.integers(0, 40, 5000).astype(np.int64)
     starts = np.concatenate([[0], np.sort(rng.choice(np.arange(1, 5000), 120, replace=False)),
                              [5000]]).astype(np.int64)  # fmt: skip
-    nbytes = rng.integers(1, 9, 40).astype(np.int64)
-    bounds = np.array([1, 5, 17, 40, 90, 200, 400], np.int64)
-    compiled = curve_counts(keys, starts, nbytes, bounds)
-    interpreted = curve_counts.py_func(keys, starts, nbytes, bounds)
-    for a, b in zip(compiled, interpreted, strict=True):
-        assert np.array_equal(a, b)
-    assert compiled[0].sum() + compiled[3] == keys.size  # every access counted once
-    assert compiled[4] == nbytes[keys].sum()
+    nbytes = rng.integers(1, 9, 40).astype(np.int64) * 6
+    bounds = np.array([6, 30, 100, 240, 540, 1200, 2400], np.int64)
+    return keys, starts, nbytes, bounds
+
+
+def test_the_compiled_kernel_equals_the_interpreted_one() -> None:
+    pytest.importorskip("numba")
+    assert hasattr(mrc._count_piece, "py_func"), "numba is installed but not compiling"
+    keys, starts, nbytes, bounds = _random_accesses(7)
+    unit = int(np.gcd.reduce(nbytes))
+    weight, units = nbytes // unit, bounds // unit
+    before = np.full(nbytes.size, -1, np.int64)
+    for table in (mrc._bucket_table(units, int(weight.sum())), np.zeros(0, np.int64)):
+        args = (keys, starts, nbytes, weight, units, table, before)
+        compiled, interpreted = mrc._count_piece(*args), mrc._count_piece.py_func(*args)
+        for a, b in zip(compiled, interpreted, strict=True):
+            assert np.array_equal(a, b)
+        assert compiled[0].sum() + compiled[3] == keys.size  # every access counted once
+        assert compiled[4] == nbytes[keys].sum()
+
+
+@pytest.mark.parametrize("table_limit", [mrc._TABLE_LIMIT, 0], ids=["table", "binary-search"])
+def test_pieces_counted_apart_add_up_to_the_whole(monkeypatch, table_limit) -> None:
+    """Cut into pieces (each from the recency order the accesses before it leave), on threads,
+    the counts are those of one pass, with a distance table or without."""
+    keys, starts, nbytes, bounds = _random_accesses(11)
+    monkeypatch.setattr(mrc, "_TABLE_LIMIT", table_limit)
+    whole = curve_counts(keys, starts, nbytes, bounds, workers=1)
+    monkeypatch.setattr(mrc, "_PIECE_ACCESSES", 300)
+    monkeypatch.setattr(mrc, "available", lambda: True)  # pieces also where nothing compiles
+    for workers in (2, 3, 7):
+        pieces = curve_counts(keys, starts, nbytes, bounds, workers=workers)
+        for a, b in zip(whole, pieces, strict=True):
+            assert np.array_equal(a, b), workers
+    assert whole[0][0] > 0 and whole[0][1:].sum() > 0  # hits at the least, misses there
 
 
 def test_other_configs_replay_each_capacity_and_the_optimum_bounds_them(tmp_path) -> None:
