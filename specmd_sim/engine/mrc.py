@@ -19,7 +19,9 @@ its key was resident when the pass started (its byte depth then, computed before
 first update, is at most ``B``) or was used earlier in the same pass, a capacity miss
 otherwise; a key's first access is compulsory. The pass keeps only per-capacity counts, so its
 memory does not grow with the trace. ``belady=True`` adds the offline optimum's hit
-rate at each capacity (the ``belady`` policy, replayed), the bound of every curve.
+rate at each capacity, the bound of every curve: MIN is a stack algorithm too where every
+expert has one size, so on a classic run it also takes one pass (:func:`opt_depths`); with
+mixed sizes, or on any other run, the ``belady`` policy is replayed per capacity.
 
 The pass kernel is plain Python over numpy arrays that numba compiles when installed (the
 ``fast`` extra); without it the same code runs interpreted, slower but equal. Compiled, a long
@@ -101,6 +103,12 @@ def stack_method_applies(config: SimConfig) -> str | None:
     """None when the config is a stack algorithm (see the module docstring), else why not."""
     if config.eviction.kind != "lru":
         return f"eviction {config.eviction.kind} is not a stack algorithm here"
+    return _classic(config)
+
+
+def _classic(config: SimConfig) -> str | None:
+    """None when the run takes one expert at a time, demand only (what a stack algorithm's
+    one pass needs besides its policy), else why not."""
     if config.cache.pin_demand_set:
         return "cache.pin_demand_set orders a layer's experts by whether they hit"
     if config.prefetch.kind != "none":
@@ -144,7 +152,7 @@ def miss_ratio_curve(
     else:
         curve = _replay_curve(sized, tuple(capacities), cap, slots)
     if belady:
-        curve = dataclasses.replace(curve, belady_hits=_belady_hits(sized))
+        curve = dataclasses.replace(curve, belady_hits=_belady_hits(scenario, sized, cap))
     return curve
 
 
@@ -206,7 +214,15 @@ def _bytes_accessed(scenario: Scenario) -> int:
     return int(scenario.placement.nbytes[scenario.demand.keys].sum())
 
 
-def _belady_hits(sized: list[Scenario]) -> np.ndarray:
+def _belady_hits(scenario: Scenario, sized: list[Scenario], cap: np.ndarray) -> np.ndarray:
+    """The offline optimum's hits at each capacity: in one pass where it is a stack algorithm
+    (a classic run whose experts all have one size), else the ``belady`` policy replayed."""
+    nbytes = scenario.placement.nbytes
+    if _classic(scenario.config) is None and nbytes.size and np.all(nbytes == nbytes[0]):
+        keys = np.ascontiguousarray(scenario.demand.keys, np.int64)
+        slots = cap // nbytes[0]
+        depths = opt_depths(keys, next_uses(keys, nbytes.size), nbytes.size, int(slots.max()))
+        return np.cumsum(depths)[slots]
     optimum = EVICTION.parse_config("belady")
     hits = []
     for s in sized:
@@ -441,3 +457,57 @@ def _count_piece(
             last[key] = now
             now += 1
     return hits, resident, hit_bytes, first, accessed
+
+
+@compiled
+def next_uses(keys: np.ndarray, n: int) -> np.ndarray:
+    """Each access's key's next access (its index), or the number of accesses if none."""
+    out = np.empty(keys.size, np.int64)
+    after = np.full(n, keys.size, np.int64)
+    for i in range(keys.size - 1, -1, -1):
+        out[i] = after[keys[i]]
+        after[keys[i]] = i
+    return out
+
+
+@compiled
+def opt_depths(keys: np.ndarray, nxt: np.ndarray, n: int, deepest: int) -> np.ndarray:
+    """How many accesses hit the optimum (MIN: evict the farthest next use, ties to the
+    smallest key, always admit) first at each capacity ``0 .. deepest`` in slots, by Mattson's
+    stack algorithm (1970): MIN keeps at every capacity ``c`` the top ``c`` keys of one stack,
+    so an access hits at the capacities at least its key's depth, and the stack is updated by
+    putting the key on top and carrying the old top down, each level keeping the sooner used of
+    what it held and what is carried (the level where the key was takes what is carried).
+    Depths past ``deepest`` are not kept (their keys miss at every capacity asked for). Each
+    level holds its key and that key's next use, read in order as the carry goes down."""
+    counts = np.zeros(deepest + 1, np.int64)
+    held = np.empty(max(deepest, 1), np.int64)  # the stack's keys, top first
+    upcoming = np.empty(max(deepest, 1), np.int64)  # ... and the next use of each
+    size = 0
+    for i in range(keys.size):
+        key, ahead = keys[i], nxt[i]
+        if size and held[0] == key:
+            counts[1] += 1
+            upcoming[0] = ahead
+            continue
+        carry, carry_ahead = (held[0], upcoming[0]) if size else (-1, 0)
+        held[0], upcoming[0] = key, ahead
+        depth = 0
+        for level in range(1, size):
+            other = held[level]
+            if other == key:
+                held[level], upcoming[level] = carry, carry_ahead
+                depth = level + 1
+                break
+            later = upcoming[level]
+            if later > carry_ahead or (later == carry_ahead and other < carry):  # evicted first
+                held[level], upcoming[level] = carry, carry_ahead
+                carry, carry_ahead = other, later
+        if depth:
+            counts[depth] += 1
+        elif size == 0:
+            size = 1
+        elif size < deepest:
+            held[size], upcoming[size] = carry, carry_ahead
+            size += 1
+    return counts

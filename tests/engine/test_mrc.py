@@ -1,7 +1,8 @@
 """Miss-ratio curves in one pass: the stack method equals one replay per capacity, counter for
 counter (random traces, every capacity regime, uniform and mixed expert sizes, passes long
 enough that the kernel renumbers its positions), and the published LRU column of the shared
-reference table; the compiled kernel equals the interpreted one."""
+reference table; the compiled kernel equals the interpreted one. The optimum's bound: its one
+pass equals MIN simulated directly, libCacheSim's Belady and the belady policy replayed."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.cli import cli
+from support.lcs import miss_count
 from support.traces import random_trace_ids
 
 from specmd_sim import build_config, make_trace, replay, save_trace
@@ -129,6 +131,73 @@ def test_other_configs_replay_each_capacity_and_the_optimum_bounds_them(tmp_path
         for i, capacity in enumerate((16, 128)):
             assert int(curve.hits[i]) == replayed(config, capacity)["hits"]
         assert curve.belady_hits is not None and np.all(curve.belady_hits >= curve.hits)
+
+
+def _min_hits(keys: list[int], capacity: int) -> int:
+    """MIN simulated directly: on a miss with the cache full, drop the key used farthest
+    ahead (never again: the smallest key), then insert."""
+    hits, cache = 0, set()
+    for i, key in enumerate(keys):
+        if key in cache:
+            hits += 1
+            continue
+        if len(cache) >= capacity:
+            ahead = {k: keys.index(k, i + 1) if k in keys[i + 1 :] else len(keys) for k in cache}
+            cache.remove(max(cache, key=lambda k: (ahead[k], -k)))
+        cache.add(key)
+    return hits
+
+
+def test_the_optimums_one_pass_equals_min_simulated_directly() -> None:
+    rng = np.random.default_rng(5)
+    opt = mrc.opt_depths.py_func if hasattr(mrc.opt_depths, "py_func") else mrc.opt_depths
+    for _ in range(60):
+        n = int(rng.integers(2, 14))
+        keys = rng.integers(0, n, int(rng.integers(1, 120))).astype(np.int64)
+        deepest = int(rng.integers(1, n + 2))  # below, at and past the number of keys
+        at_most = np.cumsum(opt(keys, mrc.next_uses(keys, n), n, deepest))
+        for capacity in range(1, deepest + 1):
+            assert at_most[capacity] == _min_hits(keys.tolist(), capacity), (keys, capacity)
+    if hasattr(mrc.opt_depths, "py_func"):  # the compiled kernel equals the interpreted one
+        keys = rng.integers(0, 50, 3000).astype(np.int64)
+        nxt = mrc.next_uses(keys, 50)
+        assert np.array_equal(mrc.opt_depths(keys, nxt, 50, 40), opt(keys, nxt, 50, 40))
+
+
+def test_the_optimums_one_pass_equals_libcachesim_belady() -> None:
+    """An independent MIN: libCacheSim's Belady (its misses do not depend on how ties among
+    keys never used again are broken)."""
+    pytest.importorskip("libcachesim")
+    rng = np.random.default_rng(8)
+    for _ in range(4):
+        keys = (rng.zipf(1.3, 4000) % 200).astype(np.int64)
+        at_most = np.cumsum(mrc.opt_depths(keys, mrc.next_uses(keys, 200), 200, 150))
+        for slots in (1, 7, 40, 150):
+            assert keys.size - at_most[slots] == miss_count(keys, slots, "belady"), slots
+
+
+@pytest.mark.parametrize(
+    ("extra", "method"),
+    [({}, "one pass"), ({"workload": {"prefill_chunk_tokens": 8}}, "one pass"),
+     ({"precision": {"cold_dtype": "int4", "hot_fraction": 0.3}}, "replayed")],
+    ids=["decode", "chunked-prefill", "mixed-sizes"],
+)  # fmt: skip
+def test_the_optimum_equals_belady_replayed(tmp_path, monkeypatch, extra, method) -> None:
+    """The bound of the curve: in one pass where MIN is a stack algorithm (one expert size),
+    else the belady policy replayed; either way the policy's hits at each capacity."""
+    config = build_config({**CLASSIC, **extra, "trace": trace_file(tmp_path, 9, 60, 2)})
+    replays: list[int] = []
+    real = mrc.replay
+    monkeypatch.setattr(mrc, "replay", lambda s: replays.append(1) or real(s))
+    capacities = [8, 9, 20, 64, 200, 1024]
+    curve = miss_ratio_curve(config, capacities, belady=True)
+    assert curve.belady_hits is not None
+    assert (not replays) == (method == "one pass")
+    for i, capacity in enumerate(capacities):
+        data = config.model_dump(mode="json")
+        data["eviction"] = "belady"
+        assert int(curve.belady_hits[i]) == replayed(build_config(data), capacity)["hits"]
+    assert np.all(curve.belady_hits >= curve.hits)
 
 
 def test_capacities_are_checked_before_any_work(tmp_path) -> None:
