@@ -299,34 +299,36 @@ class ExpertCache:
         """
         if self.state[key] != _ABSENT:
             raise RuntimeError(f"reserve({key}) while it is {State(self.state[key]).name}")
-        if reason == _PREFETCH and not self.policy.admit(key, reason):
-            self.stats.prefetch_dropped += 1
+        policy, stats, prefetch = self.policy, self.stats, reason == _PREFETCH
+        if prefetch and not policy.admit(key, reason):
+            stats.prefetch_dropped += 1
             return False
         need = self.nbytes[key]
-        quota = self.policy.quota_victim(key, self.evictable)
+        evictable = self.evictable
+        quota = policy.quota_victim(key, evictable)
         if quota is not None:
             self._evict(quota)
         while self.capacity_bytes - self.used_bytes < need:
-            victim = self.policy.choose_victim(self.evictable, key)
+            victim = policy.choose_victim(evictable, key)
             if victim is None:
-                if reason == _PREFETCH:
-                    self.stats.prefetch_dropped += 1
+                if prefetch:
+                    stats.prefetch_dropped += 1
                 return False
             over = self.used_bytes > self.capacity_bytes  # a shrunk capacity's excess
             self._evict(victim)
-            self.stats.evictions_kv += over
+            stats.evictions_kv += over
         self.state[key] = _LOADING
         self.used_bytes += need
         if self.occupancy_hook is not None:
             self.occupancy_hook(self.used_bytes)
-        self.loading_prefetch[key] = reason == _PREFETCH
-        if reason == _PREFETCH:
+        self.loading_prefetch[key] = prefetch
+        if prefetch:
             self.prefetched_unused[key] = 1
-            self.stats.prefetch_issued += 1
-            self.stats.bytes_prefetch += need
+            stats.prefetch_issued += 1
+            stats.bytes_prefetch += need
         else:
-            self.stats.bytes_demand += need
-        self.policy.on_insert(key, reason)
+            stats.bytes_demand += need
+        policy.on_insert(key, reason)
         return True
 
     def complete(self, key: int) -> None:

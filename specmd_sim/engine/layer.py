@@ -28,6 +28,8 @@ an engine that executes on real hardware performs them. Because only the fulfilm
 the engines make the same decisions whenever their fulfilments agree — on a machine where
 transfers and compute take no time (``timing.ideal``) ``simulate`` reproduces ``replay`` access
 for access, which ``tests/engine/test_equivalence.py`` checks over the whole plug-in registry.
+The requests are slotted dataclasses, not frozen ones, which take several times as long to build
+(one or two are built per access); neither side changes a request once it is yielded.
 
 Two pin modes (``cache.pin_demand_set``), the same in every engine:
 
@@ -49,6 +51,9 @@ from typing import Any
 
 from specmd_sim.cache import AccessClass, ExpertCache, FetchReason
 from specmd_sim.cache.states import State
+from specmd_sim.engine import jit
+from specmd_sim.engine.fast.plans import BulkPlans, plans_unsupported
+from specmd_sim.policies.eviction.random import RandomEviction
 from specmd_sim.policies.miss.base import FETCH, MissAction, MissDecision
 from specmd_sim.scenario import RunObjects
 
@@ -58,19 +63,19 @@ _DEMAND, _PREFETCH = FetchReason.DEMAND, FetchReason.PREFETCH
 _FETCH, _DROP, _CPU = MissAction.FETCH, MissAction.DROP, MissAction.CPU
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Decide:
     pass_index: int
     layer: int
     keys: frozenset[int]  # the layer's demand set
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class WaitForSpace:
     key: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Fetch:
     key: int
     demand: bool
@@ -78,19 +83,19 @@ class Fetch:
     bypass: bool = False  # into a staging buffer, not the cache
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Join:
     key: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunOnCpu:
     key: int
     tokens: int
     klass: int  # the access's AccessClass
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Expert:
     """One expert to run on the GPU: ``key`` over ``tokens`` tokens, for an access of class
     ``klass``, once ``handle`` (its transfer; None if resident) has completed."""
@@ -101,19 +106,19 @@ class Expert:
     handle: Any = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Run:
     experts: list[Expert]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CpuExpert:
     key: int
     klass: int
     handle: Any
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AwaitCpu:
     experts: list[CpuExpert]
 
@@ -127,10 +132,12 @@ class LayerStep:
 
     ``timed=False`` (an engine in which nothing takes time) leaves out the requests that only
     tell the engine where time goes — :class:`Decide`, :class:`Run` and :class:`AwaitCpu`; the
-    decisions are the same, only cheaper to drive.
+    decisions are the same, only cheaper to drive. ``bulk_plans=True`` takes the prefetch plans
+    from :class:`PlanBlocks` where :func:`bulk_plans_unsupported` allows: the same plans,
+    computed ahead a block of passes at a time.
     """
 
-    def __init__(self, run: RunObjects, timed: bool = True) -> None:
+    def __init__(self, run: RunObjects, timed: bool = True, bulk_plans: bool = False) -> None:
         self.timed = timed
         self.cache: ExpertCache = run.cache
         self.prefetch = run.prefetch
@@ -142,6 +149,9 @@ class LayerStep:
         self.fetch_all = run.miss.always_fetches
         self.prefetching = run.prefetch.lookahead > 0
         self.capacities = run.capacities
+        self.plans: PlanBlocks | None = None
+        if bulk_plans and self.prefetching and bulk_plans_unsupported(run) is None:
+            self.plans = PlanBlocks(run)
 
     def begin_pass(self, pass_index: int) -> None:
         if self.capacities is not None:  # the KV cache grew or shrank, before the pass begins
@@ -261,8 +271,54 @@ class LayerStep:
             return
         cache = self.cache
         state = cache.state
-        for key in self.prefetch.plan(p, layer, self.predictor, cache):
+        if self.plans is None:
+            plan = self.prefetch.plan(p, layer, self.predictor, cache)
+        else:
+            plan = self.plans.plan(p, layer)
+        for key in plan:
             if state[key] != _ABSENT:
                 cache.hint(key)
             elif cache.reserve(key, _PREFETCH):
                 yield Fetch(key, False, (p, key // self.num_experts))
+
+
+def bulk_plans_unsupported(run: RunObjects) -> str | None:
+    """None when :class:`PlanBlocks` gives ``run``'s plans, else why not (a phrase): the plans
+    are :class:`~specmd_sim.engine.fast.plans.BulkPlans`' (:func:`plans_unsupported`), whose
+    draws from the run's generator are made a block ahead, so no other plug-in may draw from it
+    during the run (the random eviction does; a plug-in from outside specmd_sim may), and its
+    kernels must be compiled (interpreted, they are slower than the plug-ins' own calls)."""
+    if not jit.available():
+        return "kernels not compiled (numba is not installed)"
+    for plugin in (run.eviction, run.miss):
+        kind = type(plugin)
+        if kind is RandomEviction or not kind.__module__.startswith("specmd_sim.policies."):
+            return f"{plugin.kind!r}, which may draw from the run's generator"
+    return plans_unsupported(run)
+
+
+class PlanBlocks:
+    """The prefetch plans of a run, as ``run.prefetch.plan(p, layer, ...)`` returns them, from
+    :class:`~specmd_sim.engine.fast.plans.BulkPlans` a block of ``BLOCK_ROWS`` predictions at a
+    time (asked in pass order, as an engine's passes run; :func:`bulk_plans_unsupported` must be
+    None)."""
+
+    BLOCK_ROWS = 4096
+
+    def __init__(self, run: RunObjects) -> None:
+        self.bulk = BulkPlans(run)
+        self.num_layers = run.scenario.trace.num_layers
+        self.num_passes = run.scenario.passes.num_passes
+        self.per_block = max(1, self.BLOCK_ROWS // max(1, self.bulk.row_target.size))
+        self.lo = self.hi = 0  # the passes of the block in hand
+        self.offsets: list[int] = [0]
+        self.keys: list[int] = []
+
+    def plan(self, p: int, layer: int) -> list[int]:
+        """Flat expert ids to prefetch after the router of ``layer`` in pass ``p``."""
+        while p >= self.hi:
+            self.lo, self.hi = self.hi, min(self.num_passes, self.hi + self.per_block)
+            offsets, keys = self.bulk.block(self.lo, self.hi)
+            self.offsets, self.keys = offsets.tolist(), keys.tolist()
+        i = (p - self.lo) * self.num_layers + layer
+        return self.keys[self.offsets[i] : self.offsets[i + 1]]

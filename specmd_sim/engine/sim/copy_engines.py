@@ -94,16 +94,17 @@ class CopyEngines:
         return done
 
     def _dispatch(self) -> None:
-        while self.free and (self.demand_q or self.prefetch_q):
-            job = self.demand_q.popleft() if self.demand_q else self.prefetch_q.popleft()
+        free, demand_q, prefetch_q = self.free, self.demand_q, self.prefetch_q
+        while free and (demand_q or prefetch_q):
+            job = demand_q.popleft() if demand_q else prefetch_q.popleft()
             if not job.started and not job.demand and self.should_cancel(job):
                 self.on_cancel(job)
                 self._retired()
                 continue
-            slot = self.free.pop(0)
+            slot = free.pop(0)
             soon(self.env, functools.partial(self._run, job, slot))
 
-    def _run(self, job: Job, slot: int, _: simpy.Event) -> None:
+    def _run(self, job: Job, slot: int, _: object) -> None:
         job.started = True
         chunk = job.chunks.pop(0)
         self.run_chunk(job, slot, chunk, lambda: self._moved(job, slot))

@@ -37,6 +37,7 @@ from specmd_sim.cache.states import State
 from specmd_sim.engine.dram import JOIN, READ, READY, WAIT, DramLevel
 from specmd_sim.engine.layer import Fetch
 from specmd_sim.engine.sim.copy_engines import CopyEngines, Job
+from specmd_sim.engine.sim.events import settle
 from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.engine.sim.tally import GpuTally
 from specmd_sim.hardware import TransferPath
@@ -79,14 +80,20 @@ class Fetcher:
         pass_request: Any,  # request of each of the GPU's passes
     ) -> None:
         self.env, self.network, self.cache = env, network, cache
-        self.paths, self.source, self.drive = paths, source, drive
+        self.paths, self.drive = paths, drive
+        # per key, the index of its path; per pass, its request (lists: read per transfer, and
+        # a list is cheaper to index than an array)
+        self.source: list[int] = source.tolist()
+        self.pass_request: list[int] = pass_request.tolist()
+        # per path, whether it reads the drive (its flows keep requests outstanding on it)
+        self.from_drive = [drive is not None and path.source == drive.id for path in paths]
         self.chunk_bytes, self.ideal = chunk_bytes, ideal
         self.spans, self.tally = spans, tally
         prefix, self.counter_used, self.counter_flight = lanes
         tally.copy_lane_names = [f"{prefix}{i}" for i in range(engines)]
         self.copy_lanes = [spans.lane(name) for name in tally.copy_lane_names]
         self.position = position
-        self.pass_base, self.pass_request = pass_base, pass_request
+        self.pass_base = pass_base
         self.used_paths: set[int] = set()
         self.jobs: dict[int, Job] = {}
         self.in_flight = 0
@@ -184,7 +191,7 @@ class Fetcher:
             assert self.dram is not None
             self.spans.add(
                 self.read_lane, "nvme_read", start, self.env.now, self.pass_base + p, layer, key,
-                nbytes, int(self.pass_request[p]),
+                nbytes, self.pass_request[p],
             )  # fmt: skip
             jobs = waiting
             if cached:
@@ -229,24 +236,25 @@ class Fetcher:
     # --- the copy engines' callbacks -------------------------------------------------------
 
     def _move_chunk(self, job: Job, slot: int, nbytes: int, then: Callable[[], None]) -> None:
-        env, tally = self.env, self.tally
+        env, tally, spans = self.env, self.tally, self.spans
         start = env.now
         self.in_flight += nbytes
         tally.transfers.start(start)
-        self.spans.sample(self.counter_flight, start, self.in_flight)
-        index = int(self.source[job.key])
+        spans.sample(self.counter_flight, start, self.in_flight)
+        index = self.source[job.key]
         self.used_paths.add(index)
 
         def moved() -> None:
+            now = env.now
             self.in_flight -= nbytes
-            tally.transfers.stop(env.now)
-            tally.engine_busy[slot] += env.now - start
+            tally.transfers.stop(now)
+            tally.engine_busy[slot] += now - start
             tally.engine_bytes[slot] += nbytes
-            self.spans.sample(self.counter_flight, env.now, self.in_flight)
+            spans.sample(self.counter_flight, now, self.in_flight)
             p, layer = job.target
-            self.spans.add(
+            spans.add(
                 self.copy_lanes[slot], "demand_fetch" if job.demand else "prefetch", start,
-                env.now, self.pass_base + p, layer, job.key, nbytes, int(self.pass_request[p]),
+                now, self.pass_base + p, layer, job.key, nbytes, self.pass_request[p],
             )  # fmt: skip
             then()
 
@@ -255,7 +263,8 @@ class Fetcher:
         else:
             path = self.paths[index]
             depth = 1
-            if self.drive is not None and path.source == self.drive.id:
+            if self.from_drive[index]:
+                assert self.drive is not None
                 depth = math.ceil(nbytes / self.drive.read_request_bytes.value)
             self.network.start(nbytes, path.resources, path.latency_s, depth, path.rate_cap, moved)
 
@@ -269,7 +278,7 @@ class Fetcher:
         del self.jobs[job.key]
         self.cache.cancel(job.key)
         self._copied(job)
-        job.done.succeed()  # nothing waits on an unused prefetch, except an ideal stream
+        settle(job.done)  # nothing waits on an unused prefetch, except an ideal stream
 
     def _cancel_job(self, job: Job) -> bool:
         """Cancel a queued prefetch to make room, unless the layer now running demands it."""
@@ -283,7 +292,7 @@ class Fetcher:
             del self.jobs[job.key]
             self.cache.complete(job.key)
         self._copied(job)
-        job.done.succeed()
+        settle(job.done)
 
     def _space_changed(self) -> None:
         if self.space_event is not None and not self.space_event.triggered:
@@ -315,7 +324,8 @@ class WriteBacks:
         self.env, self.network, self.cache, self.path = env, network, cache, path
         self.chunk_bytes, self.ideal = chunk_bytes, ideal
         self.spans, self.tally = spans, tally
-        self.pass_base, self.pass_request = pass_base, pass_request
+        self.pass_base = pass_base
+        self.pass_request: list[int] = pass_request.tolist()  # per pass, its request
         tally.d2h_lane_names = [f"{lane_prefix}{i}" for i in range(engines)]
         tally.d2h_busy = [0.0] * engines
         tally.d2h_bytes = [0] * engines
@@ -349,7 +359,7 @@ class WriteBacks:
             p, layer = job.target
             self.spans.add(
                 self.lanes[slot], "write_back", start, env.now, self.pass_base + p, layer,
-                job.key, nbytes, int(self.pass_request[p]),
+                job.key, nbytes, self.pass_request[p],
             )  # fmt: skip
             then()
 
