@@ -5,14 +5,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
-from specmd_sim.config import SimConfig, apply_overrides, build_config, config_to_dict
 from specmd_sim.errors import SpecmdError, short_repr
-from specmd_sim.policies.registry import load_plugins
+
+if TYPE_CHECKING:
+    from specmd_sim.config import SimConfig
 
 # --- shared run options --------------------------------------------------------------------
 
@@ -71,6 +72,11 @@ def load_config(
 ) -> SimConfig:
     """The config of the run options: ``--config``, the flags, then the ``--set`` overrides,
     after importing the ``--plugin`` modules."""
+    # the config (numpy, pydantic, the registry) loads here, not with the CLI: `--help` and the
+    # commands that need no config do without it
+    from specmd_sim.config import apply_overrides, build_config, config_to_dict
+    from specmd_sim.policies.registry import load_plugins
+
     load_plugins(plugins or (), "--plugin")
     data: dict[str, Any] = {}
     if config is not None:

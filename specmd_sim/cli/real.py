@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 
 from specmd_sim.cli.app import app, validate_app
 from specmd_sim.cli.common import JsonOpt, console
@@ -48,6 +47,8 @@ def calibrate_cmd(
     json_: JsonOpt = False,
 ) -> None:
     """Measure this machine for the real executor; write hardware.yaml and runtime.yaml."""
+    import yaml
+
     from specmd_sim.execute.calibrate import calibrate
     from specmd_sim.execute.traces import write_model
 

@@ -32,7 +32,6 @@ from rich.progress import (
 from specmd_sim.cli.app import app
 from specmd_sim.cli.common import PluginOpt, console
 from specmd_sim.errors import SpecmdError
-from specmd_sim.policies.registry import load_plugins
 
 
 @app.command(
@@ -85,6 +84,7 @@ def sweep(
 ) -> None:
     """Run a sweep spec into a results table (the help text is in the decorator)."""
     from specmd_sim.atomic import check_output
+    from specmd_sim.policies.registry import load_plugins
     from specmd_sim.sweep import PointDone, export_csv, load_spec, run_sweep
     from specmd_sim.sweep.grid import MAX_POINTS, count_points
     from specmd_sim.sweep.runner import RUNS_DIR
@@ -217,6 +217,8 @@ def regress(
     plugin: PluginOpt = None,
 ) -> None:
     """Check runs or a sweep against a baseline (the help text is in the decorator)."""
+    from specmd_sim.policies.registry import load_plugins
+
     load_plugins(plugin or (), "--plugin")
     from specmd_sim import regress as rg
 

@@ -11,7 +11,6 @@ from rich.table import Table
 
 from specmd_sim.cli.app import trace_app
 from specmd_sim.cli.common import JsonOpt, PluginOpt, SetOpt, console
-from specmd_sim.config import apply_overrides
 from specmd_sim.errors import SpecmdError
 
 # --- traces --------------------------------------------------------------------------------
@@ -28,6 +27,7 @@ def trace_generate(
     from pydantic import ValidationError
 
     from specmd_sim.atomic import check_output
+    from specmd_sim.config import apply_overrides
     from specmd_sim.errors import from_validation_error
     from specmd_sim.traces import PRESETS, SyntheticParams, generate_trace, save_trace
 
@@ -107,7 +107,7 @@ def trace_info(
 def _predictor_rows(
     trace: str, kind: str, lookahead: int, assignments: list[str] | None
 ) -> list[dict[str, object]]:
-    from specmd_sim.config import build_config
+    from specmd_sim.config import apply_overrides, build_config
     from specmd_sim.scenario.quality import predictor_quality
 
     data = apply_overrides({"trace": trace, "predictor": {"kind": kind}}, assignments or [])

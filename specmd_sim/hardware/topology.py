@@ -3,6 +3,8 @@
 Nodes are the profile's node ids (attribute ``spec``: the node model); edges are links
 (attribute ``spec``: the :class:`~specmd_sim.hardware.schema.Link`). Links are full duplex:
 a flow from ``a`` to ``b`` uses the link's ``(a, b)`` direction, which has its own bandwidth.
+The transfer paths of a run are found on the profile's links directly: networkx (a tenth of a
+second to import) is loaded only by :func:`build_graph`.
 """
 
 from __future__ import annotations
@@ -10,12 +12,18 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from specmd_sim.errors import SpecmdError, short_repr
 from specmd_sim.hardware.schema import HardwareProfile, HostNode, Link, NVMeNode, Quantity
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+# node id -> neighbour id -> the link between them
+Adjacency = dict[str, dict[str, Link]]
 
 
 @dataclass(frozen=True)
@@ -33,17 +41,28 @@ class Hop:
 
 
 def build_graph(profile: HardwareProfile) -> nx.Graph:
+    import networkx as nx
+
+    _adjacency(profile)  # refuses two links between one pair of nodes
     graph: nx.Graph[str] = nx.Graph()
     for node in profile.nodes:
         graph.add_node(node.id, spec=node)
     for link in profile.links:
-        if graph.has_edge(link.a, link.b):
+        graph.add_edge(link.a, link.b, spec=link)
+    return graph
+
+
+def _adjacency(profile: HardwareProfile) -> Adjacency:
+    """The profile's links by node and neighbour (every node, in the profile's order)."""
+    links: Adjacency = {node.id: {} for node in profile.nodes}
+    for link in profile.links:
+        if link.b in links[link.a]:
             raise SpecmdError(
                 f"hardware profile {profile.id}: links: expected at most one link between "
                 f"{link.a!r} and {link.b!r}, got a second one {link.id!r}"
             )
-        graph.add_edge(link.a, link.b, spec=link)
-    return graph
+        links[link.a][link.b] = links[link.b][link.a] = link
+    return links
 
 
 def find_path(profile: HardwareProfile, graph: nx.Graph, src: str, dst: str) -> list[Hop]:
@@ -60,38 +79,59 @@ def find_path(profile: HardwareProfile, graph: nx.Graph, src: str, dst: str) -> 
     from ``dst`` counts; walking from ``src`` to the smallest neighbour one hop nearer at each
     step gives the first such path in node-id order. ``O(links log nodes)``.
     """
+    links = {u: {v: data["spec"] for v, data in graph[u].items()} for u in graph}
+    kinds = {n: data["spec"].kind for n, data in graph.nodes(data=True)}
+    return _route(profile, links, kinds, src, dst)
+
+
+def _route(
+    profile: HardwareProfile, links: Adjacency, kinds: Mapping[str, str], src: str, dst: str
+) -> list[Hop]:
+    """:func:`find_path` over ``links`` (``kinds``: each node's kind)."""
     for end in (src, dst):
-        if end not in graph:
+        if end not in links:
             raise SpecmdError(
                 f"hardware profile {profile.id}: expected one of the node ids "
-                f"{short_repr(sorted(graph.nodes))}, got {short_repr(end)}"
+                f"{short_repr(sorted(links))}, got {short_repr(end)}"
             )
-    relays = [n for n, d in graph.nodes(data=True) if d["spec"].kind in _RELAYS]
-    routable = graph.subgraph({src, dst, *relays})
-    width = _widest(routable, src, dst) if src != dst else None
+    routable = {src, dst, *(n for n in links if kinds[n] in _RELAYS)}
+    width = _widest(links, routable, src, dst) if src != dst else None
     if width is None:
         raise SpecmdError(
             f"hardware profile {profile.id}: expected a path of links from {src!r} to {dst!r}, "
             "got none (only switch and host nodes relay transfers)"
         )
-    wide = nx.subgraph_view(routable, filter_edge=lambda u, v: _width(routable, u, v) >= width)
-    hops_to_dst = nx.single_source_shortest_path_length(wide, dst)
+
+    def wide(u: str) -> list[str]:
+        """``u``'s routable neighbours over links at least ``width`` wide."""
+        return [v for v, link in links[u].items() if v in routable and _width(link) >= width]
+
+    hops_to_dst, frontier = {dst: 0}, [dst]  # breadth first from dst
+    while frontier:
+        reached = []
+        for u in frontier:
+            for v in wide(u):
+                if v not in hops_to_dst:
+                    hops_to_dst[v] = hops_to_dst[u] + 1
+                    reached.append(v)
+        frontier = reached
     path = [src]
     while path[-1] != dst:
         nearer = hops_to_dst[path[-1]] - 1
-        path.append(min(v for v in wide[path[-1]] if hops_to_dst.get(v) == nearer))
-    return [Hop(graph.edges[u, v]["spec"], u, v) for u, v in itertools.pairwise(path)]
+        path.append(min(v for v in wide(path[-1]) if hops_to_dst.get(v) == nearer))
+    return [Hop(links[u][v], u, v) for u, v in itertools.pairwise(path)]
 
 
 _RELAYS = ("switch", "host")
 
 
-def _width(graph: nx.Graph, u: str, v: str) -> float:
-    return graph.edges[u, v]["spec"].bandwidth_bytes_per_s.value
+def _width(link: Link) -> float:
+    return link.bandwidth_bytes_per_s.value
 
 
-def _widest(graph: nx.Graph, src: str, dst: str) -> float | None:
-    """The largest narrowest-link bandwidth of a path from ``src`` to ``dst`` (None: no path)."""
+def _widest(links: Adjacency, routable: set[str], src: str, dst: str) -> float | None:
+    """The largest narrowest-link bandwidth of a path from ``src`` to ``dst`` through the
+    ``routable`` nodes (None: no path)."""
     best = {src: math.inf}
     heap = [(-math.inf, src)]
     done: set[str] = set()
@@ -102,8 +142,10 @@ def _widest(graph: nx.Graph, src: str, dst: str) -> float | None:
         if u == dst:
             return -neg
         done.add(u)
-        for v in graph[u]:
-            w = min(-neg, _width(graph, u, v))
+        for v, link in links[u].items():
+            if v not in routable:
+                continue
+            w = min(-neg, _width(link))
             if v not in done and w > best.get(v, -math.inf):
                 best[v] = w
                 heapq.heappush(heap, (-w, v))
@@ -156,7 +198,8 @@ class TransferPath:
 
 def transfer_path(profile: HardwareProfile, source: str, gpu_id: str) -> TransferPath:
     """The path from storage node ``source`` (host DRAM, NVMe or a peer GPU's HBM) to a GPU."""
-    hops = tuple(find_path(profile, build_graph(profile), source, gpu_id))
+    kinds = {node.id: node.kind for node in profile.nodes}
+    hops = tuple(_route(profile, _adjacency(profile), kinds, source, gpu_id))
     capacity = {h.key: h.link.bandwidth_bytes_per_s.value for h in hops}
     latency = sum(h.link.latency_s.value for h in hops)
     quantities: list[Quantity] = []

@@ -3,6 +3,7 @@ through the entry point; one test starts ``python -m specmd_sim`` itself)."""
 
 from __future__ import annotations
 
+import gc
 import json
 import subprocess
 import sys
@@ -73,6 +74,15 @@ def test_replay_json(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     metrics = json.loads(proc.stdout)
     assert "ttft_s" not in metrics and metrics["accesses"] > 0
+
+
+def test_run_and_replay_leave_the_cycle_collector_as_they_found_it(tmp_path: Path) -> None:
+    """They turn it off for their set-up and freeze what it made during the run: in this
+    process all is back after a run and after a user error alike."""
+    for args in (("run", *SMALL), ("replay", *SMALL), ("replay", "--cache", "-1")):
+        proc = specmd(*args, "--out", str(tmp_path / "r"), "--json")
+        assert gc.isenabled() and gc.get_freeze_count() == 0, (args, proc.stderr)
+    assert proc.returncode == 2
 
 
 def test_same_config_gives_byte_identical_results(tmp_path: Path) -> None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import itertools
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -15,7 +17,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specmd_sim.errors import SpecmdError
-from specmd_sim.hardware import HardwareProfile, build_graph, find_path, list_profiles, load_profile
+from specmd_sim.hardware import (
+    HardwareProfile,
+    build_graph,
+    find_path,
+    list_profiles,
+    load_profile,
+    transfer_path,
+)
 
 
 def reference_path(graph: nx.Graph, src: str, dst: str, cutoff: int | None) -> list[str] | None:
@@ -188,3 +197,34 @@ def test_a_profile_of_50k_nodes_loads_and_routes_at_once() -> None:
     with hang_guard(30):
         profile = profile_of(kinds, {(0, 1): 1.0e9})
         assert found_path(profile, build_graph(profile), "n0", "n1") == ["n0", "n1"]
+
+
+def test_transfer_paths_take_find_paths_hops_without_networkx() -> None:
+    """A run's paths (``transfer_path``) are ``find_path``'s on the networkx graph, found
+    without importing networkx (a tenth of a second of every run's start-up)."""
+    code = (
+        "import sys\n"
+        "from specmd_sim.hardware import list_profiles, load_profile, transfer_path\n"
+        "for pid in list_profiles():\n"
+        "    p = load_profile(pid)\n"
+        "    for src in p.nodes:\n"
+        "        for gpu in p.gpus:\n"
+        "            if src.id != gpu.id and src.kind != 'switch':\n"
+        "                transfer_path(p, src.id, gpu.id)\n"
+        "print('networkx' in sys.modules)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "False", proc.stderr
+    for profile_id in list_profiles():
+        profile = load_profile(profile_id)
+        graph = build_graph(profile)
+        for src, gpu in itertools.product(profile.nodes, profile.gpus):
+            if src.id == gpu.id or src.kind == "switch":
+                continue
+            try:
+                expected = find_path(profile, graph, src.id, gpu.id)
+            except SpecmdError:
+                with pytest.raises(SpecmdError):
+                    transfer_path(profile, src.id, gpu.id)
+                continue
+            assert transfer_path(profile, src.id, gpu.id).hops == tuple(expected)
