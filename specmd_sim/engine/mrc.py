@@ -9,9 +9,11 @@ Two methods, chosen from the config:
   a hit exactly at the capacities ``B`` at least that distance. That is classic LRU: ``eviction:
   lru``, ``cache.pin_demand_set: false`` (experts taken one at a time in gate order, the
   libCacheSim semantics), no prefetching and ``miss: stall``. Not stack algorithms here, so
-  not taken this way: FIFO (Belady's anomaly), LRU with a pinned demand set (a layer's hits are
-  touched before its misses are inserted, so the recency order inside a layer depends on the
-  capacity), and anything with prefetching.
+  not taken this way: FIFO (Belady's anomaly), in-cache LFU (its counts are forgotten on
+  eviction, so they differ between capacities), Least-Stale (its stale queue is in insertion
+  order, as FIFO's), LRU with a pinned demand set (a layer's hits are touched before its misses
+  are inserted, so the recency order inside a layer depends on the capacity), and anything
+  with prefetching.
 - ``replay``: every other config, one :func:`~specmd_sim.engine.replay.replay` per capacity.
 
 The taxonomy comes from the same pass: an access that misses at ``B`` is a collision miss when
