@@ -37,7 +37,7 @@ from typing import Any
 import simpy
 
 from specmd_sim.engine.sim.events import soon
-from specmd_sim.timeline import SpanRecorder
+from specmd_sim.timeline import PackedRows, SpanRecorder
 
 _PRIVATE = "~flow"  # prefix of a flow's own rate-cap resource
 _EPS = 1e-12  # relative: a flow within this fraction of its size is done
@@ -71,7 +71,7 @@ class FlowNetwork:
     _alone: dict[tuple[tuple[str, ...], float | None], float | None] = field(default_factory=dict)
     spans: SpanRecorder | None = None  # samples each resource's bandwidth in use, if given
     _carried: dict[str, float] = field(default_factory=dict)  # bytes/s last sampled, if > 0
-    _series: dict[str, list[tuple[float, float]]] = field(default_factory=dict)  # samples
+    _series: dict[str, PackedRows] = field(default_factory=dict)  # samples
 
     def transfer(
         self,

@@ -1,0 +1,191 @@
+"""SpanRecorder packs spans and counter samples a chunk of tuples at a time into growing arrays:
+what it gives back is what one list of every row would give, byte for byte, across chunk
+boundaries; equal start times keep the order the spans were added in; a run holds packed rows,
+not tuples; an array given out stays as it was when more rows come."""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Generator
+from typing import Any
+
+import numpy as np
+import pytest
+import simpy
+
+import specmd_sim.engine.sim.run as sim_run
+from specmd_sim import SimConfig, simulate
+from specmd_sim.engine.sim.flows import FlowNetwork
+from specmd_sim.timeline import (
+    COUNTER_CHUNK_ROWS,
+    COUNTER_DTYPE,
+    KINDS,
+    SPAN_CHUNK_ROWS,
+    SPAN_DTYPE,
+    SpanRecorder,
+)
+
+
+def _rows(n: int, seed: int = 0) -> list[tuple[Any, ...]]:
+    """``n`` spans as ``add``'s arguments, with few distinct starts and lanes (many equal
+    keys) and every field distinct enough to tell rows apart."""
+    rng = random.Random(seed)
+    rows = []
+    for i in range(n):
+        start = float(rng.randrange(4))
+        rows.append((rng.randrange(3), rng.choice(KINDS), start, start + rng.random(),
+                     i, rng.randrange(-1, 60), rng.randrange(-1, 256), rng.randrange(1 << 40),
+                     rng.randrange(-1, 8), rng.randrange(-1, 5)))  # fmt: skip
+    return rows
+
+
+def _expected(rows: list[tuple[Any, ...]]) -> np.ndarray:
+    """The spans as one list of tuples gives them: packed at once, sorted by (start, lane)."""
+    packed = [(s, e, lane, KINDS.index(k), *rest) for lane, k, s, e, *rest in rows]
+    spans = np.array(packed, dtype=SPAN_DTYPE)
+    return spans[np.lexsort((spans["lane"], spans["start"]))]
+
+
+def _recorder(rows: list[tuple[Any, ...]], chunk_rows: int = SPAN_CHUNK_ROWS) -> SpanRecorder:
+    rec = SpanRecorder(chunk_rows=chunk_rows)
+    for lane in range(3):
+        rec.lane(f"gpu0/lane{lane}")
+    for row in rows:
+        rec.add(*row)
+    return rec
+
+
+@pytest.mark.parametrize("n", [0, 1, 4, 5, 6, 10, 23])
+@pytest.mark.parametrize("chunk_rows", [1, 5, SPAN_CHUNK_ROWS])
+def test_chunked_spans_are_what_one_list_gives(n: int, chunk_rows: int) -> None:
+    rows = _rows(n)
+    spans = _recorder(rows, chunk_rows=chunk_rows).array()
+    assert spans.dtype == SPAN_DTYPE and spans.shape == (n,)
+    assert spans.tobytes() == _expected(rows).tobytes()
+
+
+def test_equal_start_times_keep_the_order_spans_were_added_in() -> None:
+    rec = SpanRecorder(chunk_rows=2)
+    a, b = rec.lane("gpu0/compute"), rec.lane("gpu0/copy-h2d-0")
+    for expert, lane in enumerate([b, a, b, a, a, b, a]):
+        rec.add(lane, "expert", 1.0, 2.0, expert=expert)
+    rec.add(a, "expert", 0.5, 1.0, expert=7)
+    spans = rec.array()
+    assert spans["expert"].tolist() == [7, 1, 3, 4, 6, 0, 2, 5]
+
+
+def test_spans_added_after_array_are_sorted_in() -> None:
+    """``array`` sorts the recorder's own array in place and keeps it: asking again, or after
+    more spans, gives what one list of all of them would."""
+    rows = _rows(30, seed=1)
+    rec = _recorder(rows[:17], chunk_rows=4)
+    first = rec.array()
+    assert first.tobytes() == _expected(rows[:17]).tobytes()
+    assert rec.array().tobytes() == first.tobytes()
+    for row in rows[17:]:
+        rec.add(*row)
+    assert rec.array().tobytes() == _expected(rows).tobytes()
+
+
+def test_a_run_holds_packed_spans_and_at_most_a_chunk_of_tuples() -> None:
+    rec = _recorder(_rows(100 * 5 + 2), chunk_rows=5)
+    packed = rec._spans
+    assert packed._size == 500 and len(packed.rows) == 2
+    assert packed._data.dtype == SPAN_DTYPE and 500 <= len(packed._data) <= 500 + 500 // 8 + 5
+    spans = rec.array()
+    assert spans is packed._data and len(spans) == 502 and packed.rows == []
+
+
+def test_an_array_given_out_stays_as_it_was() -> None:
+    """Spans added after ``array`` grow a copy: the array given out keeps its rows."""
+    rows = _rows(40, seed=3)
+    rec = _recorder(rows[:20], chunk_rows=3)
+    first = rec.array()
+    kept = first.copy()
+    for row in rows[20:]:
+        rec.add(*row)
+    assert rec.array().tobytes() == _expected(rows).tobytes()
+    assert first.tobytes() == kept.tobytes()
+
+
+@pytest.mark.parametrize("counter_chunk_rows", [1, 3, COUNTER_CHUNK_ROWS])
+def test_chunked_counters_are_what_one_list_gives(counter_chunk_rows: int) -> None:
+    """Samples through ``sample`` and through ``series``, interleaved across counters."""
+    rng = random.Random(2)
+    rec = SpanRecorder(counter_chunk_rows=counter_chunk_rows)
+    want: dict[str, list[tuple[float, float]]] = {"b": [], "a": [], "net": [], "idle": []}
+    direct = rec.series("net")
+    rec.series("idle")  # a series nothing samples: an empty array
+    for i in range(40):
+        name = rng.choice(["a", "b", "net"])
+        sample = (i * 0.5, rng.choice([float(rng.randrange(100)), rng.randrange(1 << 40)]))
+        want[name].append(sample)
+        if name == "net":
+            direct.append(sample)
+        else:
+            rec.sample(name, *sample)
+    got = rec.counters()
+    assert list(got) == sorted(want)
+    for name, samples in want.items():
+        expected = np.array(samples, dtype=COUNTER_DTYPE)
+        assert got[name].dtype == COUNTER_DTYPE and got[name].tobytes() == expected.tobytes()
+    rec.sample("a", 99.0, 1.0)
+    again = rec.counters()
+    assert again["a"].tolist() == [*want["a"], (99.0, 1.0)]
+    assert again["b"].tobytes() == got["b"].tobytes()
+
+
+def test_empty_recorder() -> None:
+    rec = SpanRecorder(chunk_rows=2, counter_chunk_rows=2)
+    spans = rec.array()
+    assert spans.dtype == SPAN_DTYPE and spans.shape == (0,)
+    assert rec.counters() == {}
+
+
+def test_disabled_recorder_keeps_lanes_but_no_spans_or_samples() -> None:
+    rec = SpanRecorder(enabled=False, chunk_rows=1, counter_chunk_rows=1)
+    lane = rec.lane("gpu0/compute")
+    rec.add(lane, "expert", 0.0, 1.0)
+    rec.sample("cache_used_bytes", 0.0, 5.0)
+    assert rec.lanes == ["gpu0/compute"]
+    assert rec.array().shape == (0,) and rec.counters() == {}
+
+
+def test_network_bandwidth_series_across_chunks() -> None:
+    """The flow network appends to ``series`` directly: chunks of one sample give the same
+    counters as the default."""
+
+    def counters(chunk_rows: int = COUNTER_CHUNK_ROWS) -> dict[str, list[tuple[float, float]]]:
+        env = simpy.Environment()
+        rec = SpanRecorder(counter_chunk_rows=chunk_rows)
+        net = FlowNetwork(env, {"L": 10.0, "M": 100.0}, spans=rec)
+
+        def one(start: float, resources: tuple[str, ...]) -> Generator[simpy.Event, Any, None]:
+            yield env.timeout(start)
+            yield from net.transfer(100, resources, latency=0.0)
+
+        for start, resources in [(0, ("L", "M")), (5, ("L",)), (7, ("M",)), (30, ("L", "M"))]:
+            env.process(one(start, resources))
+        env.run()
+        return {name: c.tolist() for name, c in rec.counters().items()}
+
+    chunked = counters(chunk_rows=1)
+    assert chunked == counters() and len(chunked["network/M_bytes_per_s"]) > 3
+
+
+def test_timing_engine_gives_the_same_spans_and_counters_in_tiny_chunks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The default run (spans and counters past one chunk) with chunks of 7 spans and 3
+    samples, against the default chunks: byte for byte."""
+    config = SimConfig.model_validate({"workload": {"max_requests": 1}})
+    default = simulate(config)
+    tiny = functools.partial(SpanRecorder, chunk_rows=7, counter_chunk_rows=3)
+    monkeypatch.setattr(sim_run, "SpanRecorder", tiny)
+    chunked = simulate(config)
+    assert default.spans is not None and chunked.spans is not None and default.spans.size > 7
+    assert chunked.spans.tobytes() == default.spans.tobytes()
+    assert chunked.lanes == default.lanes and list(chunked.counters) == list(default.counters)
+    for name, samples in default.counters.items():
+        assert chunked.counters[name].tobytes() == samples.tobytes()
