@@ -301,8 +301,9 @@ def _cut(starts: np.ndarray, pieces: int) -> np.ndarray:
     0, the last the number of passes)."""
     passes = starts.size - 1
     goals = starts[0] + (starts[-1] - starts[0]) * np.arange(1, pieces) // pieces
-    inner = np.searchsorted(starts[:-1], goals)
-    return np.unique(np.concatenate(([0], inner, [passes]))).astype(np.int64)
+    inner = np.unique(np.searchsorted(starts[:-1], goals))
+    inner = inner[(inner > 0) & (inner < passes)]
+    return np.concatenate(([0], inner, [passes])).astype(np.int64)
 
 
 @compiled
