@@ -119,8 +119,9 @@ class PackedRows:
             self.pack()
 
     def pack(self) -> None:
-        """Move the rows appended as tuples into the array."""
-        chunk = np.array(self.rows, dtype=self._dtype)
+        """Move the rows appended as tuples into the array (``np.fromiter`` of a known count:
+        the bytes ``np.array`` would give, in less time)."""
+        chunk = np.fromiter(self.rows, self._dtype, len(self.rows))
         self.rows.clear()
         end = self._size + len(chunk)
         if end > len(self._data):

@@ -42,7 +42,7 @@ from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.engine.sim.tally import GpuTally
 from specmd_sim.hardware import TransferPath
 from specmd_sim.hardware.schema import NVMeNode
-from specmd_sim.timeline import SpanRecorder
+from specmd_sim.timeline import PackedRows, SpanRecorder
 
 
 def split(nbytes: int, chunk_bytes: int | None) -> list[int]:
@@ -90,6 +90,10 @@ class Fetcher:
         self.chunk_bytes, self.ideal = chunk_bytes, ideal
         self.spans, self.tally = spans, tally
         prefix, self.counter_used, self.counter_flight = lanes
+        # the two counters' samples, appended to directly (spans.sample looks the counter up
+        # each time); made at the first sample, so a counter never sampled is absent
+        self.used_series: PackedRows | None = None
+        self.flight_series: PackedRows | None = None
         tally.copy_lane_names = [f"{prefix}{i}" for i in range(engines)]
         self.copy_lanes = [spans.lane(name) for name in tally.copy_lane_names]
         self.position = position
@@ -235,22 +239,32 @@ class Fetcher:
 
     # --- the copy engines' callbacks -------------------------------------------------------
 
+    def _sample_flight(self, time: float) -> None:
+        """Sample ``bytes_in_flight`` (spans recorded only)."""
+        series = self.flight_series
+        if series is None:
+            series = self.flight_series = self.spans.series(self.counter_flight)
+        series.append((time, self.in_flight))
+
     def _move_chunk(self, job: Job, slot: int, nbytes: int, then: Callable[[], None]) -> None:
         env, tally, spans = self.env, self.tally, self.spans
-        start = env.now
+        recording = spans.enabled
+        start = env._now
         self.in_flight += nbytes
         tally.transfers.start(start)
-        spans.sample(self.counter_flight, start, self.in_flight)
+        if recording:
+            self._sample_flight(start)
         index = self.source[job.key]
         self.used_paths.add(index)
 
         def moved() -> None:
-            now = env.now
+            now = env._now
             self.in_flight -= nbytes
             tally.transfers.stop(now)
             tally.engine_busy[slot] += now - start
             tally.engine_bytes[slot] += nbytes
-            spans.sample(self.counter_flight, now, self.in_flight)
+            if recording:
+                self._sample_flight(now)
             p, layer = job.target
             spans.add(
                 self.copy_lanes[slot], "demand_fetch" if job.demand else "prefetch", start,
@@ -299,7 +313,10 @@ class Fetcher:
             self.space_event.succeed()
 
     def _occupancy(self, used_bytes: int) -> None:
-        self.spans.sample(self.counter_used, self.env.now, used_bytes)
+        series = self.used_series
+        if series is None:
+            series = self.used_series = self.spans.series(self.counter_used)
+        series.append((self.env._now, used_bytes))
 
 
 class WriteBacks:

@@ -53,6 +53,7 @@ class _Flow:
     depth: int
     order: int
     remaining: float
+    busy: tuple[str, ...]  # shared, each resource once
     rate: float = 0.0
 
 
@@ -72,6 +73,7 @@ class FlowNetwork:
     spans: SpanRecorder | None = None  # samples each resource's bandwidth in use, if given
     _carried: dict[str, float] = field(default_factory=dict)  # bytes/s last sampled, if > 0
     _series: dict[str, PackedRows] = field(default_factory=dict)  # samples
+    _unique: dict[tuple[str, ...], tuple[str, ...]] = field(default_factory=dict)  # see _once
 
     def transfer(
         self,
@@ -136,7 +138,7 @@ class FlowNetwork:
         self._count += 1
         resources = shared if cap is None else (*shared, f"{_PRIVATE}{self._count}")
         flow = _Flow(nbytes, shared, resources, cap, simpy.Event(self.env), depth, self._count,
-                     nbytes)  # fmt: skip
+                     nbytes, self._unique.get(shared) or self._once(shared))  # fmt: skip
         self.flows.append(flow)
         self._reschedule()
         return flow
@@ -147,16 +149,22 @@ class FlowNetwork:
             through[r] = through.get(r, 0.0) + flow.nbytes
 
     def _advance(self) -> None:
-        now = self.env.now
+        now = self.env._now
         dt = now - self._last
         if dt > 0:
-            busy: set[str] = set()
-            for f in self.flows:
-                f.remaining -= f.rate * dt
-                busy.update(f.shared)
-            busy_s = self.busy_s
-            for r in busy:
-                busy_s[r] = busy_s.get(r, 0.0) + dt
+            flows, busy_s = self.flows, self.busy_s
+            if len(flows) == 1:  # the most frequent case: its resources, without a set
+                flow = flows[0]
+                flow.remaining -= flow.rate * dt
+                for r in flow.busy:
+                    busy_s[r] = busy_s.get(r, 0.0) + dt
+            else:
+                busy: set[str] = set()
+                for f in flows:
+                    f.remaining -= f.rate * dt
+                    busy.update(f.shared)
+                for r in busy:
+                    busy_s[r] = busy_s.get(r, 0.0) + dt
             if self.spans is not None:
                 self._sample_bandwidth(self._last)
         self._last = now
@@ -192,6 +200,11 @@ class FlowNetwork:
                 else:
                     rest.append(f)
             active = rest
+
+    def _once(self, shared: tuple[str, ...]) -> tuple[str, ...]:
+        """``shared`` with each resource once (in the order first listed), kept by ``shared``."""
+        once = self._unique[shared] = tuple(dict.fromkeys(shared))
+        return once
 
     def _rate_alone(self, flow: _Flow) -> float | None:
         """The rate progressive filling gives a flow alone: its narrowest resource's capacity
@@ -289,10 +302,13 @@ class FlowNetwork:
             return
         self._advance()
         first.remaining = 0.0
-        finished = [f for f in self.flows if f.remaining <= _EPS * f.nbytes]
-        self.flows = [f for f in self.flows if f.remaining > _EPS * f.nbytes]
+        if len(self.flows) == 1:  # first, alone (the most frequent case)
+            finished, self.flows = self.flows, []
+        else:
+            finished = [f for f in self.flows if f.remaining <= _EPS * f.nbytes]
+            self.flows = [f for f in self.flows if f.remaining > _EPS * f.nbytes]
         for f in finished:
             f.done.succeed()
         if not self.flows and self.spans is not None:
-            self._sample_bandwidth(self.env.now)
+            self._sample_bandwidth(self.env._now)
         self._reschedule()

@@ -178,12 +178,12 @@ class GpuStream:
         """Wait for an expert's transfer or CPU run; the wait is a stall."""
         if event.triggered:
             return
-        t0 = self.env.now
+        t0 = self.env._now
         yield event
-        where = self.where
-        self.spans.add(self.lane, "stall", t0, self.env.now, where["pass_"], where["layer"], key,
+        where, t1 = self.where, self.env._now
+        self.spans.add(self.lane, "stall", t0, t1, where["pass_"], where["layer"], key,
                        0, where["request"], klass)  # fmt: skip
-        self.tally.stall(t0, self.env.now, self.phase, where["layer"])
+        self.tally.stall(t0, t1, self.phase, where["layer"])
 
     def _drain(self) -> Generator[Any, Any, None]:
         """Copies on the compute stream: wait until none is queued or moving (a stall)."""
@@ -203,7 +203,7 @@ class GpuStream:
     ) -> simpy.Timeout:
         """Run a kernel of ``seconds`` (outside the MoE layers: ``layer`` -1)."""
         env = self.env
-        now = env.now
+        now = env._now
         self.spans.add(self.lane, kind, now, now + seconds, pass_, layer, expert, 0, request, klass)
         self.tally.compute(now, seconds, self.phase, layer)
         return env.timeout(seconds)

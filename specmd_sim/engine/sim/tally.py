@@ -31,14 +31,17 @@ class GpuTally:
     def __init__(self, gpu_id: str, passes: Passes, num_layers: int, engines: int) -> None:
         self.gpu_id = gpu_id
         self.passes = passes
-        self.layer_stall = np.zeros(num_layers)
-        self.layer_compute = np.zeros(num_layers)
-        self.phase_compute = np.zeros((2, num_layers))  # [prefill/decode, layer]
-        self.phase_stall = np.zeros((2, num_layers))
+        # per layer (and [prefill/decode][layer]): lists while the run adds to them, a Python
+        # float's index and add being cheaper than an array element's (the same doubles); the
+        # properties give them as arrays
+        self._layer_stall = [0.0] * num_layers
+        self._layer_compute = [0.0] * num_layers
+        self._phase_compute = [[0.0] * num_layers for _ in range(2)]
+        self._phase_stall = [[0.0] * num_layers for _ in range(2)]
         self.compute_iv = Intervals()
         self.stall_iv = Intervals()
         self.transfers = Busy()
-        self.engine_busy = np.zeros(engines)
+        self.engine_busy = [0.0] * engines
         self.engine_bytes = [0] * engines
         self.copy_lane_names: list[str] = []
         # device-to-host copy engines (memory parity's write-backs), when used
@@ -64,14 +67,14 @@ class GpuTally:
         """The stream computed for ``seconds`` from ``start`` (inside a layer if ``layer >= 0``)."""
         self.compute_iv.add(start, start + seconds)
         if layer >= 0:
-            self.layer_compute[layer] += seconds
-            self.phase_compute[phase, layer] += seconds
+            self._layer_compute[layer] += seconds
+            self._phase_compute[phase][layer] += seconds
 
     def stall(self, start: float, end: float, phase: int, layer: int) -> None:
         """The stream waited on an expert (its transfer or the CPU) over ``[start, end]``."""
         self.stall_iv.add(start, end)
-        self.layer_stall[layer] += end - start
-        self.phase_stall[phase, layer] += end - start
+        self._layer_stall[layer] += end - start
+        self._phase_stall[phase][layer] += end - start
 
     def begin_pass(self, p: int, now: float) -> None:
         self.pass_start[p] = now
@@ -94,6 +97,23 @@ class GpuTally:
         self.last_pass_end = now
         self.pass_compute[p] = self.compute_iv.sum - self._before[0]
         self.pass_stall[p] = self.stall_iv.sum - self._before[1]
+
+    @property
+    def layer_stall(self) -> np.ndarray:
+        return np.array(self._layer_stall)
+
+    @property
+    def layer_compute(self) -> np.ndarray:
+        return np.array(self._layer_compute)
+
+    @property
+    def phase_compute(self) -> np.ndarray:
+        """Per phase (prefill, decode) and layer."""
+        return np.array(self._phase_compute)
+
+    @property
+    def phase_stall(self) -> np.ndarray:
+        return np.array(self._phase_stall)
 
     @property
     def pass_time(self) -> np.ndarray:
@@ -221,7 +241,7 @@ def _transfer_metrics(
     overlap = sum(
         intersection_length(t.compute_iv.array(), t.transfers.intervals.array()) for t in tallies
     )
-    engine_busy = np.concatenate([t.engine_busy for t in tallies])
+    engine_busy = np.array([b for t in tallies for b in t.engine_busy])
     links = zip(resources["utilization"], resources["kind"], strict=True)
     return {
         "bytes_per_token": moved / tokens_in if tokens_in else None,
@@ -268,7 +288,7 @@ def _resource_table(
         lanes = zip(
             [*tally.copy_lane_names, *tally.d2h_lane_names],
             [*tally.engine_bytes, *tally.d2h_bytes],
-            [*tally.engine_busy.tolist(), *tally.d2h_busy],
+            [*tally.engine_busy, *tally.d2h_busy],
             strict=True,
         )
         for lane, nbytes, busy in lanes:
