@@ -7,7 +7,6 @@ event nothing waits on."""
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -76,12 +75,18 @@ def outcome(trace: str, case: tuple[Any, ...], bulk: bool, block_rows: int) -> d
     with (
         mock.patch.object(PlanBlocks, "plan", counted),
         mock.patch.object(PlanBlocks, "BLOCK_ROWS", block_rows),
-        contextlib.nullcontext() if bulk else off,
+        _compiled() if bulk else off,
     ):
         result = simulate(config(trace, prefetch, predictor, **extra))
     assert result.spans is not None
     return {"metrics": result.metrics, "spans": result.spans.tobytes(), "taken": taken[0],
             "counters": {k: v.tobytes() for k, v in result.counters.items()}}  # fmt: skip
+
+
+def _compiled() -> Any:
+    """Bulk plans taken as where numba compiles their kernels (without it they run
+    interpreted, the same plans, slower)."""
+    return mock.patch.object(L.jit, "available", return_value=True)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -106,13 +111,16 @@ def test_runs_whose_plug_ins_may_draw_are_refused(trace: str) -> None:
         cfg = config(trace, {"kind": prefetch}, {"kind": "noisy-oracle"}, **extra)
         return build_runs(build_scenario(cfg), None, None)[0]
 
-    assert bulk_plans_unsupported(run()) is None
-    assert "'random'" in (bulk_plans_unsupported(run(eviction="random")) or "")
-    own = run()
-    own.eviction.__class__ = _OwnLRU
-    assert "generator" in (bulk_plans_unsupported(own) or "")
-    oracle = run(prefetch="oracle")
-    assert bulk_plans_unsupported(oracle) == "prefetch 'oracle'"
+    with mock.patch.object(L.jit, "available", return_value=False):
+        assert "not compiled" in (bulk_plans_unsupported(run()) or "")
+    with _compiled():
+        assert bulk_plans_unsupported(run()) is None
+        assert "'random'" in (bulk_plans_unsupported(run(eviction="random")) or "")
+        own = run()
+        own.eviction.__class__ = _OwnLRU
+        assert "generator" in (bulk_plans_unsupported(own) or "")
+        oracle = run(prefetch="oracle")
+        assert bulk_plans_unsupported(oracle) == "prefetch 'oracle'"
 
 
 def test_settle_processes_at_once_only_an_event_nothing_waits_on() -> None:
