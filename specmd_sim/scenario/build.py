@@ -76,7 +76,8 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
     _check_chunks(config.timing.chunk_bytes, sizes.largest)
     gpu_nodes = _resolve_gpus(config, profile)
     _check_gpus(config, gpu_nodes)
-    pools = _kv_pools(config, model, runtime, gpu_nodes, sizes)
+    bare = [_bare_budget(config, model, runtime, gpu, g, sizes) for g, gpu in enumerate(gpu_nodes)]
+    pools = _kv_pools(config, model, gpu_nodes, bare, sizes)
     per_token = kv_bytes_per_token(model)
     pool_tokens = [None if pool is None else pool // per_token for pool in pools]
     passes = build_passes(trace, config.workload, kv_pool_tokens=pool_tokens[0])
@@ -100,8 +101,7 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
         ]
         shards = tuple((p, build_demand(trace, p)) for p in parts)
     budgets = tuple(
-        _budget(config, model, runtime, gpu, g, sizes, shard, pools[g])
-        for g, (gpu, (shard, _)) in enumerate(zip(gpu_nodes, shards, strict=True))
+        _budget(config, model, bare[g], shard, pools[g]) for g, (shard, _) in enumerate(shards)
     )
     # a slot count is of the largest expert (mixed precision), as capacity_slots reports it
     capacity = config.cache.capacity_bytes(
@@ -168,17 +168,11 @@ def trace_model(model: str | None, trace: Trace, source: str) -> ModelSpec:
 
 
 def _budget(
-    config: SimConfig,
-    model: ModelSpec,
-    runtime: RuntimeProfile,
-    gpu: GPUNode,
-    g: int,
-    sizes: ExpertSizes,
-    passes: Passes,
-    pool: int | None,
+    config: SimConfig, model: ModelSpec, bare: MemoryBudget, passes: Passes, pool: int | None
 ) -> MemoryBudget:
-    """GPU ``g``'s HBM and what it holds besides the expert cache (:mod:`.budget`); ``pool``:
-    the KV pool of ``kv_cache: wait`` (:func:`_kv_pools`)."""
+    """A GPU's HBM and what it holds besides the expert cache (:mod:`.budget`): its ``bare``
+    budget (:func:`_bare_budget`) with the KV cache of its ``passes``; ``pool``: the KV pool of
+    ``kv_cache: wait`` (:func:`_kv_pools`)."""
     mode = config.workload.kv_cache
     lengths = np.unique(passes.row_request, return_counts=True)[1]  # each request's tokens
     context = int(lengths.max()) if lengths.size else 0
@@ -190,10 +184,7 @@ def _budget(
         kv = context * per_token
     if pool is not None:  # wait: the pool, of which ``context`` tokens were used at most
         kv = pool
-    return dataclasses.replace(
-        _bare_budget(config, model, runtime, gpu, g, sizes),
-        kv_cache=kv, kv_context=context, kv_batch=batch,
-    )  # fmt: skip
+    return dataclasses.replace(bare, kv_cache=kv, kv_context=context, kv_batch=batch)
 
 
 def _bare_budget(
@@ -229,12 +220,13 @@ def kv_bytes_per_token(model: ModelSpec) -> int:
 def _kv_pools(
     config: SimConfig,
     model: ModelSpec,
-    runtime: RuntimeProfile,
     gpus: tuple[GPUNode, ...],
+    bare: list[MemoryBudget],
     sizes: ExpertSizes,
 ) -> list[int | None]:
     """Per GPU, the bytes of KV cache requests may hold at once with ``kv_cache: wait``: what
-    HBM leaves beside the expert cache's ``cache.capacity`` (None for every GPU otherwise)."""
+    HBM leaves beside the expert cache's ``cache.capacity`` in its ``bare`` budget (None for
+    every GPU otherwise)."""
     if config.workload.kv_cache != "wait":
         return [None] * len(gpus)
     if config.cache.capacity == "auto":
@@ -244,8 +236,8 @@ def _kv_pools(
         )
     per_token = kv_bytes_per_token(model)
     pools: list[int | None] = []
-    for g, gpu in enumerate(gpus):
-        left = _bare_budget(config, model, runtime, gpu, g, sizes).without_kv
+    for gpu, budget in zip(gpus, bare, strict=True):
+        left = budget.without_kv
         capacity = config.cache.capacity_bytes(sizes.largest, sizes.routed_bytes, left)
         if left - capacity < per_token:
             raise SpecmdError(
