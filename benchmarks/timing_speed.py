@@ -31,7 +31,8 @@ from typing import Any
 import simpy
 
 from specmd_sim import SimConfig, save_trace, simulate
-from specmd_sim.scenario import build_scenario
+from specmd_sim.engine.sim.compiled import compiled_unsupported
+from specmd_sim.scenario import build_runs, build_scenario
 from specmd_sim.traces.synthetic import SyntheticParams, generate
 
 # Before the speed-up (the engine of commit 3d1f459), 2026-12-01, on the development machine
@@ -143,6 +144,36 @@ def bench(config: Callable[[], SimConfig], repeat: int) -> dict[str, Any]:
     return best
 
 
+def demand_only(config: SimConfig) -> SimConfig:
+    """``config`` without its prefetcher: the runs the compiled core covers."""
+    return SimConfig.model_validate(config.model_dump(mode="json") | {"prefetch": {"kind": "none"}})
+
+
+def bench_compiled(config: Callable[[], SimConfig], repeat: int) -> dict[str, Any]:
+    """The demand-only run on SimPy and on the compiled core, alternately (best CPU time of
+    ``repeat`` each); the same results (checked), or why the core does not cover it."""
+    cfg = demand_only(config())
+    scenario = build_scenario(cfg)
+    why = compiled_unsupported(scenario, build_runs(scenario, None, None))
+    row: dict[str, Any] = {"covered": why is None, "why": why}
+    if why is not None:
+        return row
+    best = {"simpy": float("inf"), "compiled": float("inf")}
+    results = {}
+    for _ in range(repeat):
+        for engine in best:
+            scenario = build_scenario(cfg)
+            t0 = time.process_time()
+            results[engine] = simulate(scenario, compiled=engine == "compiled")
+            best[engine] = min(best[engine], time.process_time() - t0)
+    accesses = int(results["simpy"].metrics["accesses"])
+    same = results["simpy"].to_json() == results["compiled"].to_json()
+    return {**row, "accesses": accesses, "same": same,
+            "simpy_accesses_per_s": accesses / best["simpy"],
+            "compiled_accesses_per_s": accesses / best["compiled"],
+            "ratio": best["simpy"] / best["compiled"]}  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"baseline_date": BASELINE_DATE, "python": sys.version.split()[0],
                            "simpy": simpy.__version__, "runs": {}}  # fmt: skip
@@ -159,6 +190,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 row["speedup"] = row["accesses_per_s"] / base_rate
                 row["speedup_normalised"] = row["speedup"] * base_bare / row["bare_events_per_s"]
             out["runs"][name] = row
+            demand = bench_compiled(config, args.repeat)
+            demand["label"] = label
+            out.setdefault("demand_only", {})[name] = demand
     return out
 
 
@@ -190,6 +224,17 @@ def table(res: dict[str, Any]) -> str:
         f"targets ({TARGET_RATIO:.0f}x on every scenario, {TARGET_OLMOE:,.0f} acc/s on OLMoE): "
         f"met {met or 'none'}; missed {missed or 'none'}"
     )
+    lines.append("")
+    lines.append(f"{'the same, demand fetches only':<40} {'accesses':>8} {'SimPy acc/s':>12} "
+                 f"{'compiled acc/s':>15} {'ratio':>6}  same results")  # fmt: skip
+    for r in res.get("demand_only", {}).values():
+        if not r["covered"]:
+            lines.append(f"{r['label']:<40} not covered by the compiled core: {r['why']}")
+            continue
+        lines.append(
+            f"{r['label']:<40} {r['accesses']:>8,} {r['simpy_accesses_per_s']:>12,.0f} "
+            f"{r['compiled_accesses_per_s']:>15,.0f} {r['ratio']:>6.1f}  {r['same']}"
+        )
     return "\n".join(lines)
 
 

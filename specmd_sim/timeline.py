@@ -123,10 +123,19 @@ class PackedRows:
         the bytes ``np.array`` would give, in less time)."""
         chunk = np.fromiter(self.rows, self._dtype, len(self.rows))
         self.rows.clear()
-        end = self._size + len(chunk)
+        self._place(chunk)
+
+    def extend(self, rows: np.ndarray) -> None:
+        """Append ``rows`` (an array of this ``dtype``) after every row appended so far."""
+        if self.rows:
+            self.pack()
+        self._place(rows)
+
+    def _place(self, rows: np.ndarray) -> None:
+        end = self._size + len(rows)
         if end > len(self._data):
             self._resize(end + end // 8)
-        self._data[self._size : end] = chunk
+        self._data[self._size : end] = rows
         self._size = end
 
     def _resize(self, rows: int) -> None:
@@ -228,6 +237,12 @@ class SpanRecorder:
             )
             if len(rows) == self._chunk_rows:
                 self._spans.pack()
+
+    def extend(self, rows: np.ndarray) -> None:
+        """Add many spans at once (``SPAN_DTYPE`` rows, after those added so far), as an
+        engine that records them in arrays does."""
+        if self.enabled:
+            self._spans.extend(rows)
 
     def array(self) -> np.ndarray:
         """The spans sorted by start, then lane, then the order they were added in.

@@ -65,6 +65,23 @@ def test_chunked_spans_are_what_one_list_gives(n: int, chunk_rows: int) -> None:
     assert spans.tobytes() == _expected(rows).tobytes()
 
 
+@pytest.mark.parametrize("chunk_rows", [1, 5, SPAN_CHUNK_ROWS])
+def test_spans_added_in_arrays_go_where_tuples_would(chunk_rows: int) -> None:
+    """``extend`` (an engine recording into arrays) between and after ``add``s."""
+    rows = _rows(23, seed=4)
+    packed = np.array([(s, e, lane, KINDS.index(k), *rest) for lane, k, s, e, *rest in rows],
+                      dtype=SPAN_DTYPE)  # fmt: skip
+    rec = _recorder(rows[:7], chunk_rows)
+    rec.extend(packed[7:15])
+    for row in rows[15:20]:
+        rec.add(*row)
+    rec.extend(packed[20:])
+    assert rec.array().tobytes() == _expected(rows).tobytes()
+    off = SpanRecorder(False)
+    off.extend(packed)
+    assert off.array().size == 0
+
+
 def test_equal_start_times_keep_the_order_spans_were_added_in() -> None:
     rec = SpanRecorder(chunk_rows=2)
     a, b = rec.lane("gpu0/compute"), rec.lane("gpu0/copy-h2d-0")

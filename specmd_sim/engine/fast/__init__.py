@@ -80,15 +80,41 @@ def replay_compiled(
     built (which is left as it is). Raises RuntimeError where the Python engine would: a pinned
     demand set for which no space can be made.
     """
+    scenario = run.scenario
+    layers = scenario.trace.num_layers
+    keys = np.ascontiguousarray(scenario.demand.keys, dtype=np.int64)
+    offsets = np.ascontiguousarray(scenario.demand.offsets, dtype=np.int64)
+    S, pos = kernel_state(run, keys, warm)
+    total = scenario.passes.num_passes
+    plans = BulkPlans(run) if run.prefetch.lookahead > 0 else None
+    per_pass = max(1, keys.size // max(total, 1))
+    scores_per_pass = layers * run.prefetch.lookahead * scenario.trace.num_experts
+    block = max(1, min(_BLOCK_ACCESSES // per_pass, _BLOCK_SCORES // max(1, scores_per_pass)))
+    empty = np.zeros(0, np.int64)
+    for lo in range(0, total, block):
+        hi = min(total, lo + block)
+        if plans is None:
+            plan_offsets, plan_keys = np.zeros((hi - lo) * layers + 1, np.int64), empty
+        else:
+            plan_offsets, plan_keys = plans.block(lo, hi)
+        outcome = K.run_passes(S, pos, keys, offsets, lo, hi, plan_offsets, plan_keys)
+        if outcome == K.NO_SPACE:
+            raise RuntimeError("replay: WaitForSpace cannot happen without time")
+        report_progress(progress, hi, total)
+    return kernel_stats(S, layers)
+
+
+def kernel_state(
+    run: RunObjects, keys: np.ndarray, warm: list[int] | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's state ``S`` for ``run`` (covered: :func:`compiled_unsupported` is None)
+    over the access sequence ``keys``, and Belady's positions: the cache holds the policy's
+    initial contents and then ``warm``, placed in that order, as the run's cache was built."""
     scenario, cache = run.scenario, run.cache
-    demand = scenario.demand
     layers, experts = scenario.trace.num_layers, scenario.trace.num_experts
     n = layers * experts
-    keys = np.ascontiguousarray(demand.keys, dtype=np.int64)
-    offsets = np.ascontiguousarray(demand.offsets, dtype=np.int64)
     code = _policy_code(run)
-    assert code is not None, "replay_compiled called on an uncovered run"
-
+    assert code is not None, "the kernel called on an uncovered run"
     S = K.new_state(n, layers)
     S[K.K_NBYTES, :n] = cache.nbytes
     pos = np.zeros(0, np.int64)
@@ -106,25 +132,14 @@ def replay_compiled(
     sc[K.SC_NUM_EXPERTS] = experts
     placed = np.array(run.eviction.initial_contents() + list(warm or []), np.int64)
     if not K.preload(S, pos, placed):  # build_run placed them: they fit
-        raise RuntimeError("replay: the preloaded experts do not fit")
+        raise RuntimeError("the preloaded experts do not fit")
+    return S, pos
 
-    total = scenario.passes.num_passes
-    plans = BulkPlans(run) if run.prefetch.lookahead > 0 else None
-    per_pass = max(1, keys.size // max(total, 1))
-    scores_per_pass = layers * run.prefetch.lookahead * experts
-    block = max(1, min(_BLOCK_ACCESSES // per_pass, _BLOCK_SCORES // max(1, scores_per_pass)))
-    empty = np.zeros(0, np.int64)
-    for lo in range(0, total, block):
-        hi = min(total, lo + block)
-        if plans is None:
-            plan_offsets, plan_keys = np.zeros((hi - lo) * layers + 1, np.int64), empty
-        else:
-            plan_offsets, plan_keys = plans.block(lo, hi)
-        outcome = K.run_passes(S, pos, keys, offsets, lo, hi, plan_offsets, plan_keys)
-        if outcome == K.NO_SPACE:
-            raise RuntimeError("replay: WaitForSpace cannot happen without time")
-        report_progress(progress, hi, total)
 
+def kernel_stats(S: np.ndarray, layers: int) -> CacheStats:
+    """The counters of a run the kernel's state ``S`` went through, with the prefetches never
+    used counted as wasted (``ExpertCache.finish``)."""
+    n = int(S[K.R_SC, K.SC_KEYS])
     out = CacheStats(layers)
     out.by_layer = S[K.R_BY_LAYER : K.R_BY_LAYER + 5, :layers].T.tolist()
     for i, name in enumerate(K.STAT_NAMES):

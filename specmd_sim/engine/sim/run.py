@@ -20,6 +20,7 @@ from specmd_sim.config import SimConfig
 from specmd_sim.engine.common import Progress, finish_result, report_progress
 from specmd_sim.engine.dram import DramLevel, dram_metrics
 from specmd_sim.engine.replay import belady_gap, dram_sequence
+from specmd_sim.engine.sim.compiled import compiled_unsupported, run_compiled
 from specmd_sim.engine.sim.cpu import HostCpu
 from specmd_sim.engine.sim.events import Environment
 from specmd_sim.engine.sim.fetch import Fetcher, WriteBacks
@@ -35,8 +36,11 @@ from specmd_sim.scenario.dram import needs_sequence
 from specmd_sim.timeline import SpanRecorder
 
 
-def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> RunResult:
-    """Run the SimPy timing engine on a config (or an already built scenario)."""
+def simulate(
+    config: SimConfig | Scenario, progress: Progress | None = None, compiled: bool = True
+) -> RunResult:
+    """Run the SimPy timing engine on a config (or an already built scenario); on its compiled
+    core (:mod:`.compiled`) where that covers the run, unless ``compiled`` is False."""
     scenario = config if isinstance(config, Scenario) else build_scenario(config)
     env = Environment()
     spans = SpanRecorder(scenario.config.timing.record_spans)
@@ -44,6 +48,7 @@ def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> 
     cpu = HostCpu(env, scenario, spans, ideal)
     sequence = dram_sequence(scenario) if needs_sequence(scenario.config) else None
     runs = build_runs(scenario, None, sequence)
+    uncovered = compiled_unsupported(scenario, runs) if compiled else "not asked"
     backs = [_write_back(scenario, gpu) for gpu in scenario.gpus]
     capacity: dict[str, float] = {}
     for objs, back in zip(runs, backs, strict=True):
@@ -71,15 +76,13 @@ def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> 
         _Gpu(env, objs, scenario.gpus[g], int(bases[g]), network, cpu, spans, pass_done, backs[g])
         for g, objs in enumerate(runs)
     ]
-    processes = [env.process(gpu.stream.run()) for gpu in gpus]
-    env.run()
-    for gpu, process in zip(gpus, processes, strict=True):
-        if process.is_alive:
-            p, layer = gpu.stream.position
-            raise RuntimeError(
-                f"timing engine: {gpu.node.id}'s stream is blocked at pass {p}, layer {layer} "
-                "with nothing left to happen"
-            )
+    if uncovered is None:
+        gpu = gpus[0]
+        run_compiled(gpu.objs, gpu.node, gpu.cost, gpu.tally, gpu.fetcher, gpu.stream.lane,
+                     network, spans, progress)  # fmt: skip
+    else:
+        _run_processes(env, gpus)
+    for gpu in gpus:
         gpu.objs.cache.finish()
         if gpu.dram is not None:
             gpu.dram.finish()
@@ -103,6 +106,19 @@ def simulate(config: SimConfig | Scenario, progress: Progress | None = None) -> 
         warm = runs[0].eviction.initial_contents()
         result.metrics.update(belady_gap(scenario, result.metrics, warm))
     return result
+
+
+def _run_processes(env: Environment, gpus: list[_Gpu]) -> None:
+    """Every GPU's stream as a SimPy process, to the end of the run."""
+    processes = [env.process(gpu.stream.run()) for gpu in gpus]
+    env.run()
+    for gpu, process in zip(gpus, processes, strict=True):
+        if process.is_alive:
+            p, layer = gpu.stream.position
+            raise RuntimeError(
+                f"timing engine: {gpu.node.id}'s stream is blocked at pass {p}, layer {layer} "
+                "with nothing left to happen"
+            )
 
 
 def _write_back(scenario: Scenario, gpu: GPUNode) -> TransferPath | None:

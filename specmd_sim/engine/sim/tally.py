@@ -81,8 +81,16 @@ class GpuTally:
         self._before = (self.compute_iv.sum, self.stall_iv.sum)
 
     def end_pass(self, p: int, now: float) -> None:
-        """Pass ``p`` ended at ``now``: the first token of each request whose prompt ended in
-        it, a decode token of each request it decoded."""
+        """Pass ``p`` ended at ``now``: its tokens (:meth:`count_tokens`) and times."""
+        self.count_tokens(p, now)
+        self.pass_end[p] = now
+        self.last_pass_end = now
+        self.pass_compute[p] = self.compute_iv.sum - self._before[0]
+        self.pass_stall[p] = self.stall_iv.sum - self._before[1]
+
+    def count_tokens(self, p: int, now: float) -> None:
+        """The first token of each request whose prompt ended in pass ``p`` (at ``now``), a
+        decode token of each request it decoded."""
         passes = self.passes
         for r in passes.first_tokens_of(p):
             self.first_token[r] = now
@@ -93,10 +101,6 @@ class GpuTally:
                     self.token_gaps.append(now - previous)
                 self.last_token[r] = now
                 self.decode_tokens[r] = self.decode_tokens.get(r, 0) + 1
-        self.pass_end[p] = now
-        self.last_pass_end = now
-        self.pass_compute[p] = self.compute_iv.sum - self._before[0]
-        self.pass_stall[p] = self.stall_iv.sum - self._before[1]
 
     @property
     def layer_stall(self) -> np.ndarray:

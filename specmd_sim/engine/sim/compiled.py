@@ -1,0 +1,304 @@
+"""The timing engine on its compiled core (:mod:`specmd_sim.engine.fast.timed`), for the runs it
+covers: :func:`simulate <specmd_sim.engine.sim.run.simulate>` builds the run as always, and
+where :func:`compiled_unsupported` is None, :func:`run_compiled` runs its one GPU's passes on
+the core instead of on SimPy processes, and fills the same tally, network counters, spans,
+counter samples and cache counters the processes would have: the results are the same, byte
+for byte (``tests/engine/test_sim_compiled.py`` compares every field on random runs).
+
+Covered: one GPU whose experts all sit in host DRAM, demand fetches only (no prefetcher), the
+eviction policies of the compiled replay (:func:`specmd_sim.engine.fast.compiled_unsupported`
+says which), misses always fetched, a copy per expert in one chunk, copies on their own stream,
+no memory parity, a fixed cache capacity, and time that passes (not ``timing.ideal``).
+Everything else runs on SimPy, which stays the specification.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specmd_sim.engine import jit
+from specmd_sim.engine.common import Progress, report_progress
+from specmd_sim.engine.fast import compiled_unsupported as kernel_unsupported
+from specmd_sim.engine.fast import kernel as K
+from specmd_sim.engine.fast import kernel_state, kernel_stats
+from specmd_sim.engine.fast import timed as T
+from specmd_sim.engine.sim.fetch import Fetcher, split
+from specmd_sim.engine.sim.flows import FlowNetwork
+from specmd_sim.engine.sim.tally import GpuTally
+from specmd_sim.hardware.schema import GPUNode
+from specmd_sim.models import CostModel
+from specmd_sim.scenario import RunObjects, Scenario
+from specmd_sim.timeline import COUNTER_DTYPE, SPAN_DTYPE, SpanRecorder
+
+_BLOCK_ACCESSES = 1 << 16  # passes are run in blocks of about this many accesses
+_HEAP = 4096  # events pending at once, at most (a few per copy engine)
+
+
+def compiled_unsupported(scenario: Scenario, runs: list[RunObjects]) -> str | None:
+    """None when :func:`run_compiled` covers the run, else why not (a phrase). Asked before the
+    run's parts are built (which attach the fetcher to the cache)."""
+    if not jit.available():
+        return "kernels not compiled (numba is not installed)"
+    if len(runs) != 1:
+        return "more than one GPU"
+    run, config, runtime = runs[0], scenario.config, scenario.runtime
+    if config.timing.ideal:
+        return "timing.ideal"
+    if run.prefetch.lookahead > 0:
+        return f"prefetch {run.prefetch.kind!r} (only demand fetches are compiled)"
+    why = kernel_unsupported(run)
+    if why is not None:
+        return why
+    if runtime.copy_stream.value == "compute":
+        return "copies on the compute stream"
+    if runtime.memory_parity.value:
+        return "memory parity"
+    if np.any(run.ctx.source != 0):
+        return "experts outside host DRAM"
+    path, drive = run.ctx.paths[0], scenario.placement.nvme
+    if drive is not None and path.source == drive.id:
+        return "experts on an NVMe drive"
+    if any(len(split(nbytes, config.timing.chunk_bytes)) > 1 for nbytes in set(run.cache.nbytes)):
+        return "copies in chunks (timing.chunk_bytes)"
+    if len(set(path.resources)) != len(path.resources) or any(r >= "~" for r in path.resources):
+        return "a path through a resource twice, or one named after '~'"
+    return None
+
+
+def run_compiled(
+    objs: RunObjects,
+    node: GPUNode,
+    cost: CostModel,
+    tally: GpuTally,
+    fetcher: Fetcher,
+    compute_lane: int,
+    network: FlowNetwork,
+    spans: SpanRecorder,
+    progress: Progress | None = None,
+) -> None:
+    """Run the GPU's passes on the compiled core (:func:`compiled_unsupported` must be None),
+    filling ``tally``, ``network``, ``spans`` and ``objs.cache.stats`` as the SimPy processes
+    would. Raises RuntimeError where the Python engine would: a stream left waiting on
+    nothing."""
+    sc, cache = objs.scenario, objs.cache
+    passes, layers = sc.passes, sc.trace.num_layers
+    keys = np.ascontiguousarray(sc.demand.keys, dtype=np.int64)
+    offsets = np.ascontiguousarray(sc.demand.offsets, dtype=np.int64)
+    S, pos = kernel_state(objs, keys)
+    PF, PI = _pass_tables(objs, cost, tally)
+    path = objs.ctx.paths[0]
+    names = sorted(set(path.resources))  # indexed in name order: ties go to the lowest name
+    pres = np.array([names.index(r) for r in path.resources], np.int64)
+    pbusy = pres.copy()  # (no resource twice: checked)
+    rcap = np.array([network.capacity[r] for r in names], np.float64)
+    engines = len(fetcher.copy_lanes)
+    record = spans.enabled
+    X = np.zeros(T.X_SIZE, np.int64)
+    X[T.X_LAYERS], X[T.X_PINNED], X[T.X_RECORD] = layers, sc.config.cache.pin_demand_set, record
+    X[T.X_ENGINES], X[T.X_LANE], X[T.X_ALONE] = engines, compute_lane, 1
+    X[T.X_NUM_PASSES] = passes.num_passes
+    IS, F = T.new_int_state(), T.new_float_state()
+    IS[T.I_NFREE], IS[T.I_STAGE] = engines, T.ST_PASS
+    R = len(names)
+    state = {
+        "hT": np.zeros(_HEAP), "hI": np.zeros((_HEAP, 4), np.int64),
+        "free": np.arange(engines, dtype=np.int64), "act": np.zeros(engines + 1, np.int64),
+        "TL": np.zeros((6, layers)), "TP": np.zeros((passes.num_passes, 4)),
+        "engine_busy": np.zeros(engines), "engine_bytes": np.zeros(engines, np.int64),
+        "through": np.zeros(R), "busy_s": np.zeros(R), "touched": np.zeros((R, 2), np.int64),
+        "carried": np.zeros(R), "has": np.zeros(R, np.int64), "last": np.zeros(R),
+        "last_has": np.zeros(R, np.int64), "residual": np.zeros(R + engines + 1),
+        "users": np.zeros(R + engines + 1, np.int64), "frozen": np.zeros(engines + 1, np.int64),
+        "run_i": np.zeros((sc.trace.num_experts + 1, 4), np.int64),
+        "run_t": np.zeros(sc.trace.num_experts + 1), "held": np.zeros(sc.trace.num_experts + 1,
+                                                                      np.int64),
+    }  # fmt: skip
+    times = _expert_times(objs, cost, keys)
+    n_keys = int(S[K.R_SC, K.SC_KEYS])
+    iv: dict[str, list[np.ndarray]] = {"civ": [], "siv": [], "tiv": []}
+    total = passes.num_passes
+    lo = 0
+    while lo < total:
+        hi = _block_end(offsets, layers, lo, total)
+        a = int(offsets[hi * layers] - offsets[lo * layers])
+        b = hi - lo
+        out = {
+            "JB": np.zeros((a + 1, 8), np.int64), "jstart": np.zeros(a + 1),
+            "queue": np.zeros(a + 1, np.int64), "flF": np.zeros((a + 1, 3)),
+            "flI": np.zeros((a + 1, 2), np.int64),
+            "spF": np.zeros((3 * a + b * (layers + 2) + 8, 2) if record else (0, 2)),
+            "spI": np.zeros((3 * a + b * (layers + 2) + 8, 8) if record else (0, 8), np.int64),
+            "civ": np.zeros((a + b * (layers + 2) + 8, 2)), "siv": np.zeros((a + 8, 2)),
+            "tiv": np.zeros((a + 8, 2)),
+            "used_out": np.zeros((2 * a + n_keys + 8, 2) if record else (0, 2)),
+            "flight_out": np.zeros((2 * a + 8, 2) if record else (0, 2)),
+            "bw_out": np.zeros((R * (3 * a + 8), 3) if record else (0, 3)),
+        }  # fmt: skip
+        IS[T.I_QHEAD] = IS[T.I_QTAIL] = 0
+        s = state
+        outcome = T.run_block(
+            S, pos, keys, offsets, times, lo, hi, PF, PI, X,
+            np.array(fetcher.copy_lanes, np.int64), pres, pbusy, rcap, path.latency_s,
+            -1.0 if path.rate_cap is None else float(path.rate_cap), IS, F, s["hT"], s["hI"],
+            out["JB"], out["jstart"], out["queue"], s["free"], out["flF"], out["flI"],
+            s["act"], s["run_i"], s["run_t"], s["held"], s["TL"], s["TP"], s["engine_busy"],
+            s["engine_bytes"], s["through"], s["busy_s"], s["touched"], s["carried"], s["has"],
+            s["last"], s["last_has"], s["residual"], s["users"], s["frozen"], out["spF"],
+            out["spI"], out["civ"], out["siv"], out["tiv"], out["used_out"],
+            out["flight_out"], out["bw_out"],
+        )  # fmt: skip
+        if outcome == T.BLOCKED:
+            raise RuntimeError(
+                f"timing engine: {node.id}'s stream is blocked at pass {int(IS[T.I_PASS])}, "
+                f"layer {int(IS[T.I_LAYER])} with nothing left to happen"
+            )
+        if outcome == T.HEAP_FULL:
+            raise RuntimeError(f"timing engine: more than {_HEAP} events pending at once")
+        for name, counter in (("civ", T.I_NCIV), ("siv", T.I_NSIV), ("tiv", T.I_NTIV)):
+            iv[name].append(out[name][: IS[counter]].copy())
+        if record:
+            _record(out, IS, spans, fetcher, names)
+        report_progress(progress, hi, total)
+        lo = hi
+    _fill_tally(tally, state, iv, F, passes.num_passes)
+    for r, name in enumerate(names):
+        if state["touched"][r, 0]:
+            network.bytes_through[name] = float(state["through"][r])
+        if state["touched"][r, 1]:
+            network.busy_s[name] = float(state["busy_s"][r])
+    if IS[T.I_USED_PATH]:
+        fetcher.used_paths.add(0)
+    cache.stats = kernel_stats(S, layers)  # (its finish() adds nothing: it held no prefetch)
+
+
+def _block_end(offsets: np.ndarray, layers: int, lo: int, total: int) -> int:
+    """The pass after the block that starts at ``lo`` (about ``_BLOCK_ACCESSES`` accesses)."""
+    target = offsets[lo * layers] + _BLOCK_ACCESSES
+    hi = int(np.searchsorted(offsets[::layers][: total + 1], target, side="right"))
+    return min(total, max(lo + 1, hi - 1))
+
+
+def _pass_tables(
+    objs: RunObjects, cost: CostModel, tally: GpuTally
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per pass, the stream's kernel times (attention, dense layers and LM head; -1: none) and
+    the arrival it waits for (:meth:`GpuStream._admit`), its phase, request and number in the
+    spans; the arrivals of recorded or Poisson requests go into ``tally`` (a closed loop's
+    once the passes' start times are known)."""
+    sc = objs.scenario
+    passes = sc.passes
+    n = passes.num_passes
+    PF = np.full((n, 4), -1.0)
+    PI = np.zeros((n, 3), np.int64)
+    PF[:, T.PF_WAIT] = -np.inf
+    arrival, arrivals = tally.arrival, objs.arrivals
+    for p in range(n):
+        if passes.joins[p] and arrivals is not None:
+            for r in passes.requests_of(p):
+                if r not in arrival:
+                    arrival[r] = float(arrivals[len(arrival)])
+                    PF[p, T.PF_WAIT] = max(PF[p, T.PF_WAIT], arrival[r])
+        tokens = passes.tokens(p)
+        attended, kv_tokens = int(passes.attended[p]), int(passes.kv_tokens[p])
+        PF[p, T.PF_ATTN] = cost.batch_attention_time(tokens, attended, kv_tokens)
+        if sc.model.dense_layers:
+            PF[p, T.PF_DENSE] = cost.dense_layers_time(tokens, attended, kv_tokens)
+        if int(passes.phase[p]) == 1 or passes.first_token[p]:
+            PF[p, T.PF_HEAD] = cost.lm_head_time(passes.outputs(p))
+        PI[p] = int(passes.phase[p]), int(passes.request[p]), p
+    return PF, PI
+
+
+def _expert_times(objs: RunObjects, cost: CostModel, keys: np.ndarray) -> np.ndarray:
+    """Each access's expert kernel time (``cost.expert_time`` of its tokens and precision),
+    computed once per distinct pair."""
+    dtype_of = objs.scenario.placement.dtype
+    kinds = sorted(set(dtype_of))
+    code = np.array([kinds.index(d) for d in dtype_of], np.int64)
+    tokens = np.asarray(objs.scenario.demand.tokens, np.int64)
+    pairs = tokens * len(kinds) + code[keys]
+    unique, inverse = np.unique(pairs, return_inverse=True)
+    seconds = [cost.expert_time(int(u) // len(kinds), kinds[int(u) % len(kinds)]) for u in unique]
+    return np.asarray(seconds, np.float64)[inverse]
+
+
+def _record(
+    out: dict[str, np.ndarray],
+    IS: np.ndarray,
+    spans: SpanRecorder,
+    fetcher: Fetcher,
+    names: list[str],
+) -> None:
+    """A block's spans and counter samples into the recorder."""
+    n = int(IS[T.I_NSPANS])
+    rows = np.empty(n, SPAN_DTYPE)
+    rows["start"], rows["end"] = out["spF"][:n, 0], out["spF"][:n, 1]
+    for c, field in enumerate(("lane", "kind", "pass_", "layer", "expert", "bytes", "request",
+                               "klass")):  # fmt: skip
+        rows[field] = out["spI"][:n, c]
+    spans.extend(rows)
+    for counter, name, series_name in (
+        (T.I_NUSED, "used_out", fetcher.counter_used),
+        (T.I_NFLIGHT, "flight_out", fetcher.counter_flight),
+    ):
+        m = int(IS[counter])
+        if m:
+            spans.series(series_name).extend(_counter_rows(out[name][:m, 0], out[name][:m, 1]))
+    m = int(IS[T.I_NBW])
+    bw = out["bw_out"][:m]
+    for r, resource in enumerate(names):
+        mine = bw[bw[:, 0] == r]
+        if mine.size:
+            series = spans.series(f"network/{resource}_bytes_per_s")
+            series.extend(_counter_rows(mine[:, 1], mine[:, 2]))
+
+
+def _counter_rows(times: np.ndarray, values: np.ndarray) -> np.ndarray:
+    rows = np.empty(times.size, COUNTER_DTYPE)
+    rows["time"], rows["value"] = times, values
+    return rows
+
+
+def _fill_tally(
+    tally: GpuTally,
+    state: dict[str, np.ndarray],
+    iv: dict[str, list[np.ndarray]],
+    F: np.ndarray,
+    num_passes: int,
+) -> None:
+    TL, TP = state["TL"], state["TP"]
+    tally._layer_stall = TL[T.TL_STALL].tolist()
+    tally._layer_compute = TL[T.TL_COMPUTE].tolist()
+    tally._phase_compute = [TL[T.TL_PHASE_COMPUTE + i].tolist() for i in range(2)]
+    tally._phase_stall = [TL[T.TL_PHASE_STALL + i].tolist() for i in range(2)]
+    for intervals, name, total in (
+        (tally.compute_iv, "civ", F[T.F_CSUM]),
+        (tally.stall_iv, "siv", F[T.F_SSUM]),
+        (tally.transfers.intervals, "tiv", None),
+    ):
+        both = np.concatenate(iv[name]) if iv[name] else np.zeros((0, 2))
+        intervals.starts.fromlist(both[:, 0].tolist())
+        intervals.ends.fromlist(both[:, 1].tolist())
+        intervals.sum = float(total) if total is not None else _running_sum(both)
+    tally.engine_busy = state["engine_busy"].tolist()
+    tally.engine_bytes = state["engine_bytes"].tolist()
+    tally.pass_start[:] = TP[:, T.TP_START]
+    tally.pass_end[:] = TP[:, T.TP_END]
+    tally.pass_compute[:] = TP[:, T.TP_COMPUTE]
+    tally.pass_stall[:] = TP[:, T.TP_STALL]
+    passes, arrival = tally.passes, tally.arrival
+    for p in range(num_passes):
+        if passes.joins[p]:  # a closed loop's requests arrive when their first pass starts
+            for r in passes.requests_of(p):
+                arrival.setdefault(r, float(TP[p, T.TP_START]))
+        tally.count_tokens(p, float(TP[p, T.TP_END]))
+    if num_passes:
+        tally.last_pass_end = float(TP[num_passes - 1, T.TP_END])
+
+
+def _running_sum(intervals: np.ndarray) -> float:
+    """``Intervals.sum`` as its additions, one interval after another, would give it."""
+    total = 0.0
+    for start, end in intervals.tolist():
+        total += end - start
+    return total

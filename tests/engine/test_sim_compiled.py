@@ -1,0 +1,169 @@
+"""The timing engine's compiled core (:mod:`specmd_sim.engine.fast.timed`) gives the run the SimPy
+processes give, byte for byte: every metric and table, the spans and the counters, over every
+covered eviction policy, both pin modes, with and without spans, batches with Poisson
+arrivals, dense layers, experts at two precisions, a copy method slower than the link,
+three copy engines, and blocks of one pass. Runs it does not cover say why and run on SimPy.
+
+Without numba the core runs interpreted (the same source, slower): these tests compare it
+there too."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import numpy as np
+import pytest
+import yaml
+from support.traces import random_trace_ids
+
+from specmd_sim import build_config, make_trace, save_trace, simulate
+from specmd_sim.engine.sim import compiled as C
+from specmd_sim.hardware import load_profile
+from specmd_sim.runtime.loader import runtime_dir
+from specmd_sim.scenario import build_runs, build_scenario
+
+SHAPES = {"olmoe-1b-7b": (16, 64, 8), "deepseek-v2-lite": (26, 64, 6)}  # layers, experts, k
+
+
+def _trace(folder: Path, model: str, seed: int, requests: int = 3) -> str:
+    rng = np.random.default_rng(seed)
+    prompt, decode = 4, 6
+    tokens = requests * (prompt + decode)
+    layers, experts_per_layer, k = SHAPES[model]
+    experts = random_trace_ids(rng, tokens, layers, experts_per_layer, k)
+    phase = np.tile(np.r_[np.zeros(prompt), np.ones(decode)].astype(np.uint8), requests)
+    request = np.repeat(np.arange(requests, dtype=np.int32), prompt + decode)
+    made = make_trace(
+        experts, model=model, num_experts=experts_per_layer, request=request, phase=phase
+    )
+    return str(save_trace(made, folder / f"{model}-{seed}.npz"))
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    folder = Path(tmp_path_factory.mktemp("compiled"))
+    return {
+        "olmoe": _trace(folder, "olmoe-1b-7b", 1),
+        "dense": _trace(folder, "deepseek-v2-lite", 2),
+    }
+
+
+def _compiled() -> Any:
+    """The core taken as where numba compiles it (without numba it runs interpreted)."""
+    return mock.patch.object(C.jit, "available", return_value=True)
+
+
+def _fields(result: Any) -> dict[str, Any]:
+    """Every field of a result, as bytes or canonical JSON."""
+    tables = {
+        name: getattr(result, name)
+        for name in ("metrics", "per_layer", "per_request", "per_pass", "per_gpu",
+                     "per_resource", "lanes", "hardware_grade")
+    }  # fmt: skip
+    out: dict[str, Any] = {
+        k: json.dumps(v, sort_keys=True, default=lambda o: np.asarray(o).tolist())
+        for k, v in tables.items()
+    }
+    out["spans"] = None if result.spans is None else result.spans.tobytes()
+    out["counters"] = {k: v.tobytes() for k, v in result.counters.items()}
+    return out
+
+
+def _both(data: dict[str, Any], block: int | None = None) -> tuple[Any, Any]:
+    """The run on SimPy and on the compiled core (``block``: accesses per block)."""
+    config = build_config({"seed": 3, "prefetch": "none", **data})
+    reference = simulate(config, compiled=False)
+    with _compiled(), mock.patch.object(C, "_BLOCK_ACCESSES", block or C._BLOCK_ACCESSES):
+        scenario = build_scenario(config)
+        assert C.compiled_unsupported(scenario, build_runs(scenario, None, None)) is None
+        got = simulate(scenario)
+    return reference, got
+
+
+EVICTIONS = [
+    {"kind": "fifo"}, {"kind": "lru"}, {"kind": "lfu"}, {"kind": "least-stale", "order": "fifo"},
+    {"kind": "least-stale", "order": "touch"}, {"kind": "least-stale", "order": "layer"},
+    {"kind": "belady"}, {"kind": "belady-bypass"},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("eviction", EVICTIONS, ids=lambda e: "-".join(e.values()))
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "one-at-a-time"])
+def test_every_policy_gives_the_same_run(
+    traces: dict[str, str], eviction: dict[str, str], pinned: bool
+) -> None:
+    data = {"trace": traces["olmoe"], "eviction": eviction,
+            "cache": {"capacity": 200, "pin_demand_set": pinned}}  # fmt: skip
+    reference, got = _both(data)
+    assert reference.metrics["misses"] > 0 and reference.metrics["hits"] > 0
+    assert reference.metrics["stall_s"] > 0
+    assert _fields(got) == _fields(reference)
+
+
+CASES = {
+    "no spans": {"timing": {"record_spans": False}},
+    "batch 3, poisson": {"workload": {"batch_size": 3, "arrivals": "poisson",
+                                      "arrival_rate_per_s": 30.0}},
+    "continuous, chunked prompts": {"workload": {"scheduler": "continuous", "batch_size": 2,
+                                                 "prefill_chunk_tokens": 2}},
+    "two precisions": {"precision": {"cold_dtype": "int4", "hot_fraction": 0.25}},
+    "t4": {"hardware": "t4"},
+    "slow link": {"hardware": "slow-link-5gbps"},
+    "big cache": {"cache": {"capacity": "60%"}},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_workloads_and_machines_give_the_same_run(traces: dict[str, str], case: str) -> None:
+    data = {"trace": traces["olmoe"], "eviction": "lru", "cache": {"capacity": 150}, **CASES[case]}
+    reference, got = _both(data)
+    assert _fields(got) == _fields(reference)
+
+
+def test_dense_layers_and_blocks_of_one_pass_give_the_same_run(traces: dict[str, str]) -> None:
+    data = {"trace": traces["dense"], "cache": {"capacity": 150}}
+    reference, got = _both(data, block=1)
+    assert _fields(got) == _fields(reference)
+
+
+def test_a_copy_method_slower_than_the_link_gives_the_same_run(
+    traces: dict[str, str], tmp_path: Path
+) -> None:
+    """Copies capped below the link's rate (progressive filling with a private resource per
+    flow, ties broken by name: ~flow10 before ~flow9), each expert as several tensors (more
+    latency), over three copy engines."""
+    runtime = yaml.safe_load((runtime_dir() / "roofline.yaml").read_text())
+    runtime["h2d_efficiency"]["value"] = 0.3
+    runtime["h2d_tensors_per_expert"]["value"] = 3
+    (tmp_path / "rt.yaml").write_text(yaml.safe_dump(runtime))
+    profile = load_profile("h100-pcie").model_dump(mode="json")
+    profile["nodes"][0]["copy_engines_h2d"]["value"] = 3
+    (tmp_path / "hw.yaml").write_text(yaml.safe_dump(profile))
+    files = {"runtime": str(tmp_path / "rt.yaml"), "hardware": str(tmp_path / "hw.yaml")}
+    data = {"trace": traces["olmoe"], "cache": {"capacity": 100}, **files}
+    reference, got = _both(data)
+    assert reference.per_resource["resource"][-3:] == [f"gpu0/copy-h2d-{i}" for i in range(3)]
+    assert _fields(got) == _fields(reference)
+
+
+def test_runs_it_does_not_cover_say_why(traces: dict[str, str]) -> None:
+    def why(**data: Any) -> str | None:
+        config = build_config({"trace": traces["olmoe"], "prefetch": "none",
+                               "cache": {"capacity": 12}, **data})  # fmt: skip
+        scenario = build_scenario(config)
+        with _compiled():
+            return C.compiled_unsupported(scenario, build_runs(scenario, None, None))
+
+    assert why() is None
+    assert why(prefetch="top-k") == "prefetch 'top-k' (only demand fetches are compiled)"
+    assert why(timing={"ideal": True}) == "timing.ideal"
+    assert why(timing={"chunk_bytes": 1 << 20}) == "copies in chunks (timing.chunk_bytes)"
+    assert why(eviction="random") == "eviction 'random'"
+    assert why(miss={"kind": "drop"}) == "miss 'drop'"
+    with mock.patch.object(C.jit, "available", return_value=False):
+        config = build_config({"trace": traces["olmoe"], "prefetch": "none"})
+        scenario = build_scenario(config)
+        assert "not compiled" in (C.compiled_unsupported(scenario, []) or "")
