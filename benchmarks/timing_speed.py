@@ -4,13 +4,16 @@ Run from the repository root::
 
     python benchmarks/timing_speed.py [--repeat 3] [--only olmoe mixtral ...] [--json]
 
-Per scenario (its scenario built first, not timed; best CPU time of ``--repeat`` runs):
-accesses per second, SimPy events per access and per second, and, measured in the same run,
-the events per second of bare SimPy (one process yielding timeouts): the ceiling of any engine
-built on SimPy events. CPU time (``time.process_time``), not wall time: on a shared machine it
-varies less. The ratio against :data:`BASELINE` (the engine before its speed-up, measured on
-the same machine) is printed both raw and normalised by bare SimPy's speed in each run, which
-cancels most of the difference between machines and loads; the verdict compares with the
+Per scenario (its scenario built first, not timed; best CPU time of ``--repeat`` runs each,
+the two engines alternately): ``simulate`` as it runs by default — on the compiled core where
+that covers the run (:mod:`specmd_sim.engine.sim.compiled`), else on SimPy — and on SimPy
+(``compiled=False``), whose results must be the same (every field, spans and counters: exit 1
+otherwise); accesses per second of both and their ratio, SimPy's events per access and per
+second, and the events per second of bare SimPy (one process yielding timeouts) measured in
+the same run. CPU time (``time.process_time``), not wall time: on a shared machine it varies
+less. The default engine's ratio against :data:`BASELINE` (the engine before its speed-up,
+measured on the same machine) is printed raw and normalised by bare SimPy's speed in each run,
+which cancels most of the difference between machines and loads; the verdict compares with the
 issue's targets: 10x the baseline on every scenario, and 200,000 accesses/s on OLMoE.
 
 Events are counted from SimPy's event-id counter (``Environment._eid``), read after the run:
@@ -126,52 +129,42 @@ class _EnvironmentSpy:
 
 
 def bench(config: Callable[[], SimConfig], repeat: int) -> dict[str, Any]:
-    best: dict[str, Any] | None = None
-    for _ in range(repeat):
-        scenario = build_scenario(config())
-        with _EnvironmentSpy() as spy:
-            t0 = time.process_time()
-            result = simulate(scenario)
-            cpu = time.process_time() - t0
-        events = next(spy.made[0]._eid)
-        if best is None or cpu < best["cpu_s"]:
-            accesses = int(result.metrics["accesses"])
-            best = {"accesses": accesses, "events": events, "cpu_s": cpu}
-    assert best is not None
-    best["accesses_per_s"] = best["accesses"] / best["cpu_s"]
-    best["events_per_access"] = best["events"] / best["accesses"]
-    best["events_per_s"] = best["events"] / best["cpu_s"]
-    return best
-
-
-def demand_only(config: SimConfig) -> SimConfig:
-    """``config`` without its prefetcher: the runs the compiled core covers."""
-    return SimConfig.model_validate(config.model_dump(mode="json") | {"prefetch": {"kind": "none"}})
-
-
-def bench_compiled(config: Callable[[], SimConfig], repeat: int) -> dict[str, Any]:
-    """The demand-only run on SimPy and on the compiled core, alternately (best CPU time of
-    ``repeat`` each); the same results (checked), or why the core does not cover it."""
-    cfg = demand_only(config())
-    scenario = build_scenario(cfg)
-    why = compiled_unsupported(scenario, build_runs(scenario, None, None))
-    row: dict[str, Any] = {"covered": why is None, "why": why}
-    if why is not None:
-        return row
-    best = {"simpy": float("inf"), "compiled": float("inf")}
-    results = {}
+    """Both engines on the scenario, alternately: best CPU time of each, SimPy's events."""
+    best = {"default": float("inf"), "simpy": float("inf")}
+    results: dict[str, Any] = {}
+    events = 0
     for _ in range(repeat):
         for engine in best:
-            scenario = build_scenario(cfg)
-            t0 = time.process_time()
-            results[engine] = simulate(scenario, compiled=engine == "compiled")
-            best[engine] = min(best[engine], time.process_time() - t0)
+            scenario = build_scenario(config())
+            with _EnvironmentSpy() as spy:
+                t0 = time.process_time()
+                results[engine] = simulate(scenario, compiled=engine == "default")
+                cpu = time.process_time() - t0
+            if engine == "simpy":
+                events = next(spy.made[0]._eid)
+            best[engine] = min(best[engine], cpu)
+    scenario = build_scenario(config())
+    why = compiled_unsupported(scenario, build_runs(scenario, None, None))
     accesses = int(results["simpy"].metrics["accesses"])
-    same = results["simpy"].to_json() == results["compiled"].to_json()
-    return {**row, "accesses": accesses, "same": same,
-            "simpy_accesses_per_s": accesses / best["simpy"],
-            "compiled_accesses_per_s": accesses / best["compiled"],
-            "ratio": best["simpy"] / best["compiled"]}  # fmt: skip
+    return {
+        "accesses": accesses, "engine": "compiled" if why is None else "simpy",
+        "not_compiled_because": why, "same": _same(results["default"], results["simpy"]),
+        "accesses_per_s": accesses / best["default"],
+        "simpy_accesses_per_s": accesses / best["simpy"],
+        "ratio_to_simpy": best["simpy"] / best["default"],
+        "events_per_access": events / accesses, "events_per_s": events / best["simpy"],
+    }  # fmt: skip
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two results are the same: every field, spans and counters included."""
+    spans = (a.spans is None and b.spans is None) or (
+        a.spans is not None and b.spans is not None and a.spans.tobytes() == b.spans.tobytes()
+    )
+    counters = {k: v.tobytes() for k, v in a.counters.items()} == {
+        k: v.tobytes() for k, v in b.counters.items()
+    }
+    return a.to_json() == b.to_json() and spans and counters
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -190,22 +183,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 row["speedup"] = row["accesses_per_s"] / base_rate
                 row["speedup_normalised"] = row["speedup"] * base_bare / row["bare_events_per_s"]
             out["runs"][name] = row
-            demand = bench_compiled(config, args.repeat)
-            demand["label"] = label
-            out.setdefault("demand_only", {})[name] = demand
     return out
 
 
 def table(res: dict[str, Any]) -> str:
     lines = [
-        f"{'scenario':<40} {'accesses':>8} {'acc/s':>9} {'ev/acc':>11} {'ev/s':>9} "
-        f"{'bare ev/s':>10} {'x base':>6} {'x norm':>6}",
+        f"{'scenario':<40} {'accesses':>8} {'engine':>8} {'acc/s':>9} {'SimPy acc/s':>11} "
+        f"{'ratio':>5} {'same':>4} {'ev/acc':>11} {'ev/s':>9} {'bare ev/s':>10} "
+        f"{'x base':>6} {'x norm':>6}",
     ]
     verdicts = []
     for name, r in res["runs"].items():
         speed, norm = r.get("speedup"), r.get("speedup_normalised")
         lines.append(
-            f"{r['label']:<40} {r['accesses']:>8,} {r['accesses_per_s']:>9,.0f} "
+            f"{r['label']:<40} {r['accesses']:>8,} {r['engine']:>8} {r['accesses_per_s']:>9,.0f} "
+            f"{r['simpy_accesses_per_s']:>11,.0f} {r['ratio_to_simpy']:>5.1f} "
+            f"{'yes' if r['same'] else 'NO':>4} "
             f"{r['events_per_access']:>5.2f}/{r['baseline_events_per_access']:<5.2f} "
             f"{r['events_per_s']:>9,.0f} {r['bare_events_per_s']:>10,.0f} "
             f"{speed or float('nan'):>6.2f} {norm or float('nan'):>6.2f}"
@@ -215,26 +208,20 @@ def table(res: dict[str, Any]) -> str:
         if name == "olmoe":
             verdicts.append(("olmoe >= 200k acc/s", r["accesses_per_s"] >= TARGET_OLMOE))
     lines.append(
-        f"ev/acc: now/baseline. x base: accesses/s over the baseline ({res['baseline_date']}); "
-        "x norm: the same, per unit of bare-SimPy speed"
+        "engine: what simulate ran by default (compiled: its compiled core). ratio: acc/s over "
+        "SimPy's in the same run; same: the two results equal. ev/acc, ev/s: SimPy's run (now/"
+        f"baseline). x base: acc/s over the baseline ({res['baseline_date']}); x norm: the "
+        "same, per unit of bare-SimPy speed"
     )
+    for r in res["runs"].values():
+        if r["not_compiled_because"]:
+            lines.append(f"{r['label']}: on SimPy ({r['not_compiled_because']})")
     met = [n for n, ok in verdicts if ok]
     missed = [n for n, ok in verdicts if not ok]
     lines.append(
         f"targets ({TARGET_RATIO:.0f}x on every scenario, {TARGET_OLMOE:,.0f} acc/s on OLMoE): "
         f"met {met or 'none'}; missed {missed or 'none'}"
     )
-    lines.append("")
-    lines.append(f"{'the same, demand fetches only':<40} {'accesses':>8} {'SimPy acc/s':>12} "
-                 f"{'compiled acc/s':>15} {'ratio':>6}  same results")  # fmt: skip
-    for r in res.get("demand_only", {}).values():
-        if not r["covered"]:
-            lines.append(f"{r['label']:<40} not covered by the compiled core: {r['why']}")
-            continue
-        lines.append(
-            f"{r['label']:<40} {r['accesses']:>8,} {r['simpy_accesses_per_s']:>12,.0f} "
-            f"{r['compiled_accesses_per_s']:>15,.0f} {r['ratio']:>6.1f}  {r['same']}"
-        )
     return "\n".join(lines)
 
 
@@ -250,7 +237,7 @@ def main() -> int:
         print(table(res), file=sys.stderr)
     else:
         print(table(res))
-    return 0
+    return 0 if all(r["same"] for r in res["runs"].values()) else 1
 
 
 if __name__ == "__main__":

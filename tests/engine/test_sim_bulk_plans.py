@@ -1,5 +1,5 @@
-"""The timing engine's prefetch plans from :class:`~specmd_sim.engine.layer.PlanBlocks` (drawn
-ahead in blocks) give the run the plug-ins' own calls give, byte for byte: the metrics, spans
+"""The SimPy timing engine's prefetch plans from :class:`~specmd_sim.engine.layer.PlanBlocks`
+(drawn ahead in blocks) give the run the plug-ins' own calls give, byte for byte: the metrics, spans
 and counters, over top-k and score-threshold, the noisy oracle and the trace's predictions,
 both pin modes, two GPUs, and blocks of one pass; runs whose other plug-ins may draw from the
 generator are refused. :func:`~specmd_sim.engine.sim.events.settle` processes at once only an
@@ -77,7 +77,7 @@ def outcome(trace: str, case: tuple[Any, ...], bulk: bool, block_rows: int) -> d
         mock.patch.object(PlanBlocks, "BLOCK_ROWS", block_rows),
         _compiled() if bulk else off,
     ):
-        result = simulate(config(trace, prefetch, predictor, **extra))
+        result = simulate(config(trace, prefetch, predictor, **extra), compiled=False)
     assert result.spans is not None
     return {"metrics": result.metrics, "spans": result.spans.tobytes(), "taken": taken[0],
             "counters": {k: v.tobytes() for k, v in result.counters.items()}}  # fmt: skip

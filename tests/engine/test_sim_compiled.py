@@ -1,8 +1,10 @@
 """The timing engine's compiled core (:mod:`specmd_sim.engine.fast.timed`) gives the run the SimPy
 processes give, byte for byte: every metric and table, the spans and the counters, over every
-covered eviction policy, both pin modes, with and without spans, batches with Poisson
-arrivals, dense layers, experts at two precisions, a copy method slower than the link,
-three copy engines, and blocks of one pass. Runs it does not cover say why and run on SimPy.
+covered eviction policy in both pin modes with and without prefetching, the prefetchers and
+predictors it covers, late hits, cancelled prefetches and a stream that waits for space, with
+and without spans, batches with Poisson arrivals, dense layers, experts at two precisions, a
+copy method slower than the link, three copy engines, and blocks of one pass. Runs it does not
+cover say why and run on SimPy.
 
 Without numba the core runs interpreted (the same source, slower): these tests compare it
 there too."""
@@ -21,6 +23,7 @@ from support.traces import random_trace_ids
 
 from specmd_sim import build_config, make_trace, save_trace, simulate
 from specmd_sim.engine.sim import compiled as C
+from specmd_sim.engine.sim.fetch import Fetcher
 from specmd_sim.hardware import load_profile
 from specmd_sim.runtime.loader import runtime_dir
 from specmd_sim.scenario import build_runs, build_scenario
@@ -36,9 +39,9 @@ def _trace(folder: Path, model: str, seed: int, requests: int = 3) -> str:
     experts = random_trace_ids(rng, tokens, layers, experts_per_layer, k)
     phase = np.tile(np.r_[np.zeros(prompt), np.ones(decode)].astype(np.uint8), requests)
     request = np.repeat(np.arange(requests, dtype=np.int32), prompt + decode)
-    made = make_trace(
-        experts, model=model, num_experts=experts_per_layer, request=request, phase=phase
-    )
+    pred = rng.integers(0, 40, (2, tokens, layers, experts_per_layer)).astype(np.float16) / 8
+    made = make_trace(experts, model=model, num_experts=experts_per_layer, request=request,
+                      phase=phase, pred_scores=pred)  # fmt: skip
     return str(save_trace(made, folder / f"{model}-{seed}.npz"))
 
 
@@ -74,7 +77,7 @@ def _fields(result: Any) -> dict[str, Any]:
 
 def _both(data: dict[str, Any], block: int | None = None) -> tuple[Any, Any]:
     """The run on SimPy and on the compiled core (``block``: accesses per block)."""
-    config = build_config({"seed": 3, "prefetch": "none", **data})
+    config = build_config({"seed": 3, **data})
     reference = simulate(config, compiled=False)
     with _compiled(), mock.patch.object(C, "_BLOCK_ACCESSES", block or C._BLOCK_ACCESSES):
         scenario = build_scenario(config)
@@ -92,14 +95,60 @@ EVICTIONS = [
 
 @pytest.mark.parametrize("eviction", EVICTIONS, ids=lambda e: "-".join(e.values()))
 @pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "one-at-a-time"])
+@pytest.mark.parametrize("prefetch", ["none", "top-k"])
 def test_every_policy_gives_the_same_run(
-    traces: dict[str, str], eviction: dict[str, str], pinned: bool
+    traces: dict[str, str], eviction: dict[str, str], pinned: bool, prefetch: str
 ) -> None:
-    data = {"trace": traces["olmoe"], "eviction": eviction,
+    data = {"trace": traces["olmoe"], "eviction": eviction, "prefetch": prefetch,
             "cache": {"capacity": 200, "pin_demand_set": pinned}}  # fmt: skip
     reference, got = _both(data)
     assert reference.metrics["misses"] > 0 and reference.metrics["hits"] > 0
     assert reference.metrics["stall_s"] > 0
+    if prefetch != "none":
+        assert reference.metrics["prefetch_issued"] > 0
+    assert _fields(got) == _fields(reference)
+
+
+PREFETCHES = {
+    "top-k, lookahead 2, weak oracle": ({"kind": "top-k", "k": 3, "lookahead": 2},
+                                        {"kind": "noisy-oracle", "accuracy": 0.5}),
+    "score-threshold": ({"kind": "score-threshold", "lookahead": 2}, {"kind": "noisy-oracle"}),
+    "the trace's scores": ({"kind": "top-k", "lookahead": 2}, {"kind": "trace"}),
+    "score-threshold, the trace's scores": ({"kind": "score-threshold"}, {"kind": "trace"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(PREFETCHES), ids=list(PREFETCHES))
+def test_prefetchers_give_the_same_run(traces: dict[str, str], case: str) -> None:
+    prefetch, predictor = PREFETCHES[case]
+    data = {"trace": traces["olmoe"], "prefetch": prefetch, "predictor": predictor,
+            "cache": {"capacity": 120}}  # fmt: skip
+    reference, got = _both(data)
+    assert reference.metrics["prefetch_issued"] > 0
+    assert _fields(got) == _fields(reference)
+
+
+def test_late_hits_cancellations_and_waits_for_space_give_the_same_run(
+    traces: dict[str, str],
+) -> None:
+    """A small cache, a slow link and prefetches two layers ahead: late hits join queued or
+    moving prefetches, obsolete ones are cancelled at dispatch, and demand fetches that find
+    nothing evictable cancel queued ones or wait for space (``make_room``)."""
+    waits = [0]
+    make_room = Fetcher.make_room
+
+    def counted(self: Fetcher) -> Any:
+        waits[0] += 1
+        return make_room(self)
+
+    data = {"trace": traces["olmoe"], "eviction": "lru", "hardware": "slow-link-5gbps",
+            "cache": {"capacity": 10, "pin_demand_set": False},
+            "prefetch": {"kind": "top-k", "lookahead": 2},
+            "predictor": {"kind": "noisy-oracle", "accuracy": 0.6}}  # fmt: skip
+    with mock.patch.object(Fetcher, "make_room", counted):
+        reference, got = _both(data)
+    metrics = reference.metrics
+    assert metrics["late_hits"] > 0 and metrics["prefetch_cancelled"] > 0 and waits[0] > 0
     assert _fields(got) == _fields(reference)
 
 
@@ -158,7 +207,10 @@ def test_runs_it_does_not_cover_say_why(traces: dict[str, str]) -> None:
             return C.compiled_unsupported(scenario, build_runs(scenario, None, None))
 
     assert why() is None
-    assert why(prefetch="top-k") == "prefetch 'top-k' (only demand fetches are compiled)"
+    assert why(prefetch="top-k") is None
+    assert why(prefetch="oracle") == "prefetch 'oracle'"
+    assert why(parallel={"gpus": 2}, hardware="hgx-h100-8gpu") == "more than one GPU"
+    assert why(runtime="roofline", **{"cache": {"capacity": 12}}) is None
     assert why(timing={"ideal": True}) == "timing.ideal"
     assert why(timing={"chunk_bytes": 1 << 20}) == "copies in chunks (timing.chunk_bytes)"
     assert why(eviction="random") == "eviction 'random'"

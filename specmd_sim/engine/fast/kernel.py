@@ -68,6 +68,7 @@ STAT_NAMES = (
     "prefetch_dropped",
     "evictions",
     "bypassed",
+    "prefetch_cancelled",  # (the replay cancels none: the timing engine's core does)
 )
 (
     ST_BYTES_DEMAND,
@@ -80,6 +81,7 @@ STAT_NAMES = (
     ST_PF_DROPPED,
     ST_EVICTIONS,
     ST_BYPASSED,
+    ST_PF_CANCELLED,
 ) = range(len(STAT_NAMES))
 
 ABSENT, RESIDENT = 0, 2  # State; LOADING (1) lasts only inside one fetch here

@@ -5,11 +5,13 @@ the core instead of on SimPy processes, and fills the same tally, network counte
 counter samples and cache counters the processes would have: the results are the same, byte
 for byte (``tests/engine/test_sim_compiled.py`` compares every field on random runs).
 
-Covered: one GPU whose experts all sit in host DRAM, demand fetches only (no prefetcher), the
-eviction policies of the compiled replay (:func:`specmd_sim.engine.fast.compiled_unsupported`
-says which), misses always fetched, a copy per expert in one chunk, copies on their own stream,
-no memory parity, a fixed cache capacity, and time that passes (not ``timing.ideal``).
-Everything else runs on SimPy, which stays the specification.
+Covered: one GPU whose experts all sit in host DRAM, the eviction policies of the compiled
+replay (:func:`specmd_sim.engine.fast.compiled_unsupported` says which), misses always
+fetched, no prefetcher or one whose plans the replay draws in bulk (top-k and score-threshold
+over the noisy oracle or the trace's scores: :mod:`specmd_sim.engine.fast.plans`), a copy per
+expert in one chunk, copies on their own stream, no memory parity, a fixed cache capacity, and
+time that passes (not ``timing.ideal``). Everything else runs on SimPy, which stays the
+specification.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from specmd_sim.engine.fast import compiled_unsupported as kernel_unsupported
 from specmd_sim.engine.fast import kernel as K
 from specmd_sim.engine.fast import kernel_state, kernel_stats
 from specmd_sim.engine.fast import timed as T
+from specmd_sim.engine.fast.plans import BulkPlans
+from specmd_sim.engine.layer import bulk_plans_unsupported
 from specmd_sim.engine.sim.fetch import Fetcher, split
 from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.engine.sim.tally import GpuTally
@@ -31,7 +35,8 @@ from specmd_sim.scenario import RunObjects, Scenario
 from specmd_sim.timeline import COUNTER_DTYPE, SPAN_DTYPE, SpanRecorder
 
 _BLOCK_ACCESSES = 1 << 16  # passes are run in blocks of about this many accesses
-_HEAP = 4096  # events pending at once, at most (a few per copy engine)
+_BLOCK_SCORES = 1 << 22  # ... and of at most this many predicted scores (the plans')
+_EMPTY = np.zeros(0, np.int64)
 
 
 def compiled_unsupported(scenario: Scenario, runs: list[RunObjects]) -> str | None:
@@ -44,9 +49,9 @@ def compiled_unsupported(scenario: Scenario, runs: list[RunObjects]) -> str | No
     run, config, runtime = runs[0], scenario.config, scenario.runtime
     if config.timing.ideal:
         return "timing.ideal"
-    if run.prefetch.lookahead > 0:
-        return f"prefetch {run.prefetch.kind!r} (only demand fetches are compiled)"
-    why = kernel_unsupported(run)
+    why = kernel_unsupported(run)  # the policies, the plans, the miss handler, the capacity
+    if why is None and run.prefetch.lookahead > 0:
+        why = bulk_plans_unsupported(run)  # (the plans' draws, made a block ahead)
     if why is not None:
         return why
     if runtime.copy_stream.value == "compute":
@@ -87,88 +92,86 @@ def run_compiled(
     S, pos = kernel_state(objs, keys)
     PF, PI = _pass_tables(objs, cost, tally)
     path = objs.ctx.paths[0]
-    names = sorted(set(path.resources))  # indexed in name order: ties go to the lowest name
+    names = sorted(path.resources)  # indexed in name order: ties go to the lowest name
     pres = np.array([names.index(r) for r in path.resources], np.int64)
-    pbusy = pres.copy()  # (no resource twice: checked)
-    rcap = np.array([network.capacity[r] for r in names], np.float64)
-    engines = len(fetcher.copy_lanes)
-    record = spans.enabled
+    engines, record, R = len(fetcher.copy_lanes), spans.enabled, len(names)
+    n_keys = int(S[K.R_SC, K.SC_KEYS])
+    demand_rows = int(sc.demand.max_layer_demand()[0]) + 1 if keys.size else 1
+    pool = n_keys + 2 * demand_rows + 8  # loading keys, streamed and held jobs
+    st = T.new_state(n_keys, pool, engines, R, demand_rows)
+    st["NF"][T.N_CAP, :R] = [network.capacity[r] for r in names]
     X = np.zeros(T.X_SIZE, np.int64)
     X[T.X_LAYERS], X[T.X_PINNED], X[T.X_RECORD] = layers, sc.config.cache.pin_demand_set, record
-    X[T.X_ENGINES], X[T.X_LANE], X[T.X_ALONE] = engines, compute_lane, 1
-    X[T.X_NUM_PASSES] = passes.num_passes
-    IS, F = T.new_int_state(), T.new_float_state()
-    IS[T.I_NFREE], IS[T.I_STAGE] = engines, T.ST_PASS
-    R = len(names)
-    state = {
-        "hT": np.zeros(_HEAP), "hI": np.zeros((_HEAP, 4), np.int64),
-        "free": np.arange(engines, dtype=np.int64), "act": np.zeros(engines + 1, np.int64),
-        "TL": np.zeros((6, layers)), "TP": np.zeros((passes.num_passes, 4)),
-        "engine_busy": np.zeros(engines), "engine_bytes": np.zeros(engines, np.int64),
-        "through": np.zeros(R), "busy_s": np.zeros(R), "touched": np.zeros((R, 2), np.int64),
-        "carried": np.zeros(R), "has": np.zeros(R, np.int64), "last": np.zeros(R),
-        "last_has": np.zeros(R, np.int64), "residual": np.zeros(R + engines + 1),
-        "users": np.zeros(R + engines + 1, np.int64), "frozen": np.zeros(engines + 1, np.int64),
-        "run_i": np.zeros((sc.trace.num_experts + 1, 4), np.int64),
-        "run_t": np.zeros(sc.trace.num_experts + 1), "held": np.zeros(sc.trace.num_experts + 1,
-                                                                      np.int64),
-    }  # fmt: skip
+    X[T.X_LANE], X[T.X_NUM_PASSES] = compute_lane, passes.num_passes
+    X[T.X_PREFETCHING] = objs.prefetch.lookahead > 0
+    TL, TP = np.zeros((6, layers)), np.zeros((passes.num_passes, 4))
+    engine_busy, engine_bytes = np.zeros(engines), np.zeros(engines, np.int64)
+    lanes = np.array(fetcher.copy_lanes, np.int64)
+    fcap = -1.0 if path.rate_cap is None else float(path.rate_cap)
+    plans = BulkPlans(objs) if objs.prefetch.lookahead > 0 else None
+    scores_per_pass = layers * objs.prefetch.lookahead * sc.trace.num_experts
+    most = max(1, _BLOCK_SCORES // max(1, scores_per_pass))  # passes a block's plans may score
     times = _expert_times(objs, cost, keys)
-    n_keys = int(S[K.R_SC, K.SC_KEYS])
     iv: dict[str, list[np.ndarray]] = {"civ": [], "siv": [], "tiv": []}
-    total = passes.num_passes
-    lo = 0
-    while lo < total:
-        hi = _block_end(offsets, layers, lo, total)
-        a = int(offsets[hi * layers] - offsets[lo * layers])
+    total, lo = passes.num_passes, 0
+    while True:
+        hi = min(_block_end(offsets, layers, lo, total), lo + most)
+        if plans is None or lo == hi:
+            plan_offsets, plan_keys = np.zeros((hi - lo) * layers + 1, np.int64), _EMPTY
+        else:
+            plan_offsets, plan_keys = plans.block(lo, hi)
+        a = int(offsets[hi * layers] - offsets[lo * layers]) + plan_keys.size + pool  # jobs
         b = hi - lo
-        out = {
-            "JB": np.zeros((a + 1, 8), np.int64), "jstart": np.zeros(a + 1),
-            "queue": np.zeros(a + 1, np.int64), "flF": np.zeros((a + 1, 3)),
-            "flI": np.zeros((a + 1, 2), np.int64),
-            "spF": np.zeros((3 * a + b * (layers + 2) + 8, 2) if record else (0, 2)),
-            "spI": np.zeros((3 * a + b * (layers + 2) + 8, 8) if record else (0, 8), np.int64),
-            "civ": np.zeros((a + b * (layers + 2) + 8, 2)), "siv": np.zeros((a + 8, 2)),
-            "tiv": np.zeros((a + 8, 2)),
-            "used_out": np.zeros((2 * a + n_keys + 8, 2) if record else (0, 2)),
-            "flight_out": np.zeros((2 * a + 8, 2) if record else (0, 2)),
-            "bw_out": np.zeros((R * (3 * a + 8), 3) if record else (0, 3)),
-        }  # fmt: skip
-        IS[T.I_QHEAD] = IS[T.I_QTAIL] = 0
-        s = state
+        out = _buffers(a, b, layers, n_keys, R, record)
         outcome = T.run_block(
-            S, pos, keys, offsets, times, lo, hi, PF, PI, X,
-            np.array(fetcher.copy_lanes, np.int64), pres, pbusy, rcap, path.latency_s,
-            -1.0 if path.rate_cap is None else float(path.rate_cap), IS, F, s["hT"], s["hI"],
-            out["JB"], out["jstart"], out["queue"], s["free"], out["flF"], out["flI"],
-            s["act"], s["run_i"], s["run_t"], s["held"], s["TL"], s["TP"], s["engine_busy"],
-            s["engine_bytes"], s["through"], s["busy_s"], s["touched"], s["carried"], s["has"],
-            s["last"], s["last_has"], s["residual"], s["users"], s["frozen"], out["spF"],
-            out["spI"], out["civ"], out["siv"], out["tiv"], out["used_out"],
+            S, pos, keys, offsets, times, lo, hi, plan_offsets, plan_keys, PF, PI, X, lanes,
+            pres, path.latency_s, fcap, st["IS"], st["FS"], st["hT"], st["hI"], st["JB"],
+            st["FL"], st["jfree"], st["KR"], st["free"], st["act"], st["NF"], st["NI"],
+            st["run_i"], st["run_t"], st["held"], TL, TP, engine_busy, engine_bytes,
+            out["spF"], out["spI"], out["civ"], out["siv"], out["tiv"], out["used_out"],
             out["flight_out"], out["bw_out"],
         )  # fmt: skip
+        IS = st["IS"]
         if outcome == T.BLOCKED:
             raise RuntimeError(
-                f"timing engine: {node.id}'s stream is blocked at pass {int(IS[T.I_PASS])}, "
-                f"layer {int(IS[T.I_LAYER])} with nothing left to happen"
+                f"timing engine: {node.id}'s stream is blocked at pass {int(IS[T.I_DEC_PASS])}, "
+                f"layer {int(IS[T.I_DEC_LAYER])} with nothing left to happen"
             )
-        if outcome == T.HEAP_FULL:
-            raise RuntimeError(f"timing engine: more than {_HEAP} events pending at once")
         for name, counter in (("civ", T.I_NCIV), ("siv", T.I_NSIV), ("tiv", T.I_NTIV)):
             iv[name].append(out[name][: IS[counter]].copy())
         if record:
             _record(out, IS, spans, fetcher, names)
         report_progress(progress, hi, total)
+        if hi == total:
+            break
         lo = hi
-    _fill_tally(tally, state, iv, F, passes.num_passes)
+    _fill_tally(tally, TL, TP, engine_busy, engine_bytes, iv, st["FS"], passes.num_passes)
+    NF, NI = st["NF"], st["NI"]
     for r, name in enumerate(names):
-        if state["touched"][r, 0]:
-            network.bytes_through[name] = float(state["through"][r])
-        if state["touched"][r, 1]:
-            network.busy_s[name] = float(state["busy_s"][r])
-    if IS[T.I_USED_PATH]:
+        if NI[T.NI_THROUGH, r]:
+            network.bytes_through[name] = float(NF[T.N_THROUGH, r])
+        if NI[T.NI_BUSY, r]:
+            network.busy_s[name] = float(NF[T.N_BUSY, r])
+    if st["IS"][T.I_USED_PATH]:
         fetcher.used_paths.add(0)
     cache.stats = kernel_stats(S, layers)  # (its finish() adds nothing: it held no prefetch)
+
+
+def _buffers(
+    jobs: int, passes: int, layers: int, keys: int, resources: int, record: bool
+) -> dict[str, np.ndarray]:
+    """A block's outputs, each as long as the block can fill: ``jobs`` bounds the transfers
+    that end in it (those it starts and those in flight when it began)."""
+    computes = jobs + passes * (layers + 2) + 8
+    spans = computes + 2 * jobs if record else 0
+    return {
+        "spF": np.zeros((spans, 2)), "spI": np.zeros((spans, 8), np.int64),
+        "civ": np.zeros((computes, 2)), "siv": np.zeros((jobs + 8, 2)),
+        "tiv": np.zeros((jobs + 8, 2)),
+        "used_out": np.zeros((3 * jobs + keys + 8 if record else 0, 2)),
+        "flight_out": np.zeros((2 * jobs + 8 if record else 0, 2)),
+        "bw_out": np.zeros((resources * (3 * jobs + 8) if record else 0, 3)),
+    }  # fmt: skip
 
 
 def _block_end(offsets: np.ndarray, layers: int, lo: int, total: int) -> int:
@@ -261,27 +264,29 @@ def _counter_rows(times: np.ndarray, values: np.ndarray) -> np.ndarray:
 
 def _fill_tally(
     tally: GpuTally,
-    state: dict[str, np.ndarray],
+    TL: np.ndarray,
+    TP: np.ndarray,
+    engine_busy: np.ndarray,
+    engine_bytes: np.ndarray,
     iv: dict[str, list[np.ndarray]],
-    F: np.ndarray,
+    FS: np.ndarray,
     num_passes: int,
 ) -> None:
-    TL, TP = state["TL"], state["TP"]
     tally._layer_stall = TL[T.TL_STALL].tolist()
     tally._layer_compute = TL[T.TL_COMPUTE].tolist()
     tally._phase_compute = [TL[T.TL_PHASE_COMPUTE + i].tolist() for i in range(2)]
     tally._phase_stall = [TL[T.TL_PHASE_STALL + i].tolist() for i in range(2)]
     for intervals, name, total in (
-        (tally.compute_iv, "civ", F[T.F_CSUM]),
-        (tally.stall_iv, "siv", F[T.F_SSUM]),
+        (tally.compute_iv, "civ", FS[T.F_CSUM]),
+        (tally.stall_iv, "siv", FS[T.F_SSUM]),
         (tally.transfers.intervals, "tiv", None),
     ):
         both = np.concatenate(iv[name]) if iv[name] else np.zeros((0, 2))
         intervals.starts.fromlist(both[:, 0].tolist())
         intervals.ends.fromlist(both[:, 1].tolist())
         intervals.sum = float(total) if total is not None else _running_sum(both)
-    tally.engine_busy = state["engine_busy"].tolist()
-    tally.engine_bytes = state["engine_bytes"].tolist()
+    tally.engine_busy = engine_busy.tolist()
+    tally.engine_bytes = engine_bytes.tolist()
     tally.pass_start[:] = TP[:, T.TP_START]
     tally.pass_end[:] = TP[:, T.TP_END]
     tally.pass_compute[:] = TP[:, T.TP_COMPUTE]
