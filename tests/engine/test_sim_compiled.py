@@ -2,9 +2,9 @@
 processes give, byte for byte: every metric and table, the spans and the counters, over every
 covered eviction policy in both pin modes with and without prefetching, the prefetchers and
 predictors it covers, late hits, cancelled prefetches and a stream that waits for space, with
-and without spans, batches with Poisson arrivals, dense layers, experts at two precisions, a
-copy method slower than the link, three copy engines, and blocks of one pass. Runs it does not
-cover say why and run on SimPy.
+and without spans, batches with Poisson arrivals, dense layers, experts at two precisions,
+copies in chunks and on the compute stream, a copy method slower than the link, three copy
+engines, and blocks of one pass. Runs it does not cover say why and run on SimPy.
 
 Without numba the core runs interpreted (the same source, slower): these tests compare it
 there too."""
@@ -128,12 +128,14 @@ def test_prefetchers_give_the_same_run(traces: dict[str, str], case: str) -> Non
     assert _fields(got) == _fields(reference)
 
 
+@pytest.mark.parametrize("chunk", [None, 3_000_000], ids=["whole", "chunked"])
 def test_late_hits_cancellations_and_waits_for_space_give_the_same_run(
-    traces: dict[str, str],
+    traces: dict[str, str], chunk: int | None
 ) -> None:
     """A small cache, a slow link and prefetches two layers ahead: late hits join queued or
     moving prefetches, obsolete ones are cancelled at dispatch, and demand fetches that find
-    nothing evictable cancel queued ones or wait for space (``make_room``)."""
+    nothing evictable cancel queued ones or wait for space (``make_room``); in chunks, a late
+    hit promotes a transfer between two of its chunks."""
     waits = [0]
     make_room = Fetcher.make_room
 
@@ -144,7 +146,8 @@ def test_late_hits_cancellations_and_waits_for_space_give_the_same_run(
     data = {"trace": traces["olmoe"], "eviction": "lru", "hardware": "slow-link-5gbps",
             "cache": {"capacity": 10, "pin_demand_set": False},
             "prefetch": {"kind": "top-k", "lookahead": 2},
-            "predictor": {"kind": "noisy-oracle", "accuracy": 0.6}}  # fmt: skip
+            "predictor": {"kind": "noisy-oracle", "accuracy": 0.6},
+            "timing": {"chunk_bytes": chunk}}  # fmt: skip
     with mock.patch.object(Fetcher, "make_room", counted):
         reference, got = _both(data)
     metrics = reference.metrics
@@ -162,6 +165,11 @@ CASES = {
     "t4": {"hardware": "t4"},
     "slow link": {"hardware": "slow-link-5gbps"},
     "big cache": {"cache": {"capacity": "60%"}},
+    "chunked copies": {"timing": {"chunk_bytes": 3_000_000},
+                       "prefetch": {"kind": "top-k", "lookahead": 2}},
+    "copies on the compute stream": {"runtime": "hf-eager"},
+    "... one expert at a time": {"runtime": "fiddler", "cache": {"capacity": 150,
+                                                                 "pin_demand_set": False}},
 }  # fmt: skip
 
 
@@ -212,7 +220,8 @@ def test_runs_it_does_not_cover_say_why(traces: dict[str, str]) -> None:
     assert why(parallel={"gpus": 2}, hardware="hgx-h100-8gpu") == "more than one GPU"
     assert why(runtime="roofline", **{"cache": {"capacity": 12}}) is None
     assert why(timing={"ideal": True}) == "timing.ideal"
-    assert why(timing={"chunk_bytes": 1 << 20}) == "copies in chunks (timing.chunk_bytes)"
+    assert why(timing={"chunk_bytes": 1 << 20}) is None
+    assert why(runtime="mixtral-offloading") == "memory parity"
     assert why(eviction="random") == "eviction 'random'"
     assert why(miss={"kind": "drop"}) == "miss 'drop'"
     with mock.patch.object(C.jit, "available", return_value=False):

@@ -3,7 +3,8 @@
 :func:`run_block` is :func:`specmd_sim.engine.sim.run.simulate` on one GPU, passes ``lo .. hi -
 1``, written over flat arrays: the stream (:class:`~specmd_sim.engine.sim.stream.GpuStream`
 and :class:`~specmd_sim.engine.layer.LayerStep` in both pin modes, with late hits, prefetch
-plans and making room), the copy engines (:class:`~specmd_sim.engine.sim.copy_engines.CopyEngines`:
+plans and making room; with copies on the compute stream, the waits for them to drain), the
+copy engines (:class:`~specmd_sim.engine.sim.copy_engines.CopyEngines`:
 two queues, promotion, cancellation), the fetcher's callbacks
 (:class:`~specmd_sim.engine.sim.fetch.Fetcher`), the flow network's progressive filling
 (:class:`~specmd_sim.engine.sim.flows.FlowNetwork`), the cache (with :mod:`.kernel`'s
@@ -54,7 +55,7 @@ OK, BLOCKED = 0, 1
 
 # the stream's stages (where its generator would resume)
 (ST_PASS, ST_ADMITTED, ST_LAYER, ST_STEP, ST_RESOLVE, ST_ONE, ST_ONE_RESOLVE, ST_RUN, ST_WAITED,
- ST_HEAD, ST_END, ST_FINISHED) = range(12)  # fmt: skip
+ ST_HEAD, ST_END, ST_FINISHED, ST_DRAINED) = range(13)  # fmt: skip
 
 # span kinds (specmd_sim.timeline.KINDS)
 SK_ATTENTION, SK_EXPERT, SK_LM_HEAD, SK_STALL, SK_DEMAND_FETCH, SK_PREFETCH = range(6)
@@ -65,21 +66,22 @@ LOADING = 1  # State.LOADING
 (I_EID, I_GEN, I_COUNT, I_HEAP_N, I_STAGE, I_PASS, I_LAYER, I_IDX, I_NRUN, I_ONE, I_RETRY,
  I_NREADY, I_NWAIT, I_NACT, I_FIRST, I_IN_FLIGHT, I_BUSY_ACTIVE, I_NFREE, I_ACTIVE_JOBS,
  I_JFREE, I_NSPANS, I_NCIV, I_NSIV, I_NTIV, I_NUSED, I_NFLIGHT, I_NBW, I_USED_PATH, I_PHASE,
- I_NHELD, I_DEC_PASS, I_DEC_LAYER, I_STAMP, I_SPACE) = range(34)  # fmt: skip
+ I_NHELD, I_DEC_PASS, I_DEC_LAYER, I_STAMP, I_SPACE, I_IDLE, I_AFTER) = range(36)  # fmt: skip
 I_SIZE = 40
 # float scalars (FS)
-F_NOW, F_NET_LAST, F_CSUM, F_SSUM, F_BEFORE_C, F_BEFORE_S, F_T0, F_BUSY_SINCE, F_DELAY = range(9)
+(F_NOW, F_NET_LAST, F_CSUM, F_SSUM, F_BEFORE_C, F_BEFORE_S, F_T0, F_BUSY_SINCE, F_DELAY,
+ F_TSUM) = range(10)  # fmt: skip
 F_SIZE = 16
 # static ints (X)
-X_LAYERS, X_PINNED, X_RECORD, X_LANE, X_NUM_PASSES, X_PREFETCHING, X_JOBS = range(7)
+X_LAYERS, X_PINNED, X_RECORD, X_LANE, X_NUM_PASSES, X_PREFETCHING, X_DRAIN, X_CHUNK = range(8)
 X_SIZE = 8
 # per pass (PF floats, PI ints)
 PF_ATTN, PF_DENSE, PF_HEAD, PF_WAIT = range(4)  # PF_DENSE, PF_HEAD < 0: none
 PI_PHASE, PI_REQUEST, PI_GLOBAL = range(3)  # PI_GLOBAL: the pass's number in the spans
 # per job (JB rows; the last four rows are the two queues' head and tail)
 (J_KEY, J_BYPASS, J_PASS, J_LAYER, J_DONE, J_WAITER, J_SLOT, J_NBYTES, J_DEMAND, J_STARTED,
- J_QUEUE, J_HELD, J_RETIRED, J_PREV, J_NEXT, J_ORDER) = range(16)  # fmt: skip
-J_COLUMNS = 16
+ J_QUEUE, J_HELD, J_RETIRED, J_LEFT, J_CHUNK, J_PREV, J_NEXT, J_ORDER) = range(18)  # fmt: skip
+J_COLUMNS = 18
 FL_NBYTES, FL_REMAINING, FL_RATE, FL_START = range(4)  # per job's flow (FL)
 # per key (KR rows): its job (-1: none), LOADING for a prefetch, the Decide that demanded it
 KR_JOB, KR_LOADPF, KR_DEMANDED = range(3)
@@ -321,13 +323,18 @@ def _cancel(S: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray, IS
     _on_remove(S, key)
     _space_changed(IS, hT, hI, now)
     JB[job, J_DONE] = 1  # settle(job.done): nothing waits on a prefetch
-    _retire(JB, jfree, IS, job)
+    _retire(JB, jfree, IS, hT, hI, job, now)
 
 
 @compiled
-def _retire(JB: np.ndarray, jfree: np.ndarray, IS: np.ndarray, job: int) -> None:
-    """CopyEngines._retired; the job's row goes back to the pool unless the stream holds it."""
+def _retire(JB: np.ndarray, jfree: np.ndarray, IS: np.ndarray, hT: np.ndarray, hI: np.ndarray,
+            job: int, now: float) -> None:  # fmt: skip
+    """CopyEngines._retired (the stream waiting for the copies to drain resumes once none is
+    left); the job's row goes back to the pool unless the stream holds it."""
     IS[I_ACTIVE_JOBS] -= 1
+    if IS[I_ACTIVE_JOBS] == 0 and IS[I_IDLE]:
+        IS[I_IDLE] = 0
+        schedule(IS, hT, hI, now, NORMAL, EV_STREAM, 0)
     JB[job, J_RETIRED] = 1
     if not JB[job, J_HELD]:
         jfree[IS[I_JFREE]] = job
@@ -348,15 +355,21 @@ def _new_job(JB: np.ndarray, jfree: np.ndarray, IS: np.ndarray, key: int, nbytes
         JB[job, c] = 0
     JB[job, J_KEY], JB[job, J_BYPASS], JB[job, J_PASS], JB[job, J_LAYER] = key, bypass, p, layer
     JB[job, J_NBYTES], JB[job, J_DEMAND], JB[job, J_QUEUE] = nbytes, demand, -1
+    JB[job, J_LEFT] = nbytes  # bytes of chunks not yet started
     return job
 
 
 @compiled
-def _enqueue(JB: np.ndarray, job: int, q: int) -> None:
-    tail = JB.shape[0] - 4 + 2 * q + 1
-    last = JB[tail, J_PREV]
-    JB[last, J_NEXT], JB[job, J_PREV] = job, last
-    JB[job, J_NEXT], JB[tail, J_PREV] = tail, job
+def _enqueue(JB: np.ndarray, job: int, q: int, front: bool = False) -> None:
+    """Into queue ``q`` (0: demand, 1: prefetch) at its end, or its front."""
+    if front:
+        before = JB.shape[0] - 4 + 2 * q
+        after = JB[before, J_NEXT]
+    else:
+        after = JB.shape[0] - 4 + 2 * q + 1
+        before = JB[after, J_PREV]
+    JB[before, J_NEXT], JB[job, J_PREV] = job, before
+    JB[job, J_NEXT], JB[after, J_PREV] = after, job
     JB[job, J_QUEUE] = q
 
 
@@ -599,7 +612,7 @@ def _begin(IS: np.ndarray, FS: np.ndarray, hT: np.ndarray, hI: np.ndarray, job: 
     """FlowNetwork._begin: a flow of the job's bytes starts moving."""
     _advance(IS, FS, act, FL, pres, NF, NI, R, bw_out, record)
     IS[I_COUNT] += 1
-    nbytes = float(JB[job, J_NBYTES])
+    nbytes = float(JB[job, J_CHUNK])
     FL[job, FL_NBYTES], FL[job, FL_REMAINING], FL[job, FL_RATE] = nbytes, nbytes, 0.0
     JB[job, J_ORDER] = IS[I_COUNT]
     act[IS[I_NACT]] = job
@@ -681,6 +694,24 @@ def _span(spF: np.ndarray, spI: np.ndarray, IS: np.ndarray, lane: int, kind: int
 
 
 @compiled
+def _stall(spF: np.ndarray, spI: np.ndarray, IS: np.ndarray, FS: np.ndarray, siv: np.ndarray,
+           TL: np.ndarray, PI: np.ndarray, lane: int, p: int, layer: int, key: int, klass: int,
+           now: float, record: bool) -> None:  # fmt: skip
+    """GpuStream._wait's end: the wait since ``FS[F_T0]`` is a stall (span and tally)."""
+    t0, phase = FS[F_T0], IS[I_PHASE]
+    if record:
+        _span(spF, spI, IS, lane, SK_STALL, t0, now, PI[p, PI_GLOBAL], layer, key, 0,
+              PI[p, PI_REQUEST], klass)  # fmt: skip
+    if now > t0:
+        n = IS[I_NSIV]
+        siv[n, 0], siv[n, 1] = t0, now
+        IS[I_NSIV] = n + 1
+        FS[F_SSUM] += now - t0
+    TL[TL_STALL, layer] += now - t0
+    TL[TL_PHASE_STALL + phase, layer] += now - t0
+
+
+@compiled
 def _entry(run_i: np.ndarray, run_t: np.ndarray, JB: np.ndarray, row: int, key: int, job: int,
            klass: int, seconds: float) -> None:  # fmt: skip
     """An expert for the stream to run (``job``: the transfer it waits on, if >= 0)."""
@@ -695,9 +726,9 @@ def _entry(run_i: np.ndarray, run_t: np.ndarray, JB: np.ndarray, row: int, key: 
 @compiled
 def run_block(  # noqa: C901
     S: np.ndarray, pos: np.ndarray, keys: np.ndarray, offsets: np.ndarray, t_exp: np.ndarray,
-    p_lo: int, p_hi: int, plan_offsets: np.ndarray, plan_keys: np.ndarray, PF: np.ndarray,
-    PI: np.ndarray, X: np.ndarray, lanes: np.ndarray, pres: np.ndarray, latency: float,
-    fcap: float, IS: np.ndarray, FS: np.ndarray, hT: np.ndarray, hI: np.ndarray,
+    t_base: int, p_lo: int, p_hi: int, plan_offsets: np.ndarray, plan_keys: np.ndarray,
+    PF: np.ndarray, PI: np.ndarray, X: np.ndarray, lanes: np.ndarray, pres: np.ndarray,
+    latency: float, fcap: float, IS: np.ndarray, FS: np.ndarray, hT: np.ndarray, hI: np.ndarray,
     JB: np.ndarray, FL: np.ndarray, jfree: np.ndarray, KR: np.ndarray, free: np.ndarray,
     act: np.ndarray, NF: np.ndarray, NI: np.ndarray, run_i: np.ndarray, run_t: np.ndarray,
     held: np.ndarray, TL: np.ndarray, TP: np.ndarray, engine_busy: np.ndarray,
@@ -705,11 +736,12 @@ def run_block(  # noqa: C901
     siv: np.ndarray, tiv: np.ndarray, used_out: np.ndarray, flight_out: np.ndarray,
     bw_out: np.ndarray,
 ) -> int:  # fmt: skip
-    """Run the GPU's passes ``p_lo .. p_hi - 1`` (see the module docstring; ``plan_keys``
-    between ``plan_offsets``: each layer's prefetch plan, indexed from ``p_lo``). OK, or
+    """Run the GPU's passes ``p_lo .. p_hi - 1`` (see the module docstring; ``t_exp``: the
+    block's expert kernel times, from access ``t_base``; ``plan_keys`` between
+    ``plan_offsets``: each layer's prefetch plan, indexed from ``p_lo``). OK, or
     BLOCKED: the stream waits on nothing that can happen (as SimPy's run would end)."""
     layers, pinned, record = X[X_LAYERS], X[X_PINNED] == 1, X[X_RECORD] == 1
-    lane, R, prefetching = X[X_LANE], pres.size, X[X_PREFETCHING] == 1
+    lane, R, prefetching, drain = X[X_LANE], pres.size, X[X_PREFETCHING] == 1, X[X_DRAIN] == 1
     sc = S[K.R_SC]
     heaped = sc[K.SC_POLICY] == K.LFU or sc[K.SC_POLICY] >= K.BELADY
     IS[I_NSPANS] = IS[I_NCIV] = IS[I_NSIV] = IS[I_NTIV] = 0
@@ -749,6 +781,10 @@ def run_block(  # noqa: C901
                     if IS[I_LAYER] == layers:
                         IS[I_STAGE] = ST_HEAD
                         continue
+                    if drain and IS[I_ACTIVE_JOBS] > 0:  # copies on the compute stream
+                        IS[I_IDLE], IS[I_AFTER], IS[I_STAGE] = 1, ST_LAYER, ST_DRAINED
+                        FS[F_T0] = now
+                        break
                     IS[I_STAGE] = ST_STEP
                     seconds, kind, key, klass = PF[p, PF_ATTN], SK_ATTENTION, -1, -1
                     layer = IS[I_LAYER]
@@ -787,9 +823,9 @@ def run_block(  # noqa: C901
                     waits = False
                     while IS[I_ONE] < hi:
                         i = IS[I_ONE]
-                        key, klass = keys[i], run_i[i - lo, 3]
+                        key, klass, seconds = keys[i], run_i[i - lo, 3], t_exp[i - t_base]
                         if klass == K.HIT:
-                            _entry(run_i, run_t, JB, IS[I_NREADY], key, -1, klass, t_exp[i])
+                            _entry(run_i, run_t, JB, IS[I_NREADY], key, -1, klass, seconds)
                             IS[I_NREADY] += 1
                         else:
                             retry = IS[I_RETRY] == 1
@@ -800,7 +836,7 @@ def run_block(  # noqa: C901
                                 waits = True
                                 break
                             IS[I_RETRY] = 0
-                            _entry(run_i, run_t, JB, IS[I_NWAIT], key, job, klass, t_exp[i])
+                            _entry(run_i, run_t, JB, IS[I_NWAIT], key, job, klass, seconds)
                             IS[I_NWAIT] += 1
                         IS[I_ONE] = i + 1
                     if waits:
@@ -834,7 +870,7 @@ def run_block(  # noqa: C901
                     IS[I_NHELD] = IS[I_NRUN] = 1
                     IS[I_IDX] = 0
                     if klass == K.HIT:
-                        _entry(run_i, run_t, JB, 0, key, -1, klass, t_exp[i])
+                        _entry(run_i, run_t, JB, 0, key, -1, klass, t_exp[i - t_base])
                         IS[I_STAGE] = ST_RUN
                     else:
                         IS[I_STAGE] = ST_ONE_RESOLVE
@@ -849,12 +885,16 @@ def run_block(  # noqa: C901
                         IS[I_RETRY], IS[I_SPACE] = 1, 1
                         break
                     IS[I_RETRY] = 0
-                    _entry(run_i, run_t, JB, 0, key, job, klass, t_exp[i])
+                    _entry(run_i, run_t, JB, 0, key, job, klass, t_exp[i - t_base])
                     IS[I_STAGE] = ST_RUN
                     continue
                 elif ST_RUN <= stage <= ST_WAITED:
                     idx, layer = IS[I_IDX], IS[I_LAYER]
                     if stage == ST_RUN:
+                        if idx == 0 and drain and IS[I_ACTIVE_JOBS] > 0:  # (as before attention)
+                            IS[I_IDLE], IS[I_AFTER], IS[I_STAGE] = 1, ST_RUN, ST_DRAINED
+                            FS[F_T0] = now
+                            break
                         if idx == IS[I_NRUN]:  # done: the jobs let go, the pins released
                             for row in range(IS[I_NRUN]):
                                 job = run_i[row, 1]
@@ -879,20 +919,16 @@ def run_block(  # noqa: C901
                             IS[I_STAGE] = ST_WAITED
                             break
                     else:
-                        t0, phase = FS[F_T0], IS[I_PHASE]
-                        if record:
-                            _span(spF, spI, IS, lane, SK_STALL, t0, now, PI[p, PI_GLOBAL], layer,
-                                  run_i[idx, 0], 0, PI[p, PI_REQUEST], run_i[idx, 2])  # fmt: skip
-                        if now > t0:
-                            n = IS[I_NSIV]
-                            siv[n, 0], siv[n, 1] = t0, now
-                            IS[I_NSIV] = n + 1
-                            FS[F_SSUM] += now - t0
-                        TL[TL_STALL, layer] += now - t0
-                        TL[TL_PHASE_STALL + phase, layer] += now - t0
+                        _stall(spF, spI, IS, FS, siv, TL, PI, lane, p, layer, run_i[idx, 0],
+                               run_i[idx, 2], now, record)  # fmt: skip
                         IS[I_STAGE] = ST_RUN
                     IS[I_IDX] = idx + 1
                     seconds, kind, key, klass = run_t[idx], SK_EXPERT, run_i[idx, 0], run_i[idx, 2]
+                elif stage == ST_DRAINED:  # the copies drained: a stall
+                    _stall(spF, spI, IS, FS, siv, TL, PI, lane, p, IS[I_LAYER], -1, -1, now,
+                           record)  # fmt: skip
+                    IS[I_STAGE] = IS[I_AFTER]
+                    continue
                 elif stage == ST_HEAD:
                     IS[I_STAGE] = ST_END
                     if PF[p, PF_HEAD] < 0:
@@ -932,8 +968,13 @@ def run_block(  # noqa: C901
         elif kind == EV_COPY:  # CopyEngines._run, Fetcher._move_chunk
             job, slot = arg >> _SLOT_BITS, arg & ((1 << _SLOT_BITS) - 1)
             JB[job, J_SLOT], JB[job, J_STARTED] = slot, 1
+            chunk = JB[job, J_LEFT]  # fetch.split: chunks of X_CHUNK bytes, the last shorter
+            if X[X_CHUNK] > 0 and chunk > X[X_CHUNK]:
+                chunk = X[X_CHUNK]
+            JB[job, J_CHUNK] = chunk
+            JB[job, J_LEFT] -= chunk
             FL[job, FL_START] = now
-            IS[I_IN_FLIGHT] += JB[job, J_NBYTES]
+            IS[I_IN_FLIGHT] += chunk
             if IS[I_BUSY_ACTIVE] == 0:
                 FS[F_BUSY_SINCE] = now
             IS[I_BUSY_ACTIVE] += 1
@@ -971,13 +1012,14 @@ def run_block(  # noqa: C901
             for r in pres:
                 NF[N_THROUGH, r] += FL[job, FL_NBYTES]
                 NI[NI_THROUGH, r] = 1
-            nbytes, slot, key = JB[job, J_NBYTES], JB[job, J_SLOT], JB[job, J_KEY]
+            nbytes, slot, key = JB[job, J_CHUNK], JB[job, J_SLOT], JB[job, J_KEY]
             IS[I_IN_FLIGHT] -= nbytes
             IS[I_BUSY_ACTIVE] -= 1
             if IS[I_BUSY_ACTIVE] == 0 and now > FS[F_BUSY_SINCE]:
                 n = IS[I_NTIV]
                 tiv[n, 0], tiv[n, 1] = FS[F_BUSY_SINCE], now
                 IS[I_NTIV] = n + 1
+                FS[F_TSUM] += now - FS[F_BUSY_SINCE]
             engine_busy[slot] += now - FL[job, FL_START]
             engine_bytes[slot] += nbytes
             if record:
@@ -991,6 +1033,10 @@ def run_block(  # noqa: C901
                 free[n - 1], free[n] = free[n], free[n - 1]
                 n -= 1
             IS[I_NFREE] += 1
+            if JB[job, J_LEFT] > 0:  # chunks left: back to the front of its class
+                _enqueue(JB, job, 0 if JB[job, J_DEMAND] else 1, True)
+                _dispatch(S, KR, JB, jfree, IS, hT, hI, free, now, record, used_out)
+                continue
             if not JB[job, J_BYPASS]:  # del jobs[key]; cache.complete
                 KR[KR_JOB, key] = -1
                 S[K.K_STATE, key] = K.RESIDENT
@@ -1002,5 +1048,5 @@ def run_block(  # noqa: C901
             JB[job, J_DONE] = 1  # settle(job.done)
             if JB[job, J_WAITER]:
                 schedule(IS, hT, hI, now, NORMAL, EV_STREAM, 0)
-            _retire(JB, jfree, IS, job)
+            _retire(JB, jfree, IS, hT, hI, job, now)
             _dispatch(S, KR, JB, jfree, IS, hT, hI, free, now, record, used_out)

@@ -9,9 +9,9 @@ Covered: one GPU whose experts all sit in host DRAM, the eviction policies of th
 replay (:func:`specmd_sim.engine.fast.compiled_unsupported` says which), misses always
 fetched, no prefetcher or one whose plans the replay draws in bulk (top-k and score-threshold
 over the noisy oracle or the trace's scores: :mod:`specmd_sim.engine.fast.plans`), a copy per
-expert in one chunk, copies on their own stream, no memory parity, a fixed cache capacity, and
-time that passes (not ``timing.ideal``). Everything else runs on SimPy, which stays the
-specification.
+expert (in chunks or not, on their own stream or on the compute stream), no memory parity, a
+fixed cache capacity, and time that passes (not ``timing.ideal``). Everything else runs on SimPy,
+which stays the specification.
 """
 
 from __future__ import annotations
@@ -54,8 +54,6 @@ def compiled_unsupported(scenario: Scenario, runs: list[RunObjects]) -> str | No
         why = bulk_plans_unsupported(run)  # (the plans' draws, made a block ahead)
     if why is not None:
         return why
-    if runtime.copy_stream.value == "compute":
-        return "copies on the compute stream"
     if runtime.memory_parity.value:
         return "memory parity"
     if np.any(run.ctx.source != 0):
@@ -63,8 +61,6 @@ def compiled_unsupported(scenario: Scenario, runs: list[RunObjects]) -> str | No
     path, drive = run.ctx.paths[0], scenario.placement.nvme
     if drive is not None and path.source == drive.id:
         return "experts on an NVMe drive"
-    if any(len(split(nbytes, config.timing.chunk_bytes)) > 1 for nbytes in set(run.cache.nbytes)):
-        return "copies in chunks (timing.chunk_bytes)"
     if len(set(path.resources)) != len(path.resources) or any(r >= "~" for r in path.resources):
         return "a path through a resource twice, or one named after '~'"
     return None
@@ -104,6 +100,9 @@ def run_compiled(
     X[T.X_LAYERS], X[T.X_PINNED], X[T.X_RECORD] = layers, sc.config.cache.pin_demand_set, record
     X[T.X_LANE], X[T.X_NUM_PASSES] = compute_lane, passes.num_passes
     X[T.X_PREFETCHING] = objs.prefetch.lookahead > 0
+    X[T.X_DRAIN] = sc.runtime.copy_stream.value == "compute"
+    X[T.X_CHUNK] = sc.config.timing.chunk_bytes or 0
+    per_job = max(len(split(nbytes, sc.config.timing.chunk_bytes)) for nbytes in set(cache.nbytes))
     TL, TP = np.zeros((6, layers)), np.zeros((passes.num_passes, 4))
     engine_busy, engine_bytes = np.zeros(engines), np.zeros(engines, np.int64)
     lanes = np.array(fetcher.copy_lanes, np.int64)
@@ -111,8 +110,7 @@ def run_compiled(
     plans = BulkPlans(objs) if objs.prefetch.lookahead > 0 else None
     scores_per_pass = layers * objs.prefetch.lookahead * sc.trace.num_experts
     most = max(1, _BLOCK_SCORES // max(1, scores_per_pass))  # passes a block's plans may score
-    times = _expert_times(objs, cost, keys)
-    iv: dict[str, list[np.ndarray]] = {"civ": [], "siv": [], "tiv": []}
+    times = _ExpertTimes(objs, cost, keys)
     total, lo = passes.num_passes, 0
     while True:
         hi = min(_block_end(offsets, layers, lo, total), lo + most)
@@ -122,10 +120,12 @@ def run_compiled(
             plan_offsets, plan_keys = plans.block(lo, hi)
         a = int(offsets[hi * layers] - offsets[lo * layers]) + plan_keys.size + pool  # jobs
         b = hi - lo
-        out = _buffers(a, b, layers, n_keys, R, record)
+        out = _buffers(a, per_job, b, layers, n_keys, R, record)
+        base = int(offsets[lo * layers])
+        block_times = times.block(base, int(offsets[hi * layers]))
         outcome = T.run_block(
-            S, pos, keys, offsets, times, lo, hi, plan_offsets, plan_keys, PF, PI, X, lanes,
-            pres, path.latency_s, fcap, st["IS"], st["FS"], st["hT"], st["hI"], st["JB"],
+            S, pos, keys, offsets, block_times, base, lo, hi, plan_offsets, plan_keys, PF, PI,
+            X, lanes, pres, path.latency_s, fcap, st["IS"], st["FS"], st["hT"], st["hI"], st["JB"],
             st["FL"], st["jfree"], st["KR"], st["free"], st["act"], st["NF"], st["NI"],
             st["run_i"], st["run_t"], st["held"], TL, TP, engine_busy, engine_bytes,
             out["spF"], out["spI"], out["civ"], out["siv"], out["tiv"], out["used_out"],
@@ -137,15 +137,21 @@ def run_compiled(
                 f"timing engine: {node.id}'s stream is blocked at pass {int(IS[T.I_DEC_PASS])}, "
                 f"layer {int(IS[T.I_DEC_LAYER])} with nothing left to happen"
             )
-        for name, counter in (("civ", T.I_NCIV), ("siv", T.I_NSIV), ("tiv", T.I_NTIV)):
-            iv[name].append(out[name][: IS[counter]].copy())
+        for intervals, name, counter in (
+            (tally.compute_iv, "civ", T.I_NCIV),
+            (tally.stall_iv, "siv", T.I_NSIV),
+            (tally.transfers.intervals, "tiv", T.I_NTIV),
+        ):
+            done = out[name][: IS[counter]]
+            intervals.starts.frombytes(np.ascontiguousarray(done[:, 0]).tobytes())
+            intervals.ends.frombytes(np.ascontiguousarray(done[:, 1]).tobytes())
         if record:
             _record(out, IS, spans, fetcher, names)
         report_progress(progress, hi, total)
         if hi == total:
             break
         lo = hi
-    _fill_tally(tally, TL, TP, engine_busy, engine_bytes, iv, st["FS"], passes.num_passes)
+    _fill_tally(tally, TL, TP, engine_busy, engine_bytes, st["FS"], passes.num_passes)
     NF, NI = st["NF"], st["NI"]
     for r, name in enumerate(names):
         if NI[T.NI_THROUGH, r]:
@@ -158,19 +164,20 @@ def run_compiled(
 
 
 def _buffers(
-    jobs: int, passes: int, layers: int, keys: int, resources: int, record: bool
+    jobs: int, per_job: int, passes: int, layers: int, keys: int, resources: int, record: bool
 ) -> dict[str, np.ndarray]:
-    """A block's outputs, each as long as the block can fill: ``jobs`` bounds the transfers
-    that end in it (those it starts and those in flight when it began)."""
-    computes = jobs + passes * (layers + 2) + 8
-    spans = computes + 2 * jobs if record else 0
+    """A block's outputs, each as long as the block can fill: ``jobs`` bounds its accesses and
+    the transfers that end in it (those it starts and those in flight when it began), each in
+    at most ``per_job`` chunks."""
+    computes, chunks = jobs + passes * (layers + 2) + 8, jobs * per_job + 8
+    spans = computes + jobs + chunks if record else 0
     return {
         "spF": np.zeros((spans, 2)), "spI": np.zeros((spans, 8), np.int64),
         "civ": np.zeros((computes, 2)), "siv": np.zeros((jobs + 8, 2)),
-        "tiv": np.zeros((jobs + 8, 2)),
+        "tiv": np.zeros((chunks, 2)),
         "used_out": np.zeros((3 * jobs + keys + 8 if record else 0, 2)),
-        "flight_out": np.zeros((2 * jobs + 8 if record else 0, 2)),
-        "bw_out": np.zeros((resources * (3 * jobs + 8) if record else 0, 3)),
+        "flight_out": np.zeros((2 * chunks if record else 0, 2)),
+        "bw_out": np.zeros((resources * 3 * chunks if record else 0, 3)),
     }  # fmt: skip
 
 
@@ -212,17 +219,26 @@ def _pass_tables(
     return PF, PI
 
 
-def _expert_times(objs: RunObjects, cost: CostModel, keys: np.ndarray) -> np.ndarray:
-    """Each access's expert kernel time (``cost.expert_time`` of its tokens and precision),
-    computed once per distinct pair."""
-    dtype_of = objs.scenario.placement.dtype
-    kinds = sorted(set(dtype_of))
-    code = np.array([kinds.index(d) for d in dtype_of], np.int64)
-    tokens = np.asarray(objs.scenario.demand.tokens, np.int64)
-    pairs = tokens * len(kinds) + code[keys]
-    unique, inverse = np.unique(pairs, return_inverse=True)
-    seconds = [cost.expert_time(int(u) // len(kinds), kinds[int(u) % len(kinds)]) for u in unique]
-    return np.asarray(seconds, np.float64)[inverse]
+class _ExpertTimes:
+    """Each access's expert kernel time (``cost.expert_time`` of its tokens and precision), a
+    block at a time, computed once per distinct pair."""
+
+    def __init__(self, objs: RunObjects, cost: CostModel, keys: np.ndarray) -> None:
+        dtype_of = objs.scenario.placement.dtype
+        self.kinds = sorted(set(dtype_of))
+        self.code = np.array([self.kinds.index(d) for d in dtype_of], np.int64)
+        self.tokens, self.keys, self.cost = objs.scenario.demand.tokens, keys, cost
+        self.seconds: dict[int, float] = {}
+
+    def block(self, lo: int, hi: int) -> np.ndarray:
+        """The times of accesses ``lo .. hi - 1``."""
+        n = len(self.kinds)
+        pairs = np.asarray(self.tokens[lo:hi], np.int64) * n + self.code[self.keys[lo:hi]]
+        unique, inverse = np.unique(pairs, return_inverse=True)
+        for u in unique.tolist():
+            if u not in self.seconds:
+                self.seconds[u] = self.cost.expert_time(u // n, self.kinds[u % n])
+        return np.array([self.seconds[u] for u in unique.tolist()], np.float64)[inverse]
 
 
 def _record(
@@ -268,23 +284,18 @@ def _fill_tally(
     TP: np.ndarray,
     engine_busy: np.ndarray,
     engine_bytes: np.ndarray,
-    iv: dict[str, list[np.ndarray]],
     FS: np.ndarray,
     num_passes: int,
 ) -> None:
+    """The tally's sums and per-pass times (its intervals were appended block by block), and
+    the tokens, as the stream's ``end_pass`` would have counted them."""
     tally._layer_stall = TL[T.TL_STALL].tolist()
     tally._layer_compute = TL[T.TL_COMPUTE].tolist()
     tally._phase_compute = [TL[T.TL_PHASE_COMPUTE + i].tolist() for i in range(2)]
     tally._phase_stall = [TL[T.TL_PHASE_STALL + i].tolist() for i in range(2)]
-    for intervals, name, total in (
-        (tally.compute_iv, "civ", FS[T.F_CSUM]),
-        (tally.stall_iv, "siv", FS[T.F_SSUM]),
-        (tally.transfers.intervals, "tiv", None),
-    ):
-        both = np.concatenate(iv[name]) if iv[name] else np.zeros((0, 2))
-        intervals.starts.fromlist(both[:, 0].tolist())
-        intervals.ends.fromlist(both[:, 1].tolist())
-        intervals.sum = float(total) if total is not None else _running_sum(both)
+    tally.compute_iv.sum = float(FS[T.F_CSUM])
+    tally.stall_iv.sum = float(FS[T.F_SSUM])
+    tally.transfers.intervals.sum = float(FS[T.F_TSUM])
     tally.engine_busy = engine_busy.tolist()
     tally.engine_bytes = engine_bytes.tolist()
     tally.pass_start[:] = TP[:, T.TP_START]
@@ -299,11 +310,3 @@ def _fill_tally(
         tally.count_tokens(p, float(TP[p, T.TP_END]))
     if num_passes:
         tally.last_pass_end = float(TP[num_passes - 1, T.TP_END])
-
-
-def _running_sum(intervals: np.ndarray) -> float:
-    """``Intervals.sum`` as its additions, one interval after another, would give it."""
-    total = 0.0
-    for start, end in intervals.tolist():
-        total += end - start
-    return total
