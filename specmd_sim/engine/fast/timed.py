@@ -67,14 +67,14 @@ LOADING = 1  # State.LOADING
  I_NREADY, I_NWAIT, I_NACT, I_FIRST, I_IN_FLIGHT, I_BUSY_ACTIVE, I_NFREE, I_ACTIVE_JOBS,
  I_JFREE, I_NSPANS, I_NCIV, I_NSIV, I_NTIV, I_NUSED, I_NFLIGHT, I_NBW, I_USED_PATH, I_PHASE,
  I_NHELD, I_DEC_PASS, I_DEC_LAYER, I_STAMP, I_SPACE, I_IDLE, I_AFTER) = range(36)  # fmt: skip
-I_SIZE = 40
+I_SIZE = I_AFTER + 1
 # float scalars (FS)
 (F_NOW, F_NET_LAST, F_CSUM, F_SSUM, F_BEFORE_C, F_BEFORE_S, F_T0, F_BUSY_SINCE, F_DELAY,
  F_TSUM) = range(10)  # fmt: skip
-F_SIZE = 16
+F_SIZE = F_TSUM + 1
 # static ints (X)
 X_LAYERS, X_PINNED, X_RECORD, X_LANE, X_NUM_PASSES, X_PREFETCHING, X_DRAIN, X_CHUNK = range(8)
-X_SIZE = 8
+X_SIZE = X_CHUNK + 1
 # per pass (PF floats, PI ints)
 PF_ATTN, PF_DENSE, PF_HEAD, PF_WAIT = range(4)  # PF_DENSE, PF_HEAD < 0: none
 PI_PHASE, PI_REQUEST, PI_GLOBAL = range(3)  # PI_GLOBAL: the pass's number in the spans
@@ -283,15 +283,7 @@ def _reserve(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, key: int, prefetch:
         S[K.R_STATS, K.ST_BYTES_PREFETCH] += need
     else:
         S[K.R_STATS, K.ST_BYTES_DEMAND] += need
-    if policy == K.FIFO or policy == K.LRU:  # the policy's on_insert
-        if prefetch and policy == K.LRU and sc[K.SC_LRU_END]:
-            K.list_prepend(S, sc[K.SC_KEYS], 0, key)
-        else:
-            K.list_append(S, sc[K.SC_KEYS], 0, key)
-    elif policy == K.LFU or policy >= K.BELADY:
-        K.heap_update(S, pos, key, 1)
-    else:
-        K.touch(S, key)
+    K.on_insert(S, pos, key, K.PREFETCH if prefetch else K.DEMAND)
     return True
 
 

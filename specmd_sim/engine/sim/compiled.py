@@ -28,6 +28,7 @@ from specmd_sim.engine.fast.plans import BulkPlans
 from specmd_sim.engine.layer import bulk_plans_unsupported
 from specmd_sim.engine.sim.fetch import Fetcher, split
 from specmd_sim.engine.sim.flows import FlowNetwork
+from specmd_sim.engine.sim.stream import pass_kernel_times
 from specmd_sim.engine.sim.tally import GpuTally
 from specmd_sim.hardware.schema import GPUNode
 from specmd_sim.models import CostModel
@@ -208,13 +209,12 @@ def _pass_tables(
                 if r not in arrival:
                     arrival[r] = float(arrivals[len(arrival)])
                     PF[p, T.PF_WAIT] = max(PF[p, T.PF_WAIT], arrival[r])
-        tokens = passes.tokens(p)
-        attended, kv_tokens = int(passes.attended[p]), int(passes.kv_tokens[p])
-        PF[p, T.PF_ATTN] = cost.batch_attention_time(tokens, attended, kv_tokens)
-        if sc.model.dense_layers:
-            PF[p, T.PF_DENSE] = cost.dense_layers_time(tokens, attended, kv_tokens)
-        if int(passes.phase[p]) == 1 or passes.first_token[p]:
-            PF[p, T.PF_HEAD] = cost.lm_head_time(passes.outputs(p))
+        t_attn, t_dense, t_head = pass_kernel_times(cost, sc, p)
+        PF[p, T.PF_ATTN] = t_attn
+        if t_dense is not None:
+            PF[p, T.PF_DENSE] = t_dense
+        if t_head is not None:
+            PF[p, T.PF_HEAD] = t_head
         PI[p] = int(passes.phase[p]), int(passes.request[p]), p
     return PF, PI
 

@@ -37,8 +37,24 @@ from specmd_sim.engine.sim.cpu import HostCpu
 from specmd_sim.engine.sim.fetch import Fetcher
 from specmd_sim.engine.sim.tally import GpuTally
 from specmd_sim.models import CostModel
-from specmd_sim.scenario import RunObjects
+from specmd_sim.scenario import RunObjects, Scenario
 from specmd_sim.timeline import SpanRecorder
+
+
+def pass_kernel_times(
+    cost: CostModel, sc: Scenario, p: int
+) -> tuple[float, float | None, float | None]:
+    """The stream's kernels of pass ``p`` outside the experts: attention (each MoE layer), the
+    dense layers (None without them) and the LM head (None where the pass gives no token)."""
+    passes = sc.passes
+    tokens = passes.tokens(p)
+    attended, kv_tokens = int(passes.attended[p]), int(passes.kv_tokens[p])
+    t_attn = cost.batch_attention_time(tokens, attended, kv_tokens)
+    t_dense = cost.dense_layers_time(tokens, attended, kv_tokens) if sc.model.dense_layers else None
+    t_head = None
+    if int(passes.phase[p]) == 1 or passes.first_token[p]:
+        t_head = cost.lm_head_time(passes.outputs(p))
+    return t_attn, t_dense, t_head
 
 
 class GpuStream:
@@ -98,11 +114,8 @@ class GpuStream:
                 if capacity != self.capacity:
                     self.capacity = capacity
                     self.spans.sample(self.capacity_counter, env.now, capacity)
-            tokens = passes.tokens(p)
-            attended, kv_tokens = int(passes.attended[p]), int(passes.kv_tokens[p])
-            t_attn = cost.batch_attention_time(tokens, attended, kv_tokens)
-            if self.sc.model.dense_layers:
-                t_dense = cost.dense_layers_time(tokens, attended, kv_tokens)
+            t_attn, t_dense, t_head = pass_kernel_times(cost, self.sc, p)
+            if t_dense is not None:
                 yield self._compute("attention", t_dense, gp, -1, req)
             for layer in range(num_layers):
                 self.where = {"pass_": gp, "layer": layer, "request": req}
@@ -110,8 +123,7 @@ class GpuStream:
                     yield from self._drain()
                 yield self._compute("attention", t_attn, gp, layer, req)
                 yield from self._fulfil(self.step.layer(p, layer))
-            if self.phase == 1 or passes.first_token[p]:
-                t_head = cost.lm_head_time(passes.outputs(p))
+            if t_head is not None:
                 yield self._compute("lm_head", t_head, gp, -1, req)
             tally.end_pass(p, env.now)
             self.on_pass_done()
