@@ -50,8 +50,10 @@ def _policy_code(run: RunObjects) -> int | None:
     return codes.get(kind)
 
 
-def compiled_unsupported(run: RunObjects) -> str | None:
-    """None when :func:`replay_compiled` covers ``run``, else why not (a phrase)."""
+def compiled_unsupported(run: RunObjects, home: bool = False) -> str | None:
+    """None when :func:`replay_compiled` covers ``run``, else why not (a phrase); with
+    ``home``, when the timing engine's core (:mod:`.timed`, which also covers the GPU's own
+    shard) does."""
     if run.dram is not None:
         return "a DRAM cache (memory.dram_cache)"
     if _policy_code(run) is None:
@@ -59,7 +61,7 @@ def compiled_unsupported(run: RunObjects) -> str | None:
     if not run.miss.always_fetches:
         return f"miss {run.miss.kind!r}"
     cache = run.cache
-    if any(cache.home):
+    if any(cache.home) and not home:
         return "experts in the GPU's own shard"
     if run.capacities is not None:
         return "a capacity that follows the KV cache"
@@ -108,8 +110,9 @@ def kernel_state(
     run: RunObjects, keys: np.ndarray, warm: list[int] | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The kernel's state ``S`` for ``run`` (covered: :func:`compiled_unsupported` is None)
-    over the access sequence ``keys``, and Belady's positions: the cache holds the policy's
-    initial contents and then ``warm``, placed in that order, as the run's cache was built."""
+    over the access sequence ``keys``, and Belady's positions: the cache holds the GPU's own
+    shard (resident and pinned, outside its capacity), the policy's initial contents and then
+    ``warm``, placed in that order, as the run's cache was built."""
     scenario, cache = run.scenario, run.cache
     layers, experts = scenario.trace.num_layers, scenario.trace.num_experts
     n = layers * experts
@@ -130,6 +133,8 @@ def kernel_state(
     sc[K.SC_STAMP_SPAN] = _STAMP_SPAN
     sc[K.SC_NEVER] = keys.size
     sc[K.SC_NUM_EXPERTS] = experts
+    home = np.flatnonzero(np.frombuffer(cache.home, np.uint8))  # ExpertCache.add_home
+    S[K.K_STATE, home], S[K.K_EVER, home], S[K.K_PINS, home] = K.RESIDENT, 1, 1
     placed = np.array(run.eviction.initial_contents() + list(warm or []), np.int64)
     if not K.preload(S, pos, placed):  # build_run placed them: they fit
         raise RuntimeError("the preloaded experts do not fit")

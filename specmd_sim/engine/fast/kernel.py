@@ -69,6 +69,7 @@ STAT_NAMES = (
     "evictions",
     "bypassed",
     "prefetch_cancelled",  # (the replay cancels none: the timing engine's core does)
+    "hits_home",  # (the replay covers no home shard: the timing engine's core does)
 )
 (
     ST_BYTES_DEMAND,
@@ -82,6 +83,7 @@ STAT_NAMES = (
     ST_EVICTIONS,
     ST_BYPASSED,
     ST_PF_CANCELLED,
+    ST_HITS_HOME,
 ) = range(len(STAT_NAMES))
 
 ABSENT, RESIDENT = 0, 2  # State; LOADING (1) lasts only inside one fetch here

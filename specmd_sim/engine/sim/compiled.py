@@ -1,20 +1,23 @@
 """The timing engine on its compiled core (:mod:`specmd_sim.engine.fast.timed`), for the runs it
 covers: :func:`simulate <specmd_sim.engine.sim.run.simulate>` builds the run as always, and
-where :func:`compiled_unsupported` is None, :func:`run_compiled` runs its one GPU's passes on
-the core instead of on SimPy processes, and fills the same tally, network counters, spans,
+where :func:`compiled_unsupported` is None, :func:`run_compiled` runs every GPU's passes on
+the core instead of on SimPy processes, and fills the same tallies, network counters, spans,
 counter samples and cache counters the processes would have: the results are the same, byte
 for byte (``tests/engine/test_sim_compiled.py`` compares every field on random runs).
 
-Covered: one GPU whose experts all sit in host DRAM, the eviction policies of the compiled
-replay (:func:`specmd_sim.engine.fast.compiled_unsupported` says which), misses always
-fetched, no prefetcher or one whose plans the replay draws in bulk (top-k and score-threshold
-over the noisy oracle or the trace's scores: :mod:`specmd_sim.engine.fast.plans`), a copy per
-expert (in chunks or not, on their own stream or on the compute stream), no memory parity, a
-fixed cache capacity, and time that passes (not ``timing.ideal``). Everything else runs on SimPy,
+Covered: any number of GPUs (replicas or expert-sharded) whose experts sit in host DRAM or a
+peer's HBM, the eviction policies of the compiled replay
+(:func:`specmd_sim.engine.fast.compiled_unsupported` says which), misses always fetched, no
+prefetcher or one whose plans the replay draws in bulk (top-k and score-threshold over the
+noisy oracle or the trace's scores: :mod:`specmd_sim.engine.fast.plans`), a copy per expert
+(in chunks or not, on their own stream or on the compute stream), no memory parity, a fixed
+cache capacity, and time that passes (not ``timing.ideal``). Everything else runs on SimPy,
 which stays the specification.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -37,7 +40,19 @@ from specmd_sim.timeline import COUNTER_DTYPE, SPAN_DTYPE, SpanRecorder
 
 _BLOCK_ACCESSES = 1 << 16  # passes are run in blocks of about this many accesses
 _BLOCK_SCORES = 1 << 22  # ... and of at most this many predicted scores (the plans')
-_EMPTY = np.zeros(0, np.int64)
+_EMPTY, _EMPTY_F = np.zeros(0, np.int64), np.zeros(0)
+
+
+@dataclass(frozen=True)
+class GpuParts:
+    """What the core fills for one GPU: the run's objects and its stream's parts."""
+
+    objs: RunObjects
+    node: GPUNode
+    cost: CostModel
+    tally: GpuTally
+    fetcher: Fetcher
+    compute_lane: int
 
 
 def compiled_unsupported(scenario: Scenario, runs: list[RunObjects]) -> str | None:
@@ -45,148 +60,254 @@ def compiled_unsupported(scenario: Scenario, runs: list[RunObjects]) -> str | No
     run's parts are built (which attach the fetcher to the cache)."""
     if not jit.available():
         return "kernels not compiled (numba is not installed)"
-    if len(runs) != 1:
-        return "more than one GPU"
-    run, config, runtime = runs[0], scenario.config, scenario.runtime
+    config = scenario.config
     if config.timing.ideal:
         return "timing.ideal"
-    why = kernel_unsupported(run)  # the policies, the plans, the miss handler, the capacity
-    if why is None and run.prefetch.lookahead > 0:
-        why = bulk_plans_unsupported(run)  # (the plans' draws, made a block ahead)
-    if why is not None:
-        return why
-    if runtime.memory_parity.value:
+    if scenario.runtime.memory_parity.value:
         return "memory parity"
-    if np.any(run.ctx.source != 0):
-        return "experts outside host DRAM"
-    path, drive = run.ctx.paths[0], scenario.placement.nvme
-    if drive is not None and path.source == drive.id:
-        return "experts on an NVMe drive"
-    if len(set(path.resources)) != len(path.resources) or any(r >= "~" for r in path.resources):
-        return "a path through a resource twice, or one named after '~'"
+    if len({gpu.copy_engines_h2d.value for gpu in scenario.gpus}) > 1:
+        return "GPUs with different numbers of copy engines"
+    drive = scenario.placement.nvme
+    for run in runs:
+        why = kernel_unsupported(run, home=True)  # the policies, plans, miss handler, capacity
+        if why is None and run.prefetch.lookahead > 0:
+            why = bulk_plans_unsupported(run)  # (the plans' draws, made a block ahead)
+        if why is not None:
+            return why
+        for index in np.unique(run.ctx.source[run.ctx.source >= 0]).tolist():
+            path = run.ctx.paths[index]
+            if drive is not None and path.source == drive.id:
+                return "experts on an NVMe drive"
+            if len(set(path.resources)) != len(path.resources) or any(
+                r >= "~" for r in path.resources
+            ):
+                return "a path through a resource twice, or one named after '~'"
     return None
 
 
 def run_compiled(
-    objs: RunObjects,
-    node: GPUNode,
-    cost: CostModel,
-    tally: GpuTally,
-    fetcher: Fetcher,
-    compute_lane: int,
+    gpus: list[GpuParts],
     network: FlowNetwork,
     spans: SpanRecorder,
     progress: Progress | None = None,
 ) -> None:
-    """Run the GPU's passes on the compiled core (:func:`compiled_unsupported` must be None),
-    filling ``tally``, ``network``, ``spans`` and ``objs.cache.stats`` as the SimPy processes
-    would. Raises RuntimeError where the Python engine would: a stream left waiting on
-    nothing."""
-    sc, cache = objs.scenario, objs.cache
-    passes, layers = sc.passes, sc.trace.num_layers
-    keys = np.ascontiguousarray(sc.demand.keys, dtype=np.int64)
-    offsets = np.ascontiguousarray(sc.demand.offsets, dtype=np.int64)
-    S, pos = kernel_state(objs, keys)
-    PF, PI = _pass_tables(objs, cost, tally)
-    path = objs.ctx.paths[0]
-    names = sorted(path.resources)  # indexed in name order: ties go to the lowest name
-    pres = np.array([names.index(r) for r in path.resources], np.int64)
-    engines, record, R = len(fetcher.copy_lanes), spans.enabled, len(names)
-    n_keys = int(S[K.R_SC, K.SC_KEYS])
-    demand_rows = int(sc.demand.max_layer_demand()[0]) + 1 if keys.size else 1
-    pool = n_keys + 2 * demand_rows + 8  # loading keys, streamed and held jobs
-    st = T.new_state(n_keys, pool, engines, R, demand_rows)
-    st["NF"][T.N_CAP, :R] = [network.capacity[r] for r in names]
-    X = np.zeros(T.X_SIZE, np.int64)
-    X[T.X_LAYERS], X[T.X_PINNED], X[T.X_RECORD] = layers, sc.config.cache.pin_demand_set, record
-    X[T.X_LANE], X[T.X_NUM_PASSES] = compute_lane, passes.num_passes
-    X[T.X_PREFETCHING] = objs.prefetch.lookahead > 0
-    X[T.X_DRAIN] = sc.runtime.copy_stream.value == "compute"
-    X[T.X_CHUNK] = sc.config.timing.chunk_bytes or 0
-    per_job = max(len(split(nbytes, sc.config.timing.chunk_bytes)) for nbytes in set(cache.nbytes))
-    TL, TP = np.zeros((6, layers)), np.zeros((passes.num_passes, 4))
-    engine_busy, engine_bytes = np.zeros(engines), np.zeros(engines, np.int64)
-    lanes = np.array(fetcher.copy_lanes, np.int64)
-    fcap = -1.0 if path.rate_cap is None else float(path.rate_cap)
-    plans = BulkPlans(objs) if objs.prefetch.lookahead > 0 else None
-    scores_per_pass = layers * objs.prefetch.lookahead * sc.trace.num_experts
-    most = max(1, _BLOCK_SCORES // max(1, scores_per_pass))  # passes a block's plans may score
-    times = _ExpertTimes(objs, cost, keys)
-    total, lo = passes.num_passes, 0
+    """Run every GPU's passes on the compiled core (:func:`compiled_unsupported` must be None),
+    filling each GPU's tally and cache counters, ``network`` and ``spans`` as the SimPy
+    processes would. Raises RuntimeError where the Python engine would: a stream left waiting
+    on nothing."""
+    core = _Core(gpus, network, spans)
+    blocks = [
+        _Blocks(g.objs, g.cost, k, o, len(gpus)) for g, k, o in zip(gpus, *core.demand, strict=True)
+    ]
+    for block in blocks:
+        block.next()
     while True:
-        hi = min(_block_end(offsets, layers, lo, total), lo + most)
-        if plans is None or lo == hi:
-            plan_offsets, plan_keys = np.zeros((hi - lo) * layers + 1, np.int64), _EMPTY
-        else:
-            plan_offsets, plan_keys = plans.block(lo, hi)
-        a = int(offsets[hi * layers] - offsets[lo * layers]) + plan_keys.size + pool  # jobs
-        b = hi - lo
-        out = _buffers(a, per_job, b, layers, n_keys, R, record)
-        base = int(offsets[lo * layers])
-        block_times = times.block(base, int(offsets[hi * layers]))
-        outcome = T.run_block(
-            S, pos, keys, offsets, block_times, base, lo, hi, plan_offsets, plan_keys, PF, PI,
-            X, lanes, pres, path.latency_s, fcap, st["IS"], st["FS"], st["hT"], st["hI"], st["JB"],
-            st["FL"], st["jfree"], st["KR"], st["free"], st["act"], st["NF"], st["NI"],
-            st["run_i"], st["run_t"], st["held"], TL, TP, engine_busy, engine_bytes,
-            out["spF"], out["spI"], out["civ"], out["siv"], out["tiv"], out["used_out"],
-            out["flight_out"], out["bw_out"],
-        )  # fmt: skip
-        IS = st["IS"]
+        outcome = core.run(blocks)
         if outcome == T.BLOCKED:
+            IS = core.state["IS"]
+            g = next(h for h in range(len(gpus)) if IS[h, T.I_STAGE] != T.ST_FINISHED)
             raise RuntimeError(
-                f"timing engine: {node.id}'s stream is blocked at pass {int(IS[T.I_DEC_PASS])}, "
-                f"layer {int(IS[T.I_DEC_LAYER])} with nothing left to happen"
+                f"timing engine: {gpus[g].node.id}'s stream is blocked at pass "
+                f"{int(IS[g, T.I_DEC_PASS])}, layer {int(IS[g, T.I_DEC_LAYER])} with nothing "
+                "left to happen"
             )
-        for intervals, name, counter in (
-            (tally.compute_iv, "civ", T.I_NCIV),
-            (tally.stall_iv, "siv", T.I_NSIV),
-            (tally.transfers.intervals, "tiv", T.I_NTIV),
-        ):
-            done = out[name][: IS[counter]]
-            intervals.starts.frombytes(np.ascontiguousarray(done[:, 0]).tobytes())
-            intervals.ends.frombytes(np.ascontiguousarray(done[:, 1]).tobytes())
-        if record:
-            _record(out, IS, spans, fetcher, names)
-        report_progress(progress, hi, total)
-        if hi == total:
+        report_progress(progress, int(core.state["IS"][:, T.I_PASS].sum()), core.total)
+        if outcome == T.OK:
             break
-        lo = hi
-    _fill_tally(tally, TL, TP, engine_busy, engine_bytes, st["FS"], passes.num_passes)
-    NF, NI = st["NF"], st["NI"]
-    for r, name in enumerate(names):
-        if NI[T.NI_THROUGH, r]:
-            network.bytes_through[name] = float(NF[T.N_THROUGH, r])
-        if NI[T.NI_BUSY, r]:
-            network.busy_s[name] = float(NF[T.N_BUSY, r])
-    if st["IS"][T.I_USED_PATH]:
-        fetcher.used_paths.add(0)
-    cache.stats = kernel_stats(S, layers)  # (its finish() adds nothing: it held no prefetch)
+        blocks[outcome - T.REFILL].next()
+    core.finish()
+
+
+class _Core:
+    """The core's arrays for a run's GPUs, the calls that run it, and what they fill."""
+
+    def __init__(self, gpus: list[GpuParts], network: FlowNetwork, spans: SpanRecorder) -> None:
+        self.gpus, self.network, self.spans = gpus, network, spans
+        G = len(gpus)
+        sc0 = gpus[0].objs.scenario
+        self.layers = layers = sc0.trace.num_layers
+        keys = [np.ascontiguousarray(g.objs.scenario.demand.keys, np.int64) for g in gpus]
+        offsets = [np.ascontiguousarray(g.objs.scenario.demand.offsets, np.int64) for g in gpus]
+        self.demand = keys, offsets
+        self.all_keys = keys[0] if G == 1 else np.concatenate(keys)
+        self.all_offsets = offsets[0] if G == 1 else np.concatenate(offsets)
+        states = [kernel_state(g.objs, k) for g, k in zip(gpus, keys, strict=True)]
+        self.S3 = np.stack([s for s, _ in states])
+        self.pos2 = np.zeros((G, max(1, max(p.size for _, p in states))), np.int64)
+        for g, (_, pos) in enumerate(states):
+            self.pos2[g, : pos.size] = pos
+        tables = [_pass_tables(g.objs, g.cost, g.tally) for g in gpus]
+        self.PF = np.concatenate([t[0] for t in tables])
+        self.PI = np.concatenate([t[1] for t in tables])
+        self.passes = passes = [g.objs.scenario.passes.num_passes for g in gpus]
+        self.total = sum(passes)
+        B = self.B = np.zeros((G, T.B_SIZE), np.int64)
+        B[:, T.B_KEY0] = np.cumsum([0] + [k.size for k in keys])[:-1]
+        B[:, T.B_OFF0] = np.cumsum([0] + [o.size for o in offsets])[:-1]
+        B[:, T.B_PASS0] = np.cumsum([0, *passes])[:-1]
+        B[:, T.B_NPASS] = passes
+        B[:, T.B_LANE] = [g.compute_lane for g in gpus]
+        self._paths()
+        engines = len(gpus[0].fetcher.copy_lanes)
+        self.n_keys = int(self.S3[0, K.R_SC, K.SC_KEYS])
+        demand_rows = 1 + max(
+            int(g.objs.scenario.demand.max_layer_demand()[0]) if k.size else 0
+            for g, k in zip(gpus, keys, strict=True)
+        )
+        self.pool = pool = G * (self.n_keys + 2 * demand_rows + 8)  # loading, streamed, held
+        st = self.state = T.new_state(G, self.n_keys, pool, engines, len(self.names), demand_rows)
+        B[:, T.B_QB] = pool + 4 * np.arange(G)
+        for g, gpu in enumerate(gpus):
+            source = gpu.objs.ctx.source
+            st["KR"][g, T.KR_HOME] = source < 0
+            st["KR"][g, T.KR_PATH] = np.where(source < 0, -1, self.path_base[g] + source)
+        st["NF"][T.N_CAP, : len(self.names)] = [network.capacity[r] for r in self.names]
+        X = self.X = np.zeros(T.X_SIZE, np.int64)
+        X[T.X_LAYERS], X[T.X_PINNED] = layers, sc0.config.cache.pin_demand_set
+        X[T.X_RECORD], X[T.X_GPUS] = spans.enabled, G
+        X[T.X_PREFETCHING] = gpus[0].objs.prefetch.lookahead > 0
+        X[T.X_DRAIN] = sc0.runtime.copy_stream.value == "compute"
+        chunk_bytes = sc0.config.timing.chunk_bytes
+        X[T.X_CHUNK] = chunk_bytes or 0
+        self.per_job = max(
+            len(split(n, chunk_bytes)) for g in gpus for n in set(g.objs.cache.nbytes)
+        )
+        self.TL3, self.TP = np.zeros((G, 6, layers)), np.zeros((int(self.PF.shape[0]), 4))
+        self.engine_busy = np.zeros((G, engines))
+        self.engine_bytes = np.zeros((G, engines), np.int64)
+        self.lanes2 = np.array([g.fetcher.copy_lanes for g in gpus], np.int64)
+
+    def _paths(self) -> None:
+        """The GPUs' transfer paths, numbered across the GPUs (``path_base``: each GPU's first),
+        over the resources indexed in name order (ties go to the lowest name)."""
+        gpus = self.gpus
+        paths = [path for g in gpus for path in g.objs.ctx.paths]
+        self.path_base = np.cumsum([0] + [len(g.objs.ctx.paths) for g in gpus])[:-1]
+        self.names = names = sorted({r for path in paths for r in path.resources})
+        self.PL = np.array([len(path.resources) for path in paths], np.int64)
+        self.PR = np.zeros((len(paths), int(self.PL.max())), np.int64)
+        for i, path in enumerate(paths):
+            self.PR[i, : self.PL[i]] = [names.index(r) for r in path.resources]
+        self.PLAT = np.array([path.latency_s for path in paths], np.float64)
+        self.PCAP = np.array([-1.0 if p.rate_cap is None else float(p.rate_cap) for p in paths])
+        self.used_paths = np.zeros(len(paths), np.int64)
+
+    def run(self, blocks: list[_Blocks]) -> int:
+        """One call of the core, with each GPU's block in hand; its outputs into the tallies
+        and the recorder. Its outcome."""
+        B, st, G = self.B, self.state, len(self.gpus)
+        for g, block in enumerate(blocks):
+            B[g, T.B_LO], B[g, T.B_HI], B[g, T.B_T0] = block.lo, block.hi, block.first_access
+        t_exp = np.concatenate([b.times for b in blocks])
+        plan_offsets = np.concatenate([b.plan_offsets for b in blocks])
+        plan_keys = np.concatenate([b.plan_keys for b in blocks])
+        B[:, T.B_TOFF] = np.cumsum([0] + [b.times.size for b in blocks])[:-1]
+        B[:, T.B_POFF] = np.cumsum([0] + [b.plan_offsets.size for b in blocks])[:-1]
+        B[:, T.B_PKOFF] = np.cumsum([0] + [b.plan_keys.size for b in blocks])[:-1]
+        out = _buffers(
+            t_exp.size + plan_keys.size + self.pool, self.per_job,
+            sum(b.hi - b.lo for b in blocks), self.layers, G * self.n_keys, len(self.names),
+            self.spans.enabled,
+        )  # fmt: skip
+        outcome = T.run_block(
+            self.S3, self.pos2, self.all_keys, self.all_offsets, t_exp, plan_offsets, plan_keys,
+            B, self.PF, self.PI, self.X, self.lanes2, self.PR, self.PL, self.PLAT, self.PCAP,
+            self.used_paths, st["IG"], st["FG"], st["IS"], st["FS"], st["hT"], st["hI"],
+            st["JB"], st["FL"], st["jfree"], st["KR"], st["free"], st["act"], st["NF"], st["NI"],
+            st["run_i"], st["run_t"], st["held"], self.TL3, self.TP, self.engine_busy,
+            self.engine_bytes, out["spF"], out["spI"], out["civ"], out["siv"], out["tiv"],
+            out["used_out"], out["flight_out"], out["bw_out"],
+        )  # fmt: skip
+        IG, gpus = st["IG"], self.gpus
+        for name, counter, intervals in (
+            ("civ", T.G_NCIV, [g.tally.compute_iv for g in gpus]),
+            ("siv", T.G_NSIV, [g.tally.stall_iv for g in gpus]),
+            ("tiv", T.G_NTIV, [g.tally.transfers.intervals for g in gpus]),
+        ):
+            for g, rows in _by_gpu(out[name][: IG[counter]], G):
+                intervals[g].starts.frombytes(np.ascontiguousarray(rows[:, 0]).tobytes())
+                intervals[g].ends.frombytes(np.ascontiguousarray(rows[:, 1]).tobytes())
+        if self.spans.enabled:
+            _record(out, IG, self.spans, [g.fetcher for g in gpus], self.names)
+        return int(outcome)
+
+    def finish(self) -> None:
+        """The tallies' sums, the paths used, the cache counters and the network's."""
+        for g, gpu in enumerate(self.gpus):
+            base, n = int(self.B[g, T.B_PASS0]), self.passes[g]
+            _fill_tally(gpu.tally, self.TL3[g], self.TP[base : base + n], self.engine_busy[g],
+                        self.engine_bytes[g], self.state["FS"][g], n)  # fmt: skip
+            first = int(self.path_base[g])
+            used = self.used_paths[first : first + len(gpu.objs.ctx.paths)]
+            gpu.fetcher.used_paths.update(np.flatnonzero(used).tolist())
+            # (its finish() adds nothing: it held no prefetch)
+            gpu.objs.cache.stats = kernel_stats(self.S3[g], self.layers)
+        NF, NI = self.state["NF"], self.state["NI"]
+        for r, name in enumerate(self.names):
+            if NI[T.NI_THROUGH, r]:
+                self.network.bytes_through[name] = float(NF[T.N_THROUGH, r])
+            if NI[T.NI_BUSY, r]:
+                self.network.busy_s[name] = float(NF[T.N_BUSY, r])
+
+
+class _Blocks:
+    """One GPU's passes a block at a time: the block's passes ``lo .. hi - 1``, its accesses'
+    expert times, its prefetch plans."""
+
+    def __init__(
+        self, objs: RunObjects, cost: CostModel, keys: np.ndarray, offsets: np.ndarray, gpus: int
+    ) -> None:
+        sc = objs.scenario
+        self.offsets, self.layers = offsets, sc.trace.num_layers
+        self.total = sc.passes.num_passes
+        self.plans = BulkPlans(objs) if objs.prefetch.lookahead > 0 else None
+        scores_per_pass = self.layers * objs.prefetch.lookahead * sc.trace.num_experts
+        self.most = max(1, _BLOCK_SCORES // max(1, scores_per_pass))  # passes whose plans ...
+        self.accesses = max(1024, _BLOCK_ACCESSES // gpus)  # ... and accesses a block takes
+        self.expert_times = _ExpertTimes(objs, cost, keys)
+        self.lo = self.hi = 0
+        self.first_access = 0
+        self.times, self.plan_offsets, self.plan_keys = _EMPTY_F, _EMPTY, _EMPTY
+
+    def next(self) -> None:
+        """Move on to the next block (the first, at the start)."""
+        lo, layers, offsets = self.hi, self.layers, self.offsets
+        target = offsets[lo * layers] + self.accesses
+        hi = int(np.searchsorted(offsets[::layers][: self.total + 1], target, side="right"))
+        hi = min(self.total, max(lo + 1, hi - 1), lo + self.most)
+        if self.plans is None or lo == hi:
+            self.plan_offsets, self.plan_keys = np.zeros((hi - lo) * layers + 1, np.int64), _EMPTY
+        else:
+            self.plan_offsets, self.plan_keys = self.plans.block(lo, hi)
+        self.first_access = int(offsets[lo * layers])
+        self.times = self.expert_times.block(self.first_access, int(offsets[hi * layers]))
+        self.lo, self.hi = lo, hi
+
+
+def _by_gpu(rows: np.ndarray, gpus: int) -> list[tuple[int, np.ndarray]]:
+    """Rows whose last column is a GPU's number, for each GPU that has some, in order."""
+    if gpus == 1:
+        return [(0, rows)] if rows.size else []
+    gpu = rows[:, -1]
+    return [(g, rows[gpu == g]) for g in range(gpus) if np.any(gpu == g)]
 
 
 def _buffers(
     jobs: int, per_job: int, passes: int, layers: int, keys: int, resources: int, record: bool
 ) -> dict[str, np.ndarray]:
-    """A block's outputs, each as long as the block can fill: ``jobs`` bounds its accesses and
+    """A call's outputs, each as long as the call can fill: ``jobs`` bounds its accesses and
     the transfers that end in it (those it starts and those in flight when it began), each in
     at most ``per_job`` chunks."""
     computes, chunks = jobs + passes * (layers + 2) + 8, jobs * per_job + 8
     spans = computes + jobs + chunks if record else 0
     return {
         "spF": np.zeros((spans, 2)), "spI": np.zeros((spans, 8), np.int64),
-        "civ": np.zeros((computes, 2)), "siv": np.zeros((jobs + 8, 2)),
-        "tiv": np.zeros((chunks, 2)),
-        "used_out": np.zeros((3 * jobs + keys + 8 if record else 0, 2)),
-        "flight_out": np.zeros((2 * chunks if record else 0, 2)),
+        "civ": np.zeros((computes, 3)), "siv": np.zeros((jobs + 8, 3)),
+        "tiv": np.zeros((chunks, 3)),
+        "used_out": np.zeros((3 * jobs + keys + 8 if record else 0, 3)),
+        "flight_out": np.zeros((2 * chunks if record else 0, 3)),
         "bw_out": np.zeros((resources * 3 * chunks if record else 0, 3)),
     }  # fmt: skip
-
-
-def _block_end(offsets: np.ndarray, layers: int, lo: int, total: int) -> int:
-    """The pass after the block that starts at ``lo`` (about ``_BLOCK_ACCESSES`` accesses)."""
-    target = offsets[lo * layers] + _BLOCK_ACCESSES
-    hi = int(np.searchsorted(offsets[::layers][: total + 1], target, side="right"))
-    return min(total, max(lo + 1, hi - 1))
 
 
 def _pass_tables(
@@ -200,7 +321,7 @@ def _pass_tables(
     passes = sc.passes
     n = passes.num_passes
     PF = np.full((n, 4), -1.0)
-    PI = np.zeros((n, 3), np.int64)
+    PI = np.zeros((n, 2), np.int64)
     PF[:, T.PF_WAIT] = -np.inf
     arrival, arrivals = tally.arrival, objs.arrivals
     for p in range(n):
@@ -215,7 +336,7 @@ def _pass_tables(
             PF[p, T.PF_DENSE] = t_dense
         if t_head is not None:
             PF[p, T.PF_HEAD] = t_head
-        PI[p] = int(passes.phase[p]), int(passes.request[p]), p
+        PI[p] = int(passes.phase[p]), int(passes.request[p])
     return PF, PI
 
 
@@ -243,28 +364,27 @@ class _ExpertTimes:
 
 def _record(
     out: dict[str, np.ndarray],
-    IS: np.ndarray,
+    IG: np.ndarray,
     spans: SpanRecorder,
-    fetcher: Fetcher,
+    fetchers: list[Fetcher],
     names: list[str],
 ) -> None:
-    """A block's spans and counter samples into the recorder."""
-    n = int(IS[T.I_NSPANS])
+    """A call's spans and counter samples into the recorder."""
+    n = int(IG[T.G_NSPANS])
     rows = np.empty(n, SPAN_DTYPE)
     rows["start"], rows["end"] = out["spF"][:n, 0], out["spF"][:n, 1]
     for c, field in enumerate(("lane", "kind", "pass_", "layer", "expert", "bytes", "request",
                                "klass")):  # fmt: skip
         rows[field] = out["spI"][:n, c]
     spans.extend(rows)
-    for counter, name, series_name in (
-        (T.I_NUSED, "used_out", fetcher.counter_used),
-        (T.I_NFLIGHT, "flight_out", fetcher.counter_flight),
+    for counter, name, series_of in (
+        (T.G_NUSED, "used_out", lambda f: f.counter_used),
+        (T.G_NFLIGHT, "flight_out", lambda f: f.counter_flight),
     ):
-        m = int(IS[counter])
-        if m:
-            spans.series(series_name).extend(_counter_rows(out[name][:m, 0], out[name][:m, 1]))
-    m = int(IS[T.I_NBW])
-    bw = out["bw_out"][:m]
+        for g, samples in _by_gpu(out[name][: int(IG[counter])], len(fetchers)):
+            series = spans.series(series_of(fetchers[g]))
+            series.extend(_counter_rows(samples[:, 0], samples[:, 1]))
+    bw = out["bw_out"][: int(IG[T.G_NBW])]
     for r, resource in enumerate(names):
         mine = bw[bw[:, 0] == r]
         if mine.size:

@@ -20,7 +20,7 @@ from specmd_sim.config import SimConfig
 from specmd_sim.engine.common import Progress, finish_result, report_progress
 from specmd_sim.engine.dram import DramLevel, dram_metrics
 from specmd_sim.engine.replay import belady_gap, dram_sequence
-from specmd_sim.engine.sim.compiled import compiled_unsupported, run_compiled
+from specmd_sim.engine.sim.compiled import GpuParts, compiled_unsupported, run_compiled
 from specmd_sim.engine.sim.cpu import HostCpu
 from specmd_sim.engine.sim.events import Environment
 from specmd_sim.engine.sim.fetch import Fetcher, WriteBacks
@@ -77,9 +77,8 @@ def simulate(
         for g, objs in enumerate(runs)
     ]
     if uncovered is None:
-        gpu = gpus[0]
-        run_compiled(gpu.objs, gpu.node, gpu.cost, gpu.tally, gpu.fetcher, gpu.stream.lane,
-                     network, spans, progress)  # fmt: skip
+        parts = [GpuParts(g.objs, g.node, g.cost, g.tally, g.fetcher, g.stream.lane) for g in gpus]
+        run_compiled(parts, network, spans, progress)
     else:
         _run_processes(env, gpus)
     for gpu in gpus:

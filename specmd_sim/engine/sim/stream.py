@@ -135,7 +135,8 @@ class GpuStream:
         for r in members:
             if r in arrival:
                 continue
-            arrival[r] = env.now if arrivals is None else float(arrivals[len(arrival)])
+            # (float: SimPy's clock is the int 0 until time first moves)
+            arrival[r] = float(env.now) if arrivals is None else float(arrivals[len(arrival)])
             latest = max(latest, arrival[r])
         if latest > env.now:
             yield env.timeout(latest - env.now)
