@@ -3,8 +3,9 @@ processes give, byte for byte: every metric and table, the spans and the counter
 covered eviction policy in both pin modes with and without prefetching, the prefetchers and
 predictors it covers, late hits, cancelled prefetches and a stream that waits for space, with
 and without spans, batches with Poisson arrivals, dense layers, experts at two precisions,
-copies in chunks and on the compute stream, a copy method slower than the link, three copy
-engines, and blocks of one pass. Runs it does not cover say why and run on SimPy.
+copies in chunks and on the compute stream, memory parity's write-backs, experts on an NVMe
+drive, a copy method slower than the link, three copy engines, blocks of one pass, and several
+GPUs. Runs it does not cover say why and run on SimPy.
 
 Without numba the core runs interpreted (the same source, slower): these tests compare it
 there too."""
@@ -172,6 +173,14 @@ CASES = {
     "copies on the compute stream": {"runtime": "hf-eager"},
     "... one expert at a time": {"runtime": "fiddler", "cache": {"capacity": 150,
                                                                  "pin_demand_set": False}},
+    "memory parity": {"runtime": "mixtral-offloading", "cache": {"capacity": 60}},
+    "... chunked, prefetched": {"runtime": "mixtral-offloading", "cache": {"capacity": 60},
+                                "timing": {"chunk_bytes": 3_000_000},
+                                "prefetch": {"kind": "top-k", "lookahead": 2}},
+    "experts on NVMe": {"memory": {"dram_capacity": "40%"}},
+    "... all of them, chunked, prefetched": {"memory": {"dram_capacity": 1},
+                                             "timing": {"chunk_bytes": 3_000_000},
+                                             "prefetch": {"kind": "top-k", "lookahead": 2}},
 }  # fmt: skip
 
 
@@ -182,6 +191,11 @@ def test_workloads_and_machines_give_the_same_run(traces: dict[str, str], case: 
     spans = reference.spans
     if "runtime" in CASES[case]:  # the stream waited for the copies to drain
         assert ((spans["kind"] == KIND["stall"]) & (spans["expert"] == -1)).any()
+    if CASES[case].get("runtime") == "mixtral-offloading":  # evicted experts copied back
+        assert (spans["kind"] == KIND["write_back"]).any()
+    if "memory" in CASES[case]:  # reads from the drive, at its queue depth's bandwidth
+        nvme = reference.per_resource["resource"].index("nvme:nvme0")
+        assert reference.per_resource["bytes"][nvme] > 0
     if "chunk_bytes" in CASES[case].get("timing", {}):  # copies moved in several chunks
         fetches = spans[spans["kind"] == KIND["prefetch"]]
         assert fetches.size and (fetches["bytes"] < fetches["bytes"].max()).any()
@@ -267,9 +281,11 @@ def test_runs_it_does_not_cover_say_why(traces: dict[str, str]) -> None:
     assert why(runtime="roofline") is None
     assert why(timing={"ideal": True}) == "timing.ideal"
     assert why(timing={"chunk_bytes": 1 << 20}) is None
-    assert why(runtime="mixtral-offloading") == "memory parity"
+    assert why(runtime="mixtral-offloading") is None  # (memory parity)
     assert why(eviction="random") == "eviction 'random'"
     assert why(miss={"kind": "drop"}) == "miss 'drop'"
+    assert why(memory={"dram_capacity": "50%"}) is None  # (experts on the NVMe drive)
+    assert why(memory={"dram_cache": {}}) == "a DRAM cache (memory.dram_cache)"
     with mock.patch.object(C.jit, "available", return_value=False):
         config = build_config({"trace": traces["olmoe"], "prefetch": "none"})
         scenario = build_scenario(config)

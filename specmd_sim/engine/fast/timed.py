@@ -14,8 +14,12 @@ they record. It keeps SimPy's event order — by time, then priority (*urgent* b
 engine schedules one, with the same float operations, so its results are the Python engine's
 bit for bit (``tests/engine/test_sim_compiled.py``).
 
-Which runs it covers (experts in host DRAM or a peer's HBM, the compiled replay's policies, no
-memory parity, ...) is :func:`specmd_sim.engine.sim.compiled.compiled_unsupported`'s to say;
+With memory parity each eviction queues a write-back (a ring per GPU, ``WB``) for the GPU's
+device-to-host copy engines; a write-back takes a job row only while one of its chunks moves.
+An NVMe drive's capacity is its bandwidth at the reads outstanding on it (``DTAB``).
+
+Which runs it covers (experts in host DRAM, on a drive or in a peer's HBM, the compiled
+replay's policies, ...) is :func:`specmd_sim.engine.sim.compiled.compiled_unsupported`'s to say;
 the Python engine stays the specification and the path for everything else.
 
 Events are ``(time, priority, id, kind, argument)`` in a binary heap; ``kind`` names the
@@ -45,6 +49,8 @@ loading plus a layer's streamed ones, so the pool is bounded by the keys.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from specmd_sim.engine.fast import kernel as K
@@ -63,6 +69,7 @@ OK, BLOCKED, REFILL = 0, 1, 2
 
 # span kinds (specmd_sim.timeline.KINDS)
 SK_ATTENTION, SK_EXPERT, SK_LM_HEAD, SK_STALL, SK_DEMAND_FETCH, SK_PREFETCH = range(6)
+SK_WRITE_BACK = 7
 LATE = 1  # AccessClass.LATE_HIT
 LOADING = 1  # State.LOADING
 
@@ -76,8 +83,9 @@ FG_SIZE = FG_DELAY + 1
 # each GPU's int scalars (IS rows): its stream, copy engines and transfers
 (I_STAGE, I_PASS, I_LAYER, I_IDX, I_NRUN, I_ONE, I_RETRY, I_NREADY, I_NWAIT, I_IN_FLIGHT,
  I_BUSY_ACTIVE, I_NFREE, I_ACTIVE_JOBS, I_PHASE, I_NHELD, I_DEC_PASS, I_DEC_LAYER, I_STAMP,
- I_SPACE, I_IDLE, I_AFTER) = range(21)  # fmt: skip
-I_SIZE = I_AFTER + 1
+ I_SPACE, I_IDLE, I_AFTER, I_NFREE2, I_ACTIVE2, I_IDLE2, I_WB_HEAD,
+ I_WB_COUNT) = range(26)  # fmt: skip
+I_SIZE = I_WB_COUNT + 1  # (..2: the device-to-host copy engines of memory parity's write-backs)
 # each GPU's float scalars (FS rows)
 F_CSUM, F_SSUM, F_BEFORE_C, F_BEFORE_S, F_T0, F_BUSY_SINCE, F_TSUM = range(7)
 F_SIZE = F_TSUM + 1
@@ -88,25 +96,28 @@ X_SIZE = X_GPUS + 1
 # pass's number, its passes; the block's passes, where its expert times start (the access and
 # the index in the times) and its plans (offsets, keys); its compute lane and its queues' rows
 (B_KEY0, B_OFF0, B_PASS0, B_NPASS, B_LO, B_HI, B_T0, B_TOFF, B_POFF, B_PKOFF, B_LANE,
- B_QB) = range(12)  # fmt: skip
-B_SIZE = B_QB + 1
+ B_QB, B_WB_PATH) = range(13)  # fmt: skip
+B_SIZE = B_WB_PATH + 1  # (B_WB_PATH: the path of its write-backs, -1: no memory parity)
 # per pass, rows from each GPU's B_PASS0 (PF floats, PI ints)
 PF_ATTN, PF_DENSE, PF_HEAD, PF_WAIT = range(4)  # PF_DENSE, PF_HEAD < 0: none
 PI_PHASE, PI_REQUEST = range(2)
 # per job (JB rows; after the pool, each GPU's two queues' heads and tails)
 (J_KEY, J_BYPASS, J_PASS, J_LAYER, J_DONE, J_WAITER, J_SLOT, J_NBYTES, J_DEMAND, J_STARTED,
- J_QUEUE, J_HELD, J_RETIRED, J_LEFT, J_CHUNK, J_GPU, J_PATH, J_PREV, J_NEXT,
- J_ORDER) = range(20)  # fmt: skip
-J_COLUMNS = 20
+ J_QUEUE, J_HELD, J_RETIRED, J_LEFT, J_CHUNK, J_GPU, J_PATH, J_DEPTH, J_BACK, J_PREV, J_NEXT,
+ J_ORDER) = range(22)  # fmt: skip
+J_COLUMNS = 22  # (J_DEPTH: the reads its chunk keeps outstanding on a drive; J_BACK: a write-back)
+# a queued write-back (WB rows, a ring per GPU): its key, pass, layer and bytes not yet copied
+WB_KEY, WB_PASS, WB_LAYER, WB_LEFT = range(4)
 FL_NBYTES, FL_REMAINING, FL_RATE, FL_START = range(4)  # per job's flow (FL)
 # per GPU and key (KR rows): its job (-1: none), LOADING for a prefetch, the Decide that
 # demanded it, in the GPU's own shard, the path it is fetched by (the run's path number)
 KR_JOB, KR_LOADPF, KR_DEMANDED, KR_HOME, KR_PATH = range(5)
 KR_ROWS = 5
 # the network's per-resource rows (NF floats, NI ints; the flows' private rate caps after the
-# resources, one column per active flow)
+# resources, one column per active flow); NI_DYN: an NVMe drive, whose capacity depends on the
+# reads outstanding on it (NI_DEPTH)
 N_CAP, N_THROUGH, N_BUSY, N_CARRIED, N_LAST, N_RESIDUAL = range(6)
-NI_THROUGH, NI_BUSY, NI_HAS, NI_LAST_HAS, NI_USERS, NI_FROZEN, NI_MARK = range(7)
+NI_THROUGH, NI_BUSY, NI_HAS, NI_LAST_HAS, NI_USERS, NI_FROZEN, NI_MARK, NI_DYN, NI_DEPTH = range(9)
 # per GPU and layer sums (TL rows)
 TL_STALL, TL_COMPUTE, TL_PHASE_COMPUTE, TL_PHASE_STALL = 0, 1, 2, 4  # the phase rows: + phase
 # per pass times (TP columns)
@@ -116,12 +127,14 @@ _EPS = 1e-12  # flows.py's: a flow within this fraction of its size is done
 
 
 def new_state(
-    gpus: int, keys: int, jobs: int, engines: int, resources: int, run_rows: int
+    gpus: int, keys: int, jobs: int, engines: int, resources: int, run_rows: int, backs: int
 ) -> dict[str, np.ndarray]:
     """The arrays that live from block to block: scalars, the event heap, the job pool and each
-    GPU's queues, each GPU's keys' rows, the network's rows and each stream's lists."""
+    GPU's queues, each GPU's keys' rows, the network's rows and each stream's lists; ``backs``:
+    each GPU's device-to-host copy engines (memory parity's write-backs), whose queue is a ring
+    (``WB``, grown between calls by :func:`grow_write_backs`)."""
     IS = np.zeros((gpus, I_SIZE), np.int64)
-    IS[:, I_NFREE], IS[:, I_STAGE] = engines, ST_PASS
+    IS[:, I_NFREE], IS[:, I_STAGE], IS[:, I_NFREE2] = engines, ST_PASS, backs
     IS[:, I_DEC_PASS] = IS[:, I_DEC_LAYER] = -1
     IG = np.zeros(G_SIZE, np.int64)
     IG[G_JFREE], IG[G_RESUME] = jobs, -1
@@ -130,17 +143,34 @@ def new_state(
         JB[jobs + 2 * q, J_NEXT], JB[jobs + 2 * q + 1, J_PREV] = jobs + 2 * q + 1, jobs + 2 * q
     KR = np.zeros((gpus, KR_ROWS, keys), np.int64)
     KR[:, KR_JOB], KR[:, KR_DEMANDED] = -1, -1
-    width = resources + gpus * engines + 1
+    width = resources + gpus * (engines + backs) + 1  # (a flow per slot at most)
     return {
         "IG": IG, "FG": np.zeros(FG_SIZE), "IS": IS, "FS": np.zeros((gpus, F_SIZE)),
         "hT": np.zeros(1 << 14), "hI": np.zeros((1 << 14, 4), np.int64), "JB": JB,
         "FL": np.zeros((jobs, 4)), "jfree": np.arange(jobs - 1, -1, -1, dtype=np.int64),
         "KR": KR, "free": np.tile(np.arange(engines, dtype=np.int64), (gpus, 1)),
-        "act": np.zeros(gpus * engines + 1, np.int64),
-        "NF": np.zeros((6, width)), "NI": np.zeros((7, width), np.int64),
+        "act": np.zeros(gpus * (engines + backs) + 1, np.int64),
+        "NF": np.zeros((6, width)), "NI": np.zeros((9, width), np.int64),
         "run_i": np.zeros((gpus, run_rows, 4), np.int64), "run_t": np.zeros((gpus, run_rows)),
         "held": np.zeros((gpus, run_rows), np.int64),
+        "free_back": np.tile(np.arange(backs, dtype=np.int64), (gpus, 1)),
+        "WB": np.zeros((gpus, 64, 4), np.int64),
     }  # fmt: skip
+
+
+def grow_write_backs(st: dict[str, np.ndarray], room: int) -> None:
+    """Make each GPU's ring of queued write-backs hold ``room`` more than it holds (each
+    queue's entries moved to its start, in order)."""
+    WB, IS = st["WB"], st["IS"]
+    need = int(IS[:, I_WB_COUNT].max()) + room
+    if need <= WB.shape[1]:
+        return
+    grown = np.zeros((WB.shape[0], max(need, 2 * WB.shape[1]), 4), np.int64)
+    for g in range(WB.shape[0]):
+        order = (IS[g, I_WB_HEAD] + np.arange(IS[g, I_WB_COUNT])) % WB.shape[1]
+        grown[g, : order.size] = WB[g, order]
+    IS[:, I_WB_HEAD] = 0
+    st["WB"] = grown
 
 
 # --- the event heap: (time, priority, id) smallest on top -----------------------------------
@@ -272,10 +302,11 @@ def _on_remove(S: np.ndarray, key: int) -> None:
 
 @compiled
 def _reserve(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, key: int, prefetch: bool, p: int,
-             now: float, record: bool, used_out: np.ndarray, IG: np.ndarray,
-             g: int) -> bool:  # fmt: skip
+             now: float, record: bool, used_out: np.ndarray, IG: np.ndarray, IS: np.ndarray,
+             WB: np.ndarray, g: int) -> bool:  # fmt: skip
     """ExpertCache.reserve: evict until it fits, then LOADING (False: not admitted, or nothing
-    is evictable). Occupancy samples as the fetcher's hook takes them."""
+    is evictable). Occupancy samples as the fetcher's hook takes them; with memory parity each
+    eviction queues its write-back (``WriteBacks.submit``; :func:`_dispatch_back` starts it)."""
     sc = S[K.R_SC]
     policy = sc[K.SC_POLICY]
     need = S[K.K_NBYTES, key]
@@ -295,6 +326,14 @@ def _reserve(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, key: int, prefetch:
             _sample(used_out, IG, G_NUSED, now, sc[K.SC_USED], g)
         S[K.K_EVICTED, victim] = p
         S[K.R_STATS, K.ST_EVICTIONS] += 1
+        if sc[K.SC_WRITE_BACK]:
+            nbytes = S[K.K_NBYTES, victim]
+            S[K.R_STATS, K.ST_BYTES_WRITTEN_BACK] += nbytes
+            IS[I_ACTIVE2] += 1
+            w = (IS[I_WB_HEAD] + IS[I_WB_COUNT]) % WB.shape[0]
+            WB[w, WB_KEY], WB[w, WB_PASS] = victim, sc[K.SC_PASS]
+            WB[w, WB_LAYER], WB[w, WB_LEFT] = victim // sc[K.SC_NUM_EXPERTS], nbytes
+            IS[I_WB_COUNT] += 1
         if S[K.K_UNUSED, victim]:
             S[K.K_UNUSED, victim] = 0
             S[K.R_STATS, K.ST_PF_WASTED] += 1
@@ -365,15 +404,35 @@ def _retire(JB: np.ndarray, jfree: np.ndarray, IS: np.ndarray, IG: np.ndarray, h
 
 
 @compiled
-def _new_job(JB: np.ndarray, jfree: np.ndarray, IG: np.ndarray, KR: np.ndarray, key: int,
-             nbytes: int, demand: bool, bypass: bool, p: int, layer: int,
-             g: int) -> int:  # fmt: skip
+def _start(IG: np.ndarray, hT: np.ndarray, hI: np.ndarray, IS: np.ndarray, free: np.ndarray,
+           count: int, job: int, now: float) -> None:  # fmt: skip
+    """``soon(_run)``: the job's chunk starts on the lowest free slot (``free``, ``IS[count]``
+    of them)."""
+    slot = free[0]
+    n = IS[count] - 1
+    for i in range(n):
+        free[i] = free[i + 1]
+    IS[count] = n
+    schedule(IG, hT, hI, now, URGENT, EV_COPY, (job << _SLOT_BITS) | slot)
+
+
+@compiled
+def _take_job(JB: np.ndarray, jfree: np.ndarray, IG: np.ndarray) -> int:
+    """A row from the pool, its columns before the queue links cleared."""
     if IG[G_JFREE] == 0:
         raise RuntimeError("timing engine: more jobs in flight than the pool holds")
     IG[G_JFREE] -= 1
     job = jfree[IG[G_JFREE]]
     for c in range(J_PREV):
         JB[job, c] = 0
+    return job
+
+
+@compiled
+def _new_job(JB: np.ndarray, jfree: np.ndarray, IG: np.ndarray, KR: np.ndarray, key: int,
+             nbytes: int, demand: bool, bypass: bool, p: int, layer: int,
+             g: int) -> int:  # fmt: skip
+    job = _take_job(JB, jfree, IG)
     JB[job, J_KEY], JB[job, J_BYPASS], JB[job, J_PASS], JB[job, J_LAYER] = key, bypass, p, layer
     JB[job, J_NBYTES], JB[job, J_DEMAND], JB[job, J_QUEUE] = nbytes, demand, -1
     JB[job, J_LEFT] = nbytes  # bytes of chunks not yet started
@@ -429,12 +488,7 @@ def _dispatch(S: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray, 
         if not JB[job, J_STARTED] and not JB[job, J_DEMAND] and _obsolete(S, KR, JB, IS, job):
             _cancel(S, KR, JB, jfree, IS, IG, hT, hI, job, now, record, used_out, g)
             continue
-        slot = free[0]
-        n = IS[I_NFREE] - 1
-        for i in range(n):
-            free[i] = free[i + 1]
-        IS[I_NFREE] = n
-        schedule(IG, hT, hI, now, URGENT, EV_COPY, (job << _SLOT_BITS) | slot)
+        _start(IG, hT, hI, IS, free, I_NFREE, job, now)
 
 
 @compiled
@@ -465,6 +519,24 @@ def _make_room(S: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray,
     return False
 
 
+@compiled
+def _dispatch_back(JB: np.ndarray, jfree: np.ndarray, IS: np.ndarray, IG: np.ndarray,
+                   hT: np.ndarray, hI: np.ndarray, free_back: np.ndarray, WB: np.ndarray,
+                   path: int, now: float, g: int) -> None:  # fmt: skip
+    """The write-backs' CopyEngines._dispatch: queued write-backs (FIFO, never cancelled) to
+    free device-to-host slots, the lowest first; a job row each while its chunk moves."""
+    while IS[I_NFREE2] > 0 and IS[I_WB_COUNT] > 0:
+        w = IS[I_WB_HEAD]
+        IS[I_WB_HEAD] = (w + 1) % WB.shape[0]
+        IS[I_WB_COUNT] -= 1
+        job = _take_job(JB, jfree, IG)
+        JB[job, J_KEY], JB[job, J_PASS] = WB[w, WB_KEY], WB[w, WB_PASS]
+        JB[job, J_LAYER] = WB[w, WB_LAYER]
+        JB[job, J_LEFT], JB[job, J_DEMAND], JB[job, J_QUEUE] = WB[w, WB_LEFT], 1, -1
+        JB[job, J_GPU], JB[job, J_PATH], JB[job, J_BACK] = g, path, 1
+        _start(IG, hT, hI, IS, free_back, I_NFREE2, job, now)
+
+
 # --- the flow network ---------------------------------------------------------------------------
 
 
@@ -488,14 +560,22 @@ def _private_less(a: int, b: int) -> bool:
 @compiled
 def _rates(  # noqa: C901
     IG: np.ndarray, act: np.ndarray, FL: np.ndarray, JB: np.ndarray, PR: np.ndarray,
-    PL: np.ndarray, PCAP: np.ndarray, NF: np.ndarray, NI: np.ndarray, R: int,
+    PL: np.ndarray, PCAP: np.ndarray, NF: np.ndarray, NI: np.ndarray, R: int, DTAB: np.ndarray,
 ) -> None:  # fmt: skip
     """FlowNetwork._rates: every active flow's rate, by progressive filling over the resources
     of its path (``PR[path, :PL[path]]``) and, where the path's ``PCAP`` is >= 0, a private
-    resource of that capacity."""
+    resource of that capacity; a drive's capacity is ``DTAB`` at the reads outstanding on it
+    (``NVMeNode.read_bandwidth``, capped at the table's last depth)."""
     nact = IG[G_NACT]
     cap, residual, users, frozen = NF[N_CAP], NF[N_RESIDUAL], NI[NI_USERS], NI[NI_FROZEN]
-    if nact == 1:  # the rate of a flow alone: its narrowest resource's
+    dyn, depth = NI[NI_DYN], NI[NI_DEPTH]
+    alone = nact == 1
+    if alone:
+        path = JB[act[0], J_PATH]
+        for j in range(PL[path]):
+            if dyn[PR[path, j]]:
+                alone = False  # (_rate_alone: None, filled)
+    if alone:  # the rate of a flow alone: its narrowest resource's
         path = JB[act[0], J_PATH]
         rate = cap[PR[path, 0]]
         for i in range(1, PL[path]):
@@ -507,16 +587,25 @@ def _rates(  # noqa: C901
         return
     for r in range(R + nact):
         users[r] = 0
+        depth[r] = 0
+    drives = False
     for i in range(nact):
         path = JB[act[i], J_PATH]
         for j in range(PL[path]):
             r = PR[path, j]
             users[r] += 1
             residual[r] = cap[r]
+            if dyn[r]:
+                depth[r] += JB[act[i], J_DEPTH]
+                drives = True
         if PCAP[path] >= 0:
             users[R + i] = 1
             residual[R + i] = PCAP[path]
         frozen[i] = 0
+    if drives:
+        for r in range(R):
+            if dyn[r] and users[r] > 0:
+                residual[r] = DTAB[min(max(depth[r], 1), DTAB.size - 1)]
     left = nact
     while left > 0:
         best, share = -1, 0.0
@@ -617,13 +706,13 @@ def _advance(IG: np.ndarray, FG: np.ndarray, act: np.ndarray, FL: np.ndarray, JB
 @compiled
 def _reschedule(IG: np.ndarray, FG: np.ndarray, hT: np.ndarray, hI: np.ndarray, act: np.ndarray,
                 FL: np.ndarray, JB: np.ndarray, PR: np.ndarray, PL: np.ndarray, PCAP: np.ndarray,
-                NF: np.ndarray, NI: np.ndarray, R: int) -> None:  # fmt: skip
+                NF: np.ndarray, NI: np.ndarray, R: int, DTAB: np.ndarray) -> None:  # fmt: skip
     """FlowNetwork._reschedule: new rates, and a wake-up armed for the first flow to end."""
     IG[G_GEN] += 1
     nact = IG[G_NACT]
     if nact == 0:
         return
-    _rates(IG, act, FL, JB, PR, PL, PCAP, NF, NI, R)
+    _rates(IG, act, FL, JB, PR, PL, PCAP, NF, NI, R, DTAB)
     first = act[0]
     first_t = FL[first, FL_REMAINING] / FL[first, FL_RATE]
     for i in range(nact):
@@ -640,7 +729,7 @@ def _reschedule(IG: np.ndarray, FG: np.ndarray, hT: np.ndarray, hI: np.ndarray, 
 def _begin(IG: np.ndarray, FG: np.ndarray, hT: np.ndarray, hI: np.ndarray, job: int,
            JB: np.ndarray, FL: np.ndarray, act: np.ndarray, PR: np.ndarray, PL: np.ndarray,
            PCAP: np.ndarray, NF: np.ndarray, NI: np.ndarray, R: int, bw_out: np.ndarray,
-           record: bool) -> None:  # fmt: skip
+           record: bool, DTAB: np.ndarray) -> None:  # fmt: skip
     """FlowNetwork._begin: a flow of the job's bytes starts moving."""
     _advance(IG, FG, act, FL, JB, PR, PL, NF, NI, R, bw_out, record)
     IG[G_COUNT] += 1
@@ -649,7 +738,7 @@ def _begin(IG: np.ndarray, FG: np.ndarray, hT: np.ndarray, hI: np.ndarray, job: 
     JB[job, J_ORDER] = IG[G_COUNT]
     act[IG[G_NACT]] = job
     IG[G_NACT] += 1
-    _reschedule(IG, FG, hT, hI, act, FL, JB, PR, PL, PCAP, NF, NI, R)
+    _reschedule(IG, FG, hT, hI, act, FL, JB, PR, PL, PCAP, NF, NI, R, DTAB)
 
 
 # --- the layer step ---------------------------------------------------------------------------
@@ -659,7 +748,8 @@ def _begin(IG: np.ndarray, FG: np.ndarray, hT: np.ndarray, hI: np.ndarray, job: 
 def _resolve(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray,
              IS: np.ndarray, IG: np.ndarray, hT: np.ndarray, hI: np.ndarray, free: np.ndarray,
              qb: int, key: int, klass: int, p: int, layer: int, now: float, record: bool,
-             used_out: np.ndarray, retry: bool, g: int) -> int:  # fmt: skip
+             used_out: np.ndarray, retry: bool, free_back: np.ndarray, WB: np.ndarray,
+             back: int, g: int) -> int:  # fmt: skip
     """LayerStep._fetch of a demanded, non-resident key: its job; -1 where it is resident after
     all (a late hit whose transfer ended meanwhile); -3 where nothing is evictable and no queued
     prefetch can be cancelled: the stream waits for space, then retries the reservation
@@ -684,7 +774,12 @@ def _resolve(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfr
         job = _new_job(JB, jfree, IG, KR, key, need, True, True, p, layer, g)
         _submit(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, job, now, record, used_out, g)
         return job
-    while not _reserve(S, pos, KR, key, False, p, now, record, used_out, IG, g):
+    while True:
+        reserved = _reserve(S, pos, KR, key, False, p, now, record, used_out, IG, IS, WB, g)
+        if back >= 0:  # the write-backs of its evictions start
+            _dispatch_back(JB, jfree, IS, IG, hT, hI, free_back, WB, back, now, g)
+        if reserved:
+            break
         if not _make_room(S, KR, JB, jfree, IS, IG, hT, hI, qb, now, record, used_out, g):
             return -3
     job = _new_job(JB, jfree, IG, KR, key, need, True, False, p, layer, g)
@@ -697,7 +792,8 @@ def _resolve(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfr
 def _plan(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray,
           IS: np.ndarray, IG: np.ndarray, hT: np.ndarray, hI: np.ndarray, free: np.ndarray,
           qb: int, plan_keys: np.ndarray, lo: int, hi: int, p: int, now: float, record: bool,
-          used_out: np.ndarray, g: int) -> None:  # fmt: skip
+          used_out: np.ndarray, free_back: np.ndarray, WB: np.ndarray, back: int,
+          g: int) -> None:  # fmt: skip
     """LayerStep._plan_prefetches: cached keys of the plan are hints (Least-Stale counts
     them; the GPU's own shard is no hint), absent ones are fetched in plan order unless the
     cache drops them."""
@@ -708,7 +804,12 @@ def _plan(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree:
         if S[K.K_STATE, key] != K.ABSENT:
             if least_stale and not KR[KR_HOME, key]:
                 K.touch(S, key)
-        elif _reserve(S, pos, KR, key, True, p, now, record, used_out, IG, g):
+        else:
+            reserved = _reserve(S, pos, KR, key, True, p, now, record, used_out, IG, IS, WB, g)
+            if back >= 0:
+                _dispatch_back(JB, jfree, IS, IG, hT, hI, free_back, WB, back, now, g)
+            if not reserved:
+                continue
             layer = key // sc[K.SC_NUM_EXPERTS]
             job = _new_job(JB, jfree, IG, KR, key, S[K.K_NBYTES, key], False, False, p, layer, g)
             KR[KR_JOB, key] = job
@@ -764,19 +865,74 @@ def _entry(run_i: np.ndarray, run_t: np.ndarray, JB: np.ndarray, row: int, key: 
 def _views(
     g: int, S3: np.ndarray, pos2: np.ndarray, KR3: np.ndarray, IS2: np.ndarray,
     FS2: np.ndarray, free2: np.ndarray, run_i3: np.ndarray, run_t2: np.ndarray,
-    held2: np.ndarray, TL3: np.ndarray,
+    held2: np.ndarray, TL3: np.ndarray, free_back2: np.ndarray, WB3: np.ndarray,
 ) -> tuple[np.ndarray, ...]:  # fmt: skip
     """GPU ``g``'s arrays."""
     return (S3[g], pos2[g], KR3[g], IS2[g], FS2[g], free2[g], run_i3[g], run_t2[g], held2[g],
-            TL3[g])  # fmt: skip
+            TL3[g], free_back2[g], WB3[g])  # fmt: skip
 
 
 @compiled
-def _block_of(B: np.ndarray, g: int) -> tuple[int, int, int, int, int, int, int]:
+def _written_back(JB: np.ndarray, jfree: np.ndarray, IS: np.ndarray, IG: np.ndarray,
+                  hT: np.ndarray, hI: np.ndarray, free_back: np.ndarray, WB: np.ndarray,
+                  FL: np.ndarray, PI: np.ndarray, B: np.ndarray, spF: np.ndarray,
+                  spI: np.ndarray, back_lanes2: np.ndarray, back_busy: np.ndarray,
+                  back_bytes: np.ndarray, job: int, back: int, now: float, record: bool,
+                  g: int) -> None:  # fmt: skip
+    """A write-back's chunk arrived: its engine's time and bytes, its span; its slot free
+    again; the rest of it back at the front of the queue, or its end (the stream waiting for
+    the write-backs to drain resumes once none is left); the next ones start."""
+    nbytes, slot, key = JB[job, J_CHUNK], JB[job, J_SLOT], JB[job, J_KEY]
+    back_busy[g, slot] += now - FL[job, FL_START]
+    back_bytes[g, slot] += nbytes
+    if record:
+        row = B[g, B_PASS0] + JB[job, J_PASS]
+        _span(spF, spI, IG, back_lanes2[g, slot], SK_WRITE_BACK, FL[job, FL_START], now, row,
+              JB[job, J_LAYER], key, nbytes, PI[row, PI_REQUEST], -1)  # fmt: skip
+    n = IS[I_NFREE2]  # free.append(slot); free.sort()
+    free_back[n] = slot
+    while n > 0 and free_back[n - 1] > free_back[n]:
+        free_back[n - 1], free_back[n] = free_back[n], free_back[n - 1]
+        n -= 1
+    IS[I_NFREE2] += 1
+    if JB[job, J_LEFT] > 0:  # chunks left: back to the queue's front
+        w = (IS[I_WB_HEAD] - 1) % WB.shape[0]
+        IS[I_WB_HEAD] = w
+        IS[I_WB_COUNT] += 1
+        WB[w, WB_KEY], WB[w, WB_PASS] = key, JB[job, J_PASS]
+        WB[w, WB_LAYER], WB[w, WB_LEFT] = JB[job, J_LAYER], JB[job, J_LEFT]
+    else:
+        IS[I_ACTIVE2] -= 1
+        if IS[I_ACTIVE2] == 0 and IS[I_IDLE2]:
+            IS[I_IDLE2] = 0
+            schedule(IG, hT, hI, now, NORMAL, EV_STREAM, g)
+    jfree[IG[G_JFREE]] = job
+    IG[G_JFREE] += 1
+    _dispatch_back(JB, jfree, IS, IG, hT, hI, free_back, WB, back, now, g)
+
+
+@compiled
+def _wait_drain(IS: np.ndarray, FS: np.ndarray, after: int, now: float) -> bool:
+    """GpuStream._drain: whether the stream waits for the copies (then the write-backs) to
+    drain, until ``_retire`` (or the write-backs' end) resumes it at ST_DRAINED."""
+    if IS[I_ACTIVE_JOBS] > 0:
+        IS[I_IDLE] = 1
+    elif IS[I_ACTIVE2] > 0:
+        IS[I_IDLE2] = 1
+    else:
+        return False
+    IS[I_AFTER], IS[I_STAGE] = after, ST_DRAINED
+    FS[F_T0] = now
+    return True
+
+
+@compiled
+def _block_of(B: np.ndarray, g: int) -> tuple[int, int, int, int, int, int, int, int]:
     """GPU ``g``'s first key, offset and pass row, its queues' rows, its compute lane, the shift
-    from an access to its time (``t_exp[i + shift]``) and its block's first pass."""
+    from an access to its time (``t_exp[i + shift]``), its block's first pass and its
+    write-backs' path."""
     return (B[g, B_KEY0], B[g, B_OFF0], B[g, B_PASS0], B[g, B_QB], B[g, B_LANE],
-            B[g, B_TOFF] - B[g, B_T0], B[g, B_LO])  # fmt: skip
+            B[g, B_TOFF] - B[g, B_T0], B[g, B_LO], B[g, B_WB_PATH])  # fmt: skip
 
 
 # --- one block of passes ------------------------------------------------------------------------
@@ -787,11 +943,14 @@ def run_block(  # noqa: C901
     S3: np.ndarray, pos2: np.ndarray, keys: np.ndarray, offsets: np.ndarray, t_exp: np.ndarray,
     plan_offsets: np.ndarray, plan_keys: np.ndarray, B: np.ndarray, PF: np.ndarray,
     PI: np.ndarray, X: np.ndarray, lanes2: np.ndarray, PR: np.ndarray, PL: np.ndarray,
-    PLAT: np.ndarray, PCAP: np.ndarray, used_paths: np.ndarray, IG: np.ndarray, FG: np.ndarray,
+    PLAT: np.ndarray, PCAP: np.ndarray, PREQ: np.ndarray, DTAB: np.ndarray,
+    used_paths: np.ndarray, IG: np.ndarray, FG: np.ndarray,
     IS2: np.ndarray, FS2: np.ndarray, hT: np.ndarray, hI: np.ndarray, JB: np.ndarray,
     FL: np.ndarray, jfree: np.ndarray, KR3: np.ndarray, free2: np.ndarray, act: np.ndarray,
     NF: np.ndarray, NI: np.ndarray, run_i3: np.ndarray, run_t2: np.ndarray, held2: np.ndarray,
     TL3: np.ndarray, TP: np.ndarray, engine_busy: np.ndarray, engine_bytes: np.ndarray,
+    free_back2: np.ndarray, WB3: np.ndarray, back_lanes2: np.ndarray, back_busy: np.ndarray,
+    back_bytes: np.ndarray,
     spF: np.ndarray, spI: np.ndarray, civ: np.ndarray, siv: np.ndarray, tiv: np.ndarray,
     used_out: np.ndarray, flight_out: np.ndarray, bw_out: np.ndarray,
 ) -> int:  # fmt: skip
@@ -820,11 +979,11 @@ def run_block(  # noqa: C901
     resume = g >= 0
     cur = g if resume else 0  # the GPU whose arrays are in hand
     while True:  # (each GPU's arrays taken once per run of its events, not per event)
-        S, pos, KR, IS, FS, free, run_i, run_t, held, TL = _views(
-            cur, S3, pos2, KR3, IS2, FS2, free2, run_i3, run_t2, held2, TL3
+        S, pos, KR, IS, FS, free, run_i, run_t, held, TL, free_back, WB = _views(
+            cur, S3, pos2, KR3, IS2, FS2, free2, run_i3, run_t2, held2, TL3, free_back2, WB3
         )
         sc = S[K.R_SC]
-        k0, o0, row0, qb, lane, t_shift, p_lo = _block_of(B, cur)
+        k0, o0, row0, qb, lane, t_shift, p_lo, back = _block_of(B, cur)
         heaped = sc[K.SC_POLICY] == K.LFU or sc[K.SC_POLICY] >= K.BELADY
         while True:
             if resume:
@@ -867,9 +1026,7 @@ def run_block(  # noqa: C901
                         if IS[I_LAYER] == layers:
                             IS[I_STAGE] = ST_HEAD
                             continue
-                        if drain and IS[I_ACTIVE_JOBS] > 0:  # copies on the compute stream
-                            IS[I_IDLE], IS[I_AFTER], IS[I_STAGE] = 1, ST_LAYER, ST_DRAINED
-                            FS[F_T0] = now
+                        if drain and _wait_drain(IS, FS, ST_LAYER, now):  # copies on the stream
                             break
                         IS[I_STAGE] = ST_STEP
                         seconds, kind, key, klass = PF[row0 + p, PF_ATTN], SK_ATTENTION, -1, -1
@@ -923,7 +1080,7 @@ def run_block(  # noqa: C901
                                 retry = IS[I_RETRY] == 1
                                 job = _resolve(S, pos, KR, JB, jfree, IS, IG, hT, hI, free, qb,
                                                key, klass, p, layer, now, record, used_out, retry,
-                                               g)  # fmt: skip
+                                               free_back, WB, back, g)  # fmt: skip
                                 if job == -3:
                                     IS[I_RETRY], IS[I_SPACE] = 1, 1
                                     waits = True
@@ -939,7 +1096,7 @@ def run_block(  # noqa: C901
                             a, b = plan_offsets[r], plan_offsets[r + 1]
                             _plan(S, pos, KR, JB, jfree, IS, IG, hT, hI, free, qb, plan_keys,
                                   B[g, B_PKOFF] + a, B[g, B_PKOFF] + b, p, now, record, used_out,
-                                  g)  # fmt: skip
+                                  free_back, WB, back, g)  # fmt: skip
                         IS[I_NHELD] = IS[I_NRUN] = hi - lo
                         IS[I_IDX] = 0
                         IS[I_STAGE] = ST_RUN
@@ -953,7 +1110,7 @@ def run_block(  # noqa: C901
                                 a, b = plan_offsets[r], plan_offsets[r + 1]
                                 _plan(S, pos, KR, JB, jfree, IS, IG, hT, hI, free, qb, plan_keys,
                                       B[g, B_PKOFF] + a, B[g, B_PKOFF] + b, p, now, record,
-                                      used_out, g)  # fmt: skip
+                                      used_out, free_back, WB, back, g)  # fmt: skip
                             IS[I_LAYER] += 1
                             IS[I_STAGE] = ST_LAYER
                             continue
@@ -976,7 +1133,7 @@ def run_block(  # noqa: C901
                         key, klass = keys[k0 + i], run_i[0, 3]
                         job = _resolve(S, pos, KR, JB, jfree, IS, IG, hT, hI, free, qb, key, klass,
                                        p, layer, now, record, used_out, IS[I_RETRY] == 1,
-                                       g)  # fmt: skip
+                                       free_back, WB, back, g)  # fmt: skip
                         if job == -3:
                             IS[I_RETRY], IS[I_SPACE] = 1, 1
                             break
@@ -987,12 +1144,8 @@ def run_block(  # noqa: C901
                     elif ST_RUN <= stage <= ST_WAITED:
                         idx, layer = IS[I_IDX], IS[I_LAYER]
                         if stage == ST_RUN:
-                            if (
-                                idx == 0 and drain and IS[I_ACTIVE_JOBS] > 0
-                            ):  # (as before attention)
-                                IS[I_IDLE], IS[I_AFTER], IS[I_STAGE] = 1, ST_RUN, ST_DRAINED
-                                FS[F_T0] = now
-                                break
+                            if idx == 0 and drain and _wait_drain(IS, FS, ST_RUN, now):
+                                break  # (as before attention)
                             if idx == IS[I_NRUN]:  # done: the jobs let go, the pins released
                                 for row in range(IS[I_NRUN]):
                                     job = run_i[row, 1]
@@ -1096,22 +1249,26 @@ def run_block(  # noqa: C901
                 JB[job, J_CHUNK] = chunk
                 JB[job, J_LEFT] -= chunk
                 FL[job, FL_START] = now
-                IS[I_IN_FLIGHT] += chunk
-                if IS[I_BUSY_ACTIVE] == 0:
-                    FS[F_BUSY_SINCE] = now
-                IS[I_BUSY_ACTIVE] += 1
-                if record:
-                    _sample(flight_out, IG, G_NFLIGHT, now, IS[I_IN_FLIGHT], h)
                 path = JB[job, J_PATH]
-                used_paths[path] = 1
+                JB[job, J_DEPTH] = 1
+                if not JB[job, J_BACK]:  # (WriteBacks._move_chunk: the flow only)
+                    IS[I_IN_FLIGHT] += chunk
+                    if IS[I_BUSY_ACTIVE] == 0:
+                        FS[F_BUSY_SINCE] = now
+                    IS[I_BUSY_ACTIVE] += 1
+                    if record:
+                        _sample(flight_out, IG, G_NFLIGHT, now, IS[I_IN_FLIGHT], h)
+                    used_paths[path] = 1
+                    if PREQ[path] > 0:  # from a drive: its reads outstanding
+                        JB[job, J_DEPTH] = math.ceil(chunk / PREQ[path])
                 if PLAT[path] > 0:
                     schedule(IG, hT, hI, now + PLAT[path], NORMAL, EV_LATENCY, job)
                 else:
-                    _begin(
-                        IG, FG, hT, hI, job, JB, FL, act, PR, PL, PCAP, NF, NI, R, bw_out, record
-                    )
+                    _begin(IG, FG, hT, hI, job, JB, FL, act, PR, PL, PCAP, NF, NI, R, bw_out,
+                           record, DTAB)  # fmt: skip
             elif kind == EV_LATENCY:
-                _begin(IG, FG, hT, hI, arg, JB, FL, act, PR, PL, PCAP, NF, NI, R, bw_out, record)
+                _begin(IG, FG, hT, hI, arg, JB, FL, act, PR, PL, PCAP, NF, NI, R, bw_out,
+                       record, DTAB)  # fmt: skip
             elif kind == EV_ARM:
                 if arg == IG[G_GEN]:
                     schedule(IG, hT, hI, now + FG[FG_DELAY], NORMAL, EV_WAKE, arg)
@@ -1131,7 +1288,7 @@ def run_block(  # noqa: C901
                 IG[G_NACT] = kept
                 if kept == 0 and record:
                     _sample_bandwidth(IG, act, FL, JB, PR, PL, now, NF, NI, R, bw_out)
-                _reschedule(IG, FG, hT, hI, act, FL, JB, PR, PL, PCAP, NF, NI, R)
+                _reschedule(IG, FG, hT, hI, act, FL, JB, PR, PL, PCAP, NF, NI, R, DTAB)
             else:  # EV_MOVED: FlowNetwork._end, the fetcher's moved, CopyEngines._moved, _arrived
                 job = arg
                 h = cur
@@ -1140,6 +1297,11 @@ def run_block(  # noqa: C901
                     NF[N_THROUGH, PR[path, j]] += FL[job, FL_NBYTES]
                     NI[NI_THROUGH, PR[path, j]] = 1
                 nbytes, slot, key = JB[job, J_CHUNK], JB[job, J_SLOT], JB[job, J_KEY]
+                if JB[job, J_BACK]:  # WriteBacks' moved, CopyEngines._moved
+                    _written_back(JB, jfree, IS, IG, hT, hI, free_back, WB, FL, PI, B, spF, spI,
+                                  back_lanes2, back_busy, back_bytes, job, back, now, record,
+                                  h)  # fmt: skip
+                    continue
                 IS[I_IN_FLIGHT] -= nbytes
                 IS[I_BUSY_ACTIVE] -= 1
                 if IS[I_BUSY_ACTIVE] == 0 and now > FS[F_BUSY_SINCE]:

@@ -5,14 +5,17 @@ the core instead of on SimPy processes, and fills the same tallies, network coun
 counter samples and cache counters the processes would have: the results are the same, byte
 for byte (``tests/engine/test_sim_compiled.py`` compares every field on random runs).
 
-Covered: any number of GPUs (replicas or expert-sharded) whose experts sit in host DRAM or a
-peer's HBM, the eviction policies of the compiled replay
+Covered: any number of GPUs (replicas or expert-sharded) whose experts sit in host DRAM, on an
+NVMe drive (its bandwidth at the reads outstanding on it) or in a peer's HBM, the eviction
+policies of the compiled replay
 (:func:`specmd_sim.engine.fast.compiled_unsupported` says which), misses always fetched, no
 prefetcher or one whose plans the replay draws in bulk (top-k and score-threshold over the
 noisy oracle or the trace's scores: :mod:`specmd_sim.engine.fast.plans`), a copy per expert
-(in chunks or not, on their own stream or on the compute stream), no memory parity, a fixed
-cache capacity, and time that passes (not ``timing.ideal``). Everything else runs on SimPy,
-which stays the specification.
+(in chunks or not, on their own stream or on the compute stream), memory parity's write-backs
+(on the device-to-host copy engines), a fixed cache capacity, and time that passes (not
+``timing.ideal``). Everything else (the DRAM cache, CPU experts, dropped or substituted
+experts, a capacity that follows the KV cache, users' plug-ins) runs on SimPy, which stays the
+specification.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from specmd_sim.engine.fast import kernel_state, kernel_stats
 from specmd_sim.engine.fast import timed as T
 from specmd_sim.engine.fast.plans import BulkPlans
 from specmd_sim.engine.layer import bulk_plans_unsupported
-from specmd_sim.engine.sim.fetch import Fetcher, split
+from specmd_sim.engine.sim.fetch import Fetcher, WriteBacks, split
 from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.engine.sim.stream import pass_kernel_times
 from specmd_sim.engine.sim.tally import GpuTally
@@ -53,6 +56,7 @@ class GpuParts:
     tally: GpuTally
     fetcher: Fetcher
     compute_lane: int
+    write_backs: WriteBacks | None  # memory parity's
 
 
 def compiled_unsupported(scenario: Scenario, runs: list[RunObjects]) -> str | None:
@@ -63,11 +67,9 @@ def compiled_unsupported(scenario: Scenario, runs: list[RunObjects]) -> str | No
     config = scenario.config
     if config.timing.ideal:
         return "timing.ideal"
-    if scenario.runtime.memory_parity.value:
-        return "memory parity"
-    if len({gpu.copy_engines_h2d.value for gpu in scenario.gpus}) > 1:
+    engines = {(gpu.copy_engines_h2d.value, gpu.copy_engines_d2h.value) for gpu in scenario.gpus}
+    if len(engines) > 1:
         return "GPUs with different numbers of copy engines"
-    drive = scenario.placement.nvme
     for run in runs:
         why = kernel_unsupported(run, home=True)  # the policies, plans, miss handler, capacity
         if why is None and run.prefetch.lookahead > 0:
@@ -76,8 +78,6 @@ def compiled_unsupported(scenario: Scenario, runs: list[RunObjects]) -> str | No
             return why
         for index in np.unique(run.ctx.source[run.ctx.source >= 0]).tolist():
             path = run.ctx.paths[index]
-            if drive is not None and path.source == drive.id:
-                return "experts on an NVMe drive"
             if len(set(path.resources)) != len(path.resources) or any(
                 r >= "~" for r in path.resources
             ):
@@ -149,19 +149,26 @@ class _Core:
         B[:, T.B_LANE] = [g.compute_lane for g in gpus]
         self._paths()
         engines = len(gpus[0].fetcher.copy_lanes)
+        backs = gpus[0].write_backs
+        back_engines = 1 if backs is None else len(backs.lanes)
         self.n_keys = int(self.S3[0, K.R_SC, K.SC_KEYS])
         demand_rows = 1 + max(
             int(g.objs.scenario.demand.max_layer_demand()[0]) if k.size else 0
             for g, k in zip(gpus, keys, strict=True)
         )
-        self.pool = pool = G * (self.n_keys + 2 * demand_rows + 8)  # loading, streamed, held
-        st = self.state = T.new_state(G, self.n_keys, pool, engines, len(self.names), demand_rows)
+        # jobs: loading keys, streamed and held ones; a write-back's chunk moving
+        self.pool = pool = G * (self.n_keys + 2 * demand_rows + back_engines + 8)
+        st = self.state = T.new_state(
+            G, self.n_keys, pool, engines, len(self.names), demand_rows, back_engines
+        )
         B[:, T.B_QB] = pool + 4 * np.arange(G)
         for g, gpu in enumerate(gpus):
             source = gpu.objs.ctx.source
             st["KR"][g, T.KR_HOME] = source < 0
             st["KR"][g, T.KR_PATH] = np.where(source < 0, -1, self.path_base[g] + source)
-        st["NF"][T.N_CAP, : len(self.names)] = [network.capacity[r] for r in self.names]
+        capacity = network.capacity
+        st["NF"][T.N_CAP, : len(self.names)] = [capacity.get(r, 0.0) for r in self.names]
+        st["NI"][T.NI_DYN, : len(self.names)] = [r == self.dynamic for r in self.names]
         X = self.X = np.zeros(T.X_SIZE, np.int64)
         X[T.X_LAYERS], X[T.X_PINNED] = layers, sc0.config.cache.pin_demand_set
         X[T.X_RECORD], X[T.X_GPUS] = spans.enabled, G
@@ -176,13 +183,25 @@ class _Core:
         self.engine_busy = np.zeros((G, engines))
         self.engine_bytes = np.zeros((G, engines), np.int64)
         self.lanes2 = np.array([g.fetcher.copy_lanes for g in gpus], np.int64)
+        self.back_busy = np.zeros((G, back_engines))
+        self.back_bytes = np.zeros((G, back_engines), np.int64)
+        self.back_lanes2 = np.array(
+            [[0] * back_engines if g.write_backs is None else g.write_backs.lanes for g in gpus],
+            np.int64,
+        )
 
     def _paths(self) -> None:
         """The GPUs' transfer paths, numbered across the GPUs (``path_base``: each GPU's first),
-        over the resources indexed in name order (ties go to the lowest name)."""
+        then their write-backs' (``B_WB_PATH``), over the resources indexed in name order (ties
+        go to the lowest name)."""
         gpus = self.gpus
         paths = [path for g in gpus for path in g.objs.ctx.paths]
         self.path_base = np.cumsum([0] + [len(g.objs.ctx.paths) for g in gpus])[:-1]
+        self.B[:, T.B_WB_PATH] = -1
+        for g, gpu in enumerate(gpus):
+            if gpu.write_backs is not None:
+                self.B[g, T.B_WB_PATH] = len(paths)
+                paths.append(gpu.write_backs.path)
         self.names = names = sorted({r for path in paths for r in path.resources})
         self.PL = np.array([len(path.resources) for path in paths], np.int64)
         self.PR = np.zeros((len(paths), int(self.PL.max())), np.int64)
@@ -191,6 +210,19 @@ class _Core:
         self.PLAT = np.array([path.latency_s for path in paths], np.float64)
         self.PCAP = np.array([-1.0 if p.rate_cap is None else float(p.rate_cap) for p in paths])
         self.used_paths = np.zeros(len(paths), np.int64)
+        # reads from the NVMe drive: its request size (0: not from it), its bandwidth at each
+        # queue depth up to its cap
+        drive = gpus[0].objs.scenario.placement.nvme
+        self.PREQ = np.zeros(len(paths), np.int64)
+        self.DTAB = np.zeros(1)
+        self.dynamic = ""
+        if drive is not None:
+            self.dynamic = f"nvme:{drive.id}"
+            request = drive.read_request_bytes.value
+            self.PREQ[:] = [request if p.source == drive.id else 0 for p in paths]
+            self.DTAB = np.array(
+                [drive.read_bandwidth(q) for q in range(drive.max_queue_depth.value + 1)]
+            )
 
     def run(self, blocks: list[_Blocks]) -> int:
         """One call of the core, with each GPU's block in hand; its outputs into the tallies
@@ -204,6 +236,9 @@ class _Core:
         B[:, T.B_TOFF] = np.cumsum([0] + [b.times.size for b in blocks])[:-1]
         B[:, T.B_POFF] = np.cumsum([0] + [b.plan_offsets.size for b in blocks])[:-1]
         B[:, T.B_PKOFF] = np.cumsum([0] + [b.plan_keys.size for b in blocks])[:-1]
+        # room for every write-back the call can queue: of the keys cached when it starts and
+        # of those it reserves
+        T.grow_write_backs(st, self.n_keys + t_exp.size + plan_keys.size + 8)
         out = _buffers(
             t_exp.size + plan_keys.size + self.pool, self.per_job,
             sum(b.hi - b.lo for b in blocks), self.layers, G * self.n_keys, len(self.names),
@@ -212,11 +247,12 @@ class _Core:
         outcome = T.run_block(
             self.S3, self.pos2, self.all_keys, self.all_offsets, t_exp, plan_offsets, plan_keys,
             B, self.PF, self.PI, self.X, self.lanes2, self.PR, self.PL, self.PLAT, self.PCAP,
-            self.used_paths, st["IG"], st["FG"], st["IS"], st["FS"], st["hT"], st["hI"],
-            st["JB"], st["FL"], st["jfree"], st["KR"], st["free"], st["act"], st["NF"], st["NI"],
-            st["run_i"], st["run_t"], st["held"], self.TL3, self.TP, self.engine_busy,
-            self.engine_bytes, out["spF"], out["spI"], out["civ"], out["siv"], out["tiv"],
-            out["used_out"], out["flight_out"], out["bw_out"],
+            self.PREQ, self.DTAB, self.used_paths, st["IG"], st["FG"], st["IS"], st["FS"],
+            st["hT"], st["hI"], st["JB"], st["FL"], st["jfree"], st["KR"], st["free"], st["act"],
+            st["NF"], st["NI"], st["run_i"], st["run_t"], st["held"], self.TL3, self.TP,
+            self.engine_busy, self.engine_bytes, st["free_back"], st["WB"], self.back_lanes2,
+            self.back_busy, self.back_bytes, out["spF"], out["spI"], out["civ"], out["siv"],
+            out["tiv"], out["used_out"], out["flight_out"], out["bw_out"],
         )  # fmt: skip
         IG, gpus = st["IG"], self.gpus
         for name, counter, intervals in (
@@ -240,6 +276,10 @@ class _Core:
             first = int(self.path_base[g])
             used = self.used_paths[first : first + len(gpu.objs.ctx.paths)]
             gpu.fetcher.used_paths.update(np.flatnonzero(used).tolist())
+            if gpu.write_backs is not None:
+                gpu.tally.d2h_busy = self.back_busy[g].tolist()
+                gpu.tally.d2h_bytes = self.back_bytes[g].tolist()
+                gpu.write_backs.used = bool(self.S3[g, K.R_STATS, K.ST_BYTES_WRITTEN_BACK])
             # (its finish() adds nothing: it held no prefetch)
             gpu.objs.cache.stats = kernel_stats(self.S3[g], self.layers)
         NF, NI = self.state["NF"], self.state["NI"]

@@ -77,7 +77,10 @@ def simulate(
         for g, objs in enumerate(runs)
     ]
     if uncovered is None:
-        parts = [GpuParts(g.objs, g.node, g.cost, g.tally, g.fetcher, g.stream.lane) for g in gpus]
+        parts = [
+            GpuParts(g.objs, g.node, g.cost, g.tally, g.fetcher, g.stream.lane, g.write_backs)
+            for g in gpus
+        ]
         run_compiled(parts, network, spans, progress)
     else:
         _run_processes(env, gpus)
