@@ -36,6 +36,7 @@ from specmd_sim.engine.sim.fetch import Fetcher, WriteBacks, split
 from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.engine.sim.stream import pass_kernel_times
 from specmd_sim.engine.sim.tally import GpuTally
+from specmd_sim.hardware import write_back_path
 from specmd_sim.hardware.schema import GPUNode
 from specmd_sim.models import CostModel
 from specmd_sim.scenario import RunObjects, Scenario
@@ -76,8 +77,10 @@ def compiled_unsupported(scenario: Scenario, runs: list[RunObjects]) -> str | No
             why = bulk_plans_unsupported(run)  # (the plans' draws, made a block ahead)
         if why is not None:
             return why
-        for index in np.unique(run.ctx.source[run.ctx.source >= 0]).tolist():
-            path = run.ctx.paths[index]
+        paths = [run.ctx.paths[i] for i in np.unique(run.ctx.source[run.ctx.source >= 0])]
+        if scenario.runtime.memory_parity.value:  # (the write-backs')
+            paths += [write_back_path(scenario.profile, gpu.id) for gpu in scenario.gpus]
+        for path in paths:
             if len(set(path.resources)) != len(path.resources) or any(
                 r >= "~" for r in path.resources
             ):
