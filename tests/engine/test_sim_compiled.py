@@ -259,11 +259,23 @@ def test_several_gpus_give_the_same_run(traces: dict[str, str], case: str) -> No
     assert metrics["misses"] > 0 and metrics["stall_s"] > 0
     if GPUS[case]["parallel"].get("mode") == "expert-sharded":
         assert metrics["hits_home"] > 0
-    else:  # flows of several GPUs shared a resource
+    else:
         assert metrics["hits_home"] == 0 and reference.per_gpu["gpu"] == [
             f"gpu{g}" for g in range(GPUS[case]["parallel"]["gpus"])
         ]
+        # two GPUs' copies moved at once over the PCIe switch and the DRAM they share
+        first, second = (_copies(reference, f"gpu{g}/copy-h2d-") for g in (0, 1))
+        order = np.argsort(first["start"])
+        starts, latest_end = first["start"][order], np.maximum.accumulate(first["end"][order])
+        before = np.searchsorted(starts, second["end"])  # gpu0's copies starting before each
+        assert (latest_end[np.maximum(before - 1, 0)] > second["start"])[before > 0].any()
     assert _fields(got) == _fields(reference)
+
+
+def _copies(result: Any, prefix: str) -> Any:
+    """The spans of the copies on the lanes named from ``prefix``."""
+    lanes = [i for i, name in enumerate(result.lanes) if name.startswith(prefix)]
+    return result.spans[np.isin(result.spans["lane"], lanes)]
 
 
 def test_runs_it_does_not_cover_say_why(traces: dict[str, str]) -> None:

@@ -71,20 +71,19 @@ def compiled_unsupported(scenario: Scenario, runs: list[RunObjects]) -> str | No
     engines = {(gpu.copy_engines_h2d.value, gpu.copy_engines_d2h.value) for gpu in scenario.gpus}
     if len(engines) > 1:
         return "GPUs with different numbers of copy engines"
+    paths = []  # those the transfers take: the experts' sources, and the write-backs'
+    if scenario.runtime.memory_parity.value:
+        paths = [write_back_path(scenario.profile, gpu.id) for gpu in scenario.gpus]
     for run in runs:
         why = kernel_unsupported(run, home=True)  # the policies, plans, miss handler, capacity
         if why is None and run.prefetch.lookahead > 0:
             why = bulk_plans_unsupported(run)  # (the plans' draws, made a block ahead)
         if why is not None:
             return why
-        paths = [run.ctx.paths[i] for i in np.unique(run.ctx.source[run.ctx.source >= 0])]
-        if scenario.runtime.memory_parity.value:  # (the write-backs')
-            paths += [write_back_path(scenario.profile, gpu.id) for gpu in scenario.gpus]
-        for path in paths:
-            if len(set(path.resources)) != len(path.resources) or any(
-                r >= "~" for r in path.resources
-            ):
-                return "a path through a resource twice, or one named after '~'"
+        paths += [run.ctx.paths[i] for i in np.unique(run.ctx.source[run.ctx.source >= 0])]
+    for path in paths:
+        if len(set(path.resources)) != len(path.resources) or any(r >= "~" for r in path.resources):
+            return "a path through a resource twice, or one named after '~'"
     return None
 
 
@@ -306,7 +305,7 @@ class _Blocks:
         self.plans = BulkPlans(objs) if objs.prefetch.lookahead > 0 else None
         scores_per_pass = self.layers * objs.prefetch.lookahead * sc.trace.num_experts
         self.most = max(1, _BLOCK_SCORES // max(1, scores_per_pass))  # passes whose plans ...
-        self.accesses = max(1024, _BLOCK_ACCESSES // gpus)  # ... and accesses a block takes
+        self.accesses = max(1, _BLOCK_ACCESSES // gpus)  # ... and accesses a block takes
         self.expert_times = _ExpertTimes(objs, cost, keys)
         self.lo = self.hi = 0
         self.first_access = 0
