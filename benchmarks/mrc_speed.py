@@ -11,10 +11,10 @@ the same for one replay), (b) the curve over 20 capacities from the built scenar
 the first-ever compile is reported on its own), with the default threads (the machine's cores)
 and on one thread, (c) libCacheSim LRU ``process_trace`` at one capacity (best of ``--repeat``),
 and the curve's miss counts checked against libCacheSim at three capacities. Verdict: (b) / (c)
-< 1 with the default threads; the one-thread ratio is printed beside it. Then (d) the offline
-optimum's bound over the same capacities in one pass (``opt_depths``, best of ``--repeat``)
-against one libCacheSim Belady run, its misses checked against libCacheSim's at three
-capacities.
+< 1 on one thread (libCacheSim's run takes one); the default threads' ratio is printed beside
+it. Then (d) the offline optimum's bound over the same capacities in one pass (``opt_depths``,
+best of ``--repeat``) against one libCacheSim Belady run, its misses checked against
+libCacheSim's at three capacities.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "libcachesim_one_run_s": reference,
         "ratio": best / reference,
         "ratio_one_thread": min(one_thread_s) / reference,
-        "verdict": "met" if best < reference else "not met",
+        "verdict": "met" if min(one_thread_s) < reference else "not met",
         "misses_equal": all(a == b for a, b in checked.values())
         and all(a == b for a, b in belady_checked.values()),
         "belady_curve_s": belady_s,
@@ -126,8 +126,8 @@ def main(argv: list[str] | None = None) -> int:
             f"\n  curve, 20 capacities    {res['curve_s']:8.2f} s ({res['threads']} threads)"
             f"\n  ... on one thread       {res['curve_one_thread_s']:8.2f} s"
             f"\n  libCacheSim, one run    {res['libcachesim_one_run_s']:8.2f} s"
-            f"\n  ratio {res['ratio']:.2f} -> {res['verdict']} (one thread: "
-            f"{res['ratio_one_thread']:.2f}); misses equal to libCacheSim at "
+            f"\n  ratio on one thread {res['ratio_one_thread']:.2f} -> {res['verdict']} "
+            f"({res['threads']} threads: {res['ratio']:.2f}); misses equal to libCacheSim at "
             f"{', '.join(res['checked'])} slots (and Belady's at "
             f"{', '.join(res['belady_checked'])}): {res['misses_equal']}"
             f"\n  optimum, 20 capacities  {res['belady_curve_s']:8.2f} s (one pass)"

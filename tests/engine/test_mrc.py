@@ -87,7 +87,63 @@ def _random_accesses(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.
     return keys, starts, nbytes, bounds
 
 
-def test_the_compiled_kernel_equals_the_interpreted_one() -> None:
+def _by_definition(keys, starts, nbytes, bounds) -> tuple[np.ndarray, ...]:
+    """:func:`curve_counts` from its definition, by a recency list walked per access: the byte
+    stack distance (the key's bytes and those of the distinct keys used since its last use) and
+    the key's byte depth when its pass started (0 if used earlier in the pass), each counted at
+    the first capacity it fits (one past the largest if none)."""
+    hits, resident, hit_bytes = (np.zeros(bounds.size + 1, np.int64) for _ in range(3))
+    first, stack = 0, []  # most recent first
+
+    def depth(key: int) -> int:
+        return int(sum(nbytes[k] for k in stack[: stack.index(key) + 1]))
+
+    for p in range(starts.size - 1):
+        at_start = {int(k): depth(k) for k in set(keys[starts[p] : starts[p + 1]]) if k in stack}
+        used: set[int] = set()
+        for key in map(int, keys[starts[p] : starts[p + 1]]):
+            if key in stack:
+                j = int(np.searchsorted(bounds, depth(key)))  # first bound >= the distance
+                hits[j] += 1
+                hit_bytes[j] += nbytes[key]
+                resident[np.searchsorted(bounds, 0 if key in used else at_start[key])] += 1
+                stack.remove(key)
+            else:
+                first += 1
+            stack.insert(0, key)
+            used.add(key)
+    return hits, resident, hit_bytes, first, int(nbytes[keys].sum())
+
+
+@pytest.mark.parametrize("sizes", ["mixed", "one-size"])
+@pytest.mark.parametrize("table_limit", [mrc._TABLE_LIMIT, 0], ids=["table", "binary-search"])
+def test_the_kernels_count_by_the_definition(monkeypatch, sizes, table_limit) -> None:
+    """Both kernels (distances in a Fenwick tree, with a distance table or a binary search;
+    boundaries in a recency list, where every key has one size), compiled or not, give the
+    counts of the definition, capacities under one key, equal and past every key included."""
+    keys, starts, nbytes, _ = _random_accesses(7)
+    keys, starts = keys[:1500], starts[starts <= 1500]
+    starts = np.append(starts, 1500) if starts[-1] != 1500 else starts
+    if sizes == "one-size":
+        nbytes = np.full(nbytes.size, 6, np.int64)
+    bounds = np.array([0, 5, 6, 30, 30, 100, 138, 180], np.int64)
+    monkeypatch.setattr(mrc, "_TABLE_LIMIT", table_limit)
+    by_slots = []
+    slots_kernel = mrc._count_piece_slots
+    monkeypatch.setattr(
+        mrc, "_count_piece_slots", lambda *a: by_slots.append(1) or slots_kernel(*a)
+    )
+    want = _by_definition(keys, starts, nbytes, bounds)
+    for bound_set in (bounds, bounds[2:]):  # with capacities under one key, and without
+        expect = want if bound_set is bounds else _by_definition(keys, starts, nbytes, bound_set)
+        got = curve_counts(keys, starts, nbytes, bound_set, workers=1)
+        for a, b in zip(got, expect, strict=True):
+            assert np.array_equal(a, b), bound_set
+    assert len(by_slots) == (sizes == "one-size")  # bounds[2:] with one size: by boundaries
+    assert want[0][1:-1].sum() > 0 and want[0][-1] > 0 and want[1][0] > 0  # every regime
+
+
+def test_the_compiled_kernels_equal_the_interpreted_ones() -> None:
     pytest.importorskip("numba")
     assert hasattr(mrc._count_piece, "py_func"), "numba is installed but not compiling"
     keys, starts, nbytes, bounds = _random_accesses(7)
@@ -101,13 +157,22 @@ def test_the_compiled_kernel_equals_the_interpreted_one() -> None:
             assert np.array_equal(a, b)
         assert compiled[0].sum() + compiled[3] == keys.size  # every access counted once
         assert compiled[4] == nbytes[keys].sum()
+    ones = np.ones(nbytes.size, np.int64)
+    args = (keys, starts, ones, np.arange(1, 30, 3), before)
+    compiled, interpreted = mrc._count_piece_slots(*args), mrc._count_piece_slots.py_func(*args)
+    for a, b in zip(compiled, interpreted, strict=True):
+        assert np.array_equal(a, b)
 
 
+@pytest.mark.parametrize("sizes", ["mixed", "one-size"])
 @pytest.mark.parametrize("table_limit", [mrc._TABLE_LIMIT, 0], ids=["table", "binary-search"])
-def test_pieces_counted_apart_add_up_to_the_whole(monkeypatch, table_limit) -> None:
+def test_pieces_counted_apart_add_up_to_the_whole(monkeypatch, sizes, table_limit) -> None:
     """Cut into pieces (each from the recency order the accesses before it leave), on threads,
-    the counts are those of one pass, with a distance table or without."""
+    the counts are those of one pass, with a distance table or without, and by the
+    capacities' boundaries (one size)."""
     keys, starts, nbytes, bounds = _random_accesses(11)
+    if sizes == "one-size":
+        nbytes = np.full(nbytes.size, 6, np.int64)
     monkeypatch.setattr(mrc, "_TABLE_LIMIT", table_limit)
     whole = curve_counts(keys, starts, nbytes, bounds, workers=1)
     monkeypatch.setattr(mrc, "_PIECE_ACCESSES", 300)
