@@ -42,6 +42,7 @@ _HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(_HERE))
 sys.path.insert(0, str(_HERE.parent / "tests"))
 
+from process import timed  # noqa: E402
 from replay_speed import make_trace_file  # noqa: E402
 from support import lcs  # noqa: E402
 
@@ -57,21 +58,6 @@ cls = {"lru": lcs.LRU, "fifo": lcs.FIFO, "belady": lcs.Belady}[policy]
 ratio, _ = cls(slots, hashpower=16).process_trace(reader)
 print(round(ratio * n))
 """
-
-
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """(wall seconds, peak RSS MiB, stdout) of one process."""
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, text=True, env=env)
-        _, status, usage = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - t0
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        if proc.returncode:
-            raise SystemExit(f"{cmd[:4]}... failed ({proc.returncode}): {err.read()[-500:]}")
-        return wall, usage.ru_maxrss / 1024, out.read()
 
 
 def whole_process(trace: Path, ids_file: Path, n: int, policy: str, pairs: int,

@@ -12,8 +12,9 @@ that prefix, so an engine that records a new lane or a new kind (appended to :da
 up in the Perfetto trace and the HTML timelines without changes there.
 
 The recorder (:class:`SpanRecorder`) packs spans and counter samples into numpy arrays as the
-run goes (42 and 16 bytes each, where Python tuples take ~200 and ~110), so a long run's memory
-grows by the packed rows only, and the results are those arrays, sorted in place, not copies.
+run goes (42 and 16 bytes each, where Python tuples take ~200 and ~110), and the results are
+those arrays, sorted in place, not copies; past a bound the packed rows are spilled to disk
+and the results mapped from there, so a long run's recording takes bounded memory.
 
 Besides the recorder this module derives what the exports need from the spans: the access class
 a transfer served (:func:`served_class`), what ended each stall (:func:`stall_causes`), which
@@ -42,6 +43,7 @@ import numpy.typing as npt
 
 from specmd_sim.atomic import atomic_file
 from specmd_sim.cache.states import AccessClass
+from specmd_sim.packed_rows import SPILL_BYTES, PackedRows
 
 KINDS = (
     "attention", "expert", "lm_head", "stall", "demand_fetch", "prefetch", "cpu_expert",
@@ -91,75 +93,6 @@ packs them: at most ~0.5 MB waiting per counter (a run has a few counters per GP
 network resource)."""
 
 
-class PackedRows:
-    """Rows of a structured ``dtype``, appended in order as tuples (the cheapest thing to do
-    per row) and packed every ``chunk_rows`` into one array that grows in place.
-
-    The array grows by an eighth at a time, so it holds at most an eighth more rows than were
-    packed, by ``ndarray.resize``: ``realloc``, which on Linux remaps a large array's pages
-    rather than copy them, so growing does not hold the rows twice. :meth:`array` gives the
-    array out and keeps it; should rows come after that, they grow a copy, leaving the array
-    given out as it was.
-    """
-
-    __slots__ = ("_data", "_dtype", "_given_out", "_size", "chunk_rows", "rows")
-
-    def __init__(self, dtype: np.dtype[Any], chunk_rows: int) -> None:
-        self._dtype = dtype
-        self.chunk_rows = chunk_rows
-        self.rows: list[tuple[Any, ...]] = []  # appended since the last pack (always this list)
-        self._data = np.empty(0, dtype)
-        self._size = 0
-        self._given_out = False
-
-    def append(self, row: tuple[Any, ...]) -> None:
-        rows = self.rows
-        rows.append(row)
-        if len(rows) == self.chunk_rows:
-            self.pack()
-
-    def pack(self) -> None:
-        """Move the rows appended as tuples into the array (``np.fromiter`` of a known count:
-        the bytes ``np.array`` would give, in less time)."""
-        chunk = np.fromiter(self.rows, self._dtype, len(self.rows))
-        self.rows.clear()
-        self._place(chunk)
-
-    def extend(self, rows: np.ndarray) -> None:
-        """Append ``rows`` (an array of this ``dtype``) after every row appended so far."""
-        if self.rows:
-            self.pack()
-        self._place(rows)
-
-    def _place(self, rows: np.ndarray) -> None:
-        end = self._size + len(rows)
-        if end > len(self._data):
-            self._resize(end + end // 8)
-        self._data[self._size : end] = rows
-        self._size = end
-
-    def _resize(self, rows: int) -> None:
-        """Make the array ``rows`` long, keeping its packed rows: in place (nothing else holds
-        it or a view of it), or as a copy once it has been given out."""
-        if self._given_out:
-            data = np.empty(rows, self._dtype)
-            data[: self._size] = self._data[: self._size]
-            self._data, self._given_out = data, False
-        else:
-            self._data.resize(rows, refcheck=False)
-
-    def array(self) -> np.ndarray:
-        """Every row, in the order appended, as one array: the one this holds (not a copy), cut
-        to its rows, so giving it out holds the rows once plus what packing the last tuples
-        takes."""
-        if self.rows:
-            self.pack()
-        if len(self._data) != self._size:
-            self._resize(self._size)
-        self._given_out = True
-        return self._data
-
-
 class SpanRecorder:
     """Collects spans and counter samples during a run, packed as they come.
 
@@ -169,8 +102,10 @@ class SpanRecorder:
     ``COUNTER_DTYPE``. So a run holds 42 bytes a span and 16 a sample (an eighth more at most,
     and a chunk of tuples each), where tuples would take ~200 and ~110, and building the
     results copies nothing: :meth:`array` sorts the spans in place, :meth:`counters` gives each
-    counter's array as it is. They are what one list of every span and sample would give, byte
-    for byte.
+    counter's array as it is. Past ``spill_bytes`` of packed spans (or of one counter's
+    samples) the rows go to a temporary file and the results are mapped from disk, so a long
+    run's recording takes a bounded amount of memory (:mod:`specmd_sim.packed_rows`). They are
+    what one list of every span and sample would give, byte for byte.
 
     Counters (``cache_used_bytes``, ``bytes_in_flight``, each network resource's
     ``network/<resource>_bytes_per_s``) are step functions sampled at each change: the value
@@ -182,11 +117,13 @@ class SpanRecorder:
         enabled: bool = True,
         chunk_rows: int = SPAN_CHUNK_ROWS,
         counter_chunk_rows: int = COUNTER_CHUNK_ROWS,
+        spill_bytes: int = SPILL_BYTES,
     ) -> None:
         self.enabled = enabled
         self.lanes: list[str] = []
         self._lane_ids: dict[str, int] = {}
-        self._spans = PackedRows(SPAN_DTYPE, chunk_rows)
+        self._spans = PackedRows(SPAN_DTYPE, chunk_rows, ("start", "lane"), spill_bytes)
+        self._spill_bytes = spill_bytes
         self._span_rows = self._spans.rows
         self._chunk_rows = chunk_rows
         self._counter_chunk_rows = counter_chunk_rows
@@ -203,7 +140,9 @@ class SpanRecorder:
         to directly (in time order): only while the recorder is enabled, which appending does
         not check."""
         if counter not in self._series:
-            self._series[counter] = PackedRows(COUNTER_DTYPE, self._counter_chunk_rows)
+            self._series[counter] = PackedRows(
+                COUNTER_DTYPE, self._counter_chunk_rows, spill_bytes=self._spill_bytes
+            )
         return self._series[counter]
 
     def counters(self) -> dict[str, np.ndarray]:
@@ -245,17 +184,12 @@ class SpanRecorder:
             self._spans.extend(rows)
 
     def array(self) -> np.ndarray:
-        """The spans sorted by start, then lane, then the order they were added in.
-
-        The array is the one the recorder packed the spans into, sorted in place a field at a
-        time: building it holds the spans once (42 bytes each) plus 16-24 bytes a span (the sort
-        order and one field's copy), not a second copy. Spans added later go after them, and a
-        later call sorts them in."""
-        spans = self._spans.array()
-        order = np.lexsort((spans["lane"], spans["start"]))
-        for name in SPAN_DTYPE.names or ():
-            spans[name] = spans[name][order]
-        return spans
+        """The spans sorted by start, then lane, then the order they were added in: the array
+        the recorder packed them into, sorted in place, or, for a run long enough that they
+        were spilled to disk, mapped from the file they were merged into
+        (:meth:`PackedRows.array`). Spans added later go after them, and a later call sorts
+        them in."""
+        return self._spans.array()
 
 
 def intersection_length(a: np.ndarray, b: np.ndarray) -> float:

@@ -15,7 +15,8 @@ Layer order, lowest first; a module may import modules of its own layer and of t
 
 - ``errors``, ``units``, ``_data``, ``schema_base`` — vocabulary every layer may use: the error
   type, the time unit and byte helpers, where bundled data lies, the base of every input
-  schema.
+  schema; ``atomic`` (files written whole) and ``packed_rows`` (rows packed into arrays,
+  spilled to disk past a bound), tools of the same kind.
 - ``hardware`` < ``models`` < ``traces`` — the inputs: the cost model of ``models`` reads the
   hardware schema; the synthetic trace generator reads a model's shape.
 - ``cache`` — the state machine; it knows an eviction policy only as an object with hooks.
@@ -66,7 +67,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / PACKAGE
 
 LAYERS = (
-    "errors", "units", "_data", "schema_base", "atomic",
+    "errors", "units", "_data", "schema_base", "atomic", "packed_rows",
     "hardware", "runtime", "models", "traces",
     "cache", "policies", "config", "scenario",
     "metric_spec", "timeline", "metrics", "metric_docs",

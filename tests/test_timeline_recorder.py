@@ -1,13 +1,18 @@
-"""SpanRecorder packs spans and counter samples a chunk of tuples at a time into growing arrays:
-what it gives back is what one list of every row would give, byte for byte, across chunk
-boundaries; equal start times keep the order the spans were added in; a run holds packed rows,
-not tuples; an array given out stays as it was when more rows come."""
+"""SpanRecorder packs spans and counter samples a chunk of tuples at a time into growing arrays,
+spilled to disk past a bound: what it gives back is what one list of every row would give, byte
+for byte, across chunk boundaries and spilled runs merged in blocks of any size; equal start
+times keep the order the spans were added in; a run holds packed rows, not tuples, and no more
+of them than the bound; an array given out stays as it was when more rows come; the spill
+folder goes with the last array mapped from it."""
 
 from __future__ import annotations
 
 import functools
+import gc
 import random
+import tempfile
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -15,8 +20,9 @@ import pytest
 import simpy
 
 import specmd_sim.engine.sim.run as sim_run
-from specmd_sim import SimConfig, simulate
+from specmd_sim import SimConfig, packed_rows, simulate
 from specmd_sim.engine.sim.flows import FlowNetwork
+from specmd_sim.errors import SpecmdError
 from specmd_sim.timeline import (
     COUNTER_CHUNK_ROWS,
     COUNTER_DTYPE,
@@ -47,8 +53,13 @@ def _expected(rows: list[tuple[Any, ...]]) -> np.ndarray:
     return spans[np.lexsort((spans["lane"], spans["start"]))]
 
 
-def _recorder(rows: list[tuple[Any, ...]], chunk_rows: int = SPAN_CHUNK_ROWS) -> SpanRecorder:
-    rec = SpanRecorder(chunk_rows=chunk_rows)
+def _recorder(
+    rows: list[tuple[Any, ...]], chunk_rows: int = SPAN_CHUNK_ROWS, spill_rows: int | None = None
+) -> SpanRecorder:
+    if spill_rows is None:
+        rec = SpanRecorder(chunk_rows=chunk_rows)
+    else:
+        rec = SpanRecorder(chunk_rows=chunk_rows, spill_bytes=spill_rows * SPAN_DTYPE.itemsize)
     for lane in range(3):
         rec.lane(f"gpu0/lane{lane}")
     for row in rows:
@@ -126,11 +137,70 @@ def test_an_array_given_out_stays_as_it_was() -> None:
     assert first.tobytes() == kept.tobytes()
 
 
+@pytest.mark.parametrize("merge_rows", [1, 4, 1000])
+@pytest.mark.parametrize(("n", "spill_rows"), [(23, 1), (23, 5), (200, 7), (200, 64), (9, 9)])
+def test_spilled_spans_are_what_one_list_gives(monkeypatch, n, spill_rows, merge_rows) -> None:
+    """Past ``spill_bytes`` the spans go to disk in sorted runs, merged when asked for a block
+    of ``MERGE_BYTES`` at a time (here a few rows over all runs, or all at once): the same
+    bytes, mapped read-only from a file; what the recorder holds stays within the bound."""
+    monkeypatch.setattr(packed_rows, "MERGE_BYTES", merge_rows * SPAN_DTYPE.itemsize)
+    rows = _rows(n, seed=n + spill_rows)
+    rec = _recorder(rows, chunk_rows=3, spill_rows=spill_rows)
+    held = rec._spans
+    assert held._size < spill_rows and len(held._data) <= spill_rows
+    assert len(held._runs) == (n - len(held.rows)) // spill_rows  # tuples not yet packed
+    spans = rec.array()
+    assert spans.tobytes() == _expected(rows).tobytes()
+    assert isinstance(spans.base, np.memmap) and not spans.flags.writeable
+
+
+def test_spilled_spans_added_after_array_are_merged_in_and_the_first_stays() -> None:
+    rows = _rows(90, seed=5)
+    rec = _recorder(rows[:40], chunk_rows=4, spill_rows=6)
+    first = rec.array()
+    kept = first.copy()
+    assert first.tobytes() == _expected(rows[:40]).tobytes()
+    for row in rows[40:]:
+        rec.add(*row)
+    assert rec.array().tobytes() == _expected(rows).tobytes()
+    assert rec.array().tobytes() == _expected(rows).tobytes()
+    assert first.tobytes() == kept.tobytes()
+    memory = _recorder(rows[:5], chunk_rows=4, spill_rows=6)  # in memory, spilled after
+    given = memory.array()
+    assert not memory._spans._runs
+    for row in rows[5:]:
+        memory.add(*row)
+    assert memory.array().tobytes() == _expected(rows).tobytes()
+    assert given.tobytes() == _expected(rows[:5]).tobytes()
+
+
+def test_the_spill_folder_goes_with_the_last_array_mapped_from_it() -> None:
+    rec = _recorder(_rows(30), chunk_rows=4, spill_rows=5)
+    spans = rec.array()
+    folder = Path(rec._spans._folder.name)
+    assert [p.name for p in folder.iterdir()] == ["merged-1.bin"]  # the runs' file went
+    del rec
+    gc.collect()
+    assert folder.is_dir() and spans.size == 30  # the array still maps a file there
+    del spans
+    gc.collect()
+    assert not folder.exists()
+
+
+def test_no_room_to_spill_is_one_clear_error(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    with pytest.raises(SpecmdError, match=r"^spans: could not spill .*missing.*set TMPDIR"):
+        _recorder(_rows(30), chunk_rows=4, spill_rows=5)
+
+
 @pytest.mark.parametrize("counter_chunk_rows", [1, 3, COUNTER_CHUNK_ROWS])
-def test_chunked_counters_are_what_one_list_gives(counter_chunk_rows: int) -> None:
-    """Samples through ``sample`` and through ``series``, interleaved across counters."""
+@pytest.mark.parametrize("spill", [0, 1, 4], ids=["in-memory", "spill-1", "spill-4"])
+def test_chunked_counters_are_what_one_list_gives(counter_chunk_rows: int, spill: int) -> None:
+    """Samples through ``sample`` and through ``series``, interleaved across counters; kept in
+    memory, or spilled every sample or every 4 (in time order: runs one after the other)."""
     rng = random.Random(2)
-    rec = SpanRecorder(counter_chunk_rows=counter_chunk_rows)
+    rec = SpanRecorder(counter_chunk_rows=counter_chunk_rows,
+                       spill_bytes=spill * COUNTER_DTYPE.itemsize or (1 << 20))  # fmt: skip
     want: dict[str, list[tuple[float, float]]] = {"b": [], "a": [], "net": [], "idle": []}
     direct = rec.series("net")
     rec.series("idle")  # a series nothing samples: an empty array
@@ -144,6 +214,7 @@ def test_chunked_counters_are_what_one_list_gives(counter_chunk_rows: int) -> No
             rec.sample(name, *sample)
     got = rec.counters()
     assert list(got) == sorted(want)
+    assert spill or not any(rec._series[n]._runs for n in want)
     for name, samples in want.items():
         expected = np.array(samples, dtype=COUNTER_DTYPE)
         assert got[name].dtype == COUNTER_DTYPE and got[name].tobytes() == expected.tobytes()
@@ -191,14 +262,16 @@ def test_network_bandwidth_series_across_chunks() -> None:
     assert chunked == counters() and len(chunked["network/M_bytes_per_s"]) > 3
 
 
+@pytest.mark.parametrize("spill_bytes", [None, 4096], ids=["in-memory", "spilled"])
 def test_timing_engine_gives_the_same_spans_and_counters_in_tiny_chunks(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, spill_bytes: int | None
 ) -> None:
     """The default run (spans and counters past one chunk) with chunks of 7 spans and 3
-    samples, against the default chunks: byte for byte."""
+    samples, and spilled every 4 KB, against the default chunks: byte for byte."""
     config = SimConfig.model_validate({"workload": {"max_requests": 1}})
     default = simulate(config)
-    tiny = functools.partial(SpanRecorder, chunk_rows=7, counter_chunk_rows=3)
+    more = {} if spill_bytes is None else {"spill_bytes": spill_bytes}
+    tiny = functools.partial(SpanRecorder, chunk_rows=7, counter_chunk_rows=3, **more)
     monkeypatch.setattr(sim_run, "SpanRecorder", tiny)
     chunked = simulate(config)
     assert default.spans is not None and chunked.spans is not None and default.spans.size > 7

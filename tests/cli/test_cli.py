@@ -3,6 +3,7 @@ through the entry point; one test starts ``python -m specmd_sim`` itself)."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import subprocess
@@ -14,7 +15,9 @@ import pytest
 import yaml
 from support.cli import Completed, run_specmd
 
+import specmd_sim.engine.sim.run as sim_run
 from specmd_sim.hardware import load_profile
+from specmd_sim.timeline import SpanRecorder
 from specmd_sim.traces.io import bundled_trace_path
 
 SMALL = ["--trace", "mixtral-synthetic", "--set", "workload.max_requests=1", "--cache", "8"]
@@ -91,6 +94,22 @@ def test_same_config_gives_byte_identical_results(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
     for name in ("result.json", "spans.npz", "trace.json.gz", "timeline.html", "config.yaml"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
+
+
+def test_spans_spilled_to_disk_give_the_same_run_folder(tmp_path: Path, monkeypatch) -> None:
+    """A recording spilled every 4 KB (its results mapped from the merged files) writes the
+    same run folder as one kept in memory."""
+    proc = specmd("run", *SMALL, "--out", str(tmp_path / "memory"))
+    assert proc.returncode == 0, proc.stderr
+    made: list[SpanRecorder] = []
+    spilled = functools.partial(SpanRecorder, spill_bytes=4096)
+    monkeypatch.setattr(sim_run, "SpanRecorder", lambda *a: made.append(spilled(*a)) or made[-1])
+    proc = specmd("run", *SMALL, "--out", str(tmp_path / "spilled"))
+    assert proc.returncode == 0, proc.stderr
+    assert made[0]._spans._folder is not None  # it did spill
+    for name in ("result.json", "spans.npz", "trace.json.gz", "timeline.html"):
+        want = (tmp_path / "memory" / name).read_bytes()
+        assert (tmp_path / "spilled" / name).read_bytes() == want, name
 
 
 def test_set_overrides_reach_the_config(tmp_path: Path) -> None:

@@ -42,7 +42,8 @@ from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.engine.sim.tally import GpuTally
 from specmd_sim.hardware import TransferPath
 from specmd_sim.hardware.schema import NVMeNode
-from specmd_sim.timeline import PackedRows, SpanRecorder
+from specmd_sim.packed_rows import PackedRows
+from specmd_sim.timeline import SpanRecorder
 
 
 def split(nbytes: int, chunk_bytes: int | None) -> list[int]:

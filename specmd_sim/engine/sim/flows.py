@@ -37,7 +37,8 @@ from typing import Any
 import simpy
 
 from specmd_sim.engine.sim.events import soon
-from specmd_sim.timeline import PackedRows, SpanRecorder
+from specmd_sim.packed_rows import PackedRows
+from specmd_sim.timeline import SpanRecorder
 
 _PRIVATE = "~flow"  # prefix of a flow's own rate-cap resource
 _EPS = 1e-12  # relative: a flow within this fraction of its size is done

@@ -1,0 +1,233 @@
+"""Rows of a structured dtype appended one at a time, packed into arrays, and spilled to disk
+past a bound, so that a recording's memory does not grow with the length of the run.
+
+A run records spans and counter samples by the million (one span or more per expert access):
+as Python tuples they would take ~200 bytes each, packed ~16-42, and even packed a long run's
+rows outgrow memory (a DeepSeek-V3 decode of 100k tokens records ~115M spans, ~5 GB packed).
+:class:`PackedRows` therefore holds at most ``spill_bytes`` of packed rows: past that it writes
+them to a temporary file as a *run* (sorted by its ``keys`` first, where it has any) and starts
+again. :meth:`PackedRows.array` gives every row as one array: in memory when nothing was
+spilled (sorted in place), else mapped from a file (``np.memmap``, read only), the runs merged
+into it a block at a time, so neither the recording nor giving out its rows holds more than a
+bound set by ``spill_bytes`` and :data:`MERGE_BYTES`, however long the run. The rows are the
+same, byte for byte, either way. The temporary folder goes when neither the rows nor any array
+mapped from it is referenced any more (or at exit).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from specmd_sim.errors import SpecmdError
+
+SPILL_BYTES = 16 << 20
+"""Packed rows one :class:`PackedRows` holds in memory before it spills them to disk (a run
+records a span series and a few counter series per GPU and network resource, each bounded by
+this)."""
+MERGE_BYTES = 32 << 20
+"""Rows read at once, over all runs, while merging sorted runs into one file."""
+
+
+class PackedRows:
+    """Rows of a structured ``dtype``, appended in order as tuples (the cheapest thing to do
+    per row) and packed every ``chunk_rows`` into one array that grows in place, spilled to a
+    temporary file whenever it reaches ``spill_bytes``.
+
+    The array grows by an eighth at a time, so it holds at most an eighth more rows than were
+    packed, by ``ndarray.resize``: ``realloc``, which on Linux remaps a large array's pages
+    rather than copy them, so growing does not hold the rows twice. :meth:`array` gives the
+    rows out, sorted by ``keys`` (fields, the first the most significant; ties in the order
+    appended) and keeps what it gave; should rows come after that, they grow a copy or a new
+    run, leaving the array given out as it was.
+    """
+
+    __slots__ = (
+        "_data",
+        "_dtype",
+        "_folder",
+        "_given_out",
+        "_keys",
+        "_merges",
+        "_runs",
+        "_size",
+        "_spill_rows",
+        "_spilled",
+        "chunk_rows",
+        "rows",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        dtype: np.dtype[Any],
+        chunk_rows: int,
+        keys: tuple[str, ...] = (),
+        spill_bytes: int = SPILL_BYTES,
+    ) -> None:
+        self._dtype = dtype
+        self.chunk_rows = chunk_rows
+        self._keys = keys
+        self._spill_rows = max(1, spill_bytes // dtype.itemsize)
+        self.rows: list[tuple[Any, ...]] = []  # appended since the last pack (always this list)
+        self._data = np.empty(0, dtype)
+        self._size = 0
+        self._given_out = False
+        self._folder: tempfile.TemporaryDirectory[str] | None = None
+        self._runs: list[tuple[Path, int, int]] = []  # spilled: (file, first row, rows)
+        self._spilled = 0  # rows in the spill file
+        self._merges = 0
+
+    def append(self, row: tuple[Any, ...]) -> None:
+        rows = self.rows
+        rows.append(row)
+        if len(rows) == self.chunk_rows:
+            self.pack()
+
+    def pack(self) -> None:
+        """Move the rows appended as tuples into the array (``np.fromiter`` of a known count:
+        the bytes ``np.array`` would give, in less time)."""
+        chunk = np.fromiter(self.rows, self._dtype, len(self.rows))
+        self.rows.clear()
+        self._place(chunk)
+
+    def extend(self, rows: np.ndarray) -> None:
+        """Append ``rows`` (an array of this ``dtype``) after every row appended so far."""
+        if self.rows:
+            self.pack()
+        self._place(rows)
+
+    def _place(self, rows: np.ndarray) -> None:
+        while len(rows):
+            room = self._spill_rows - self._size
+            part, rows = rows[:room], rows[room:]
+            end = self._size + len(part)
+            if end > len(self._data):
+                self._resize(min(end + end // 8, self._spill_rows))
+            self._data[self._size : end] = part
+            self._size = end
+            if end == self._spill_rows:
+                self._spill()
+
+    def _resize(self, rows: int) -> None:
+        """Make the array ``rows`` long, keeping its packed rows: in place (nothing else holds
+        it or a view of it), or as a copy once it has been given out."""
+        if self._given_out:
+            data = np.empty(rows, self._dtype)
+            data[: self._size] = self._data[: self._size]
+            self._data, self._given_out = data, False
+        else:
+            self._data.resize(rows, refcheck=False)
+
+    def _spill(self) -> None:
+        """Write the packed rows (sorted, as a run) to the spill file and start again."""
+        rows = _sorted(self._data[: self._size], self._keys)
+        try:
+            if self._folder is None:
+                self._folder = tempfile.TemporaryDirectory(
+                    prefix="specmd-rows-", ignore_cleanup_errors=True
+                )
+            path = Path(self._folder.name) / "spilled.bin"
+            with path.open("ab") as out:
+                rows.tofile(out)
+        except OSError as err:
+            raise _spill_error(err) from None
+        self._runs.append((path, self._spilled, self._size))
+        self._spilled += self._size
+        self._size = 0
+
+    def array(self) -> np.ndarray:
+        """Every row, sorted by ``keys`` (ties in the order appended), as one array: the one
+        this holds in memory, cut to its rows and sorted, or, once rows were spilled, the runs
+        merged into a file and mapped (read only)."""
+        if self.rows:
+            self.pack()
+        if not self._runs:
+            if self._keys:
+                self._data = _sorted(self._data[: self._size], self._keys)
+            elif len(self._data) != self._size:
+                self._resize(self._size)
+            self._given_out = True
+            return self._data
+        if self._size:
+            self._spill()
+        if len(self._runs) > 1 and self._keys:
+            try:
+                merged = self._merge()
+            except OSError as err:
+                raise _spill_error(err) from None
+            self._runs[-1][0].unlink()  # the spill file: every run in it is merged
+            self._runs, self._spilled = [merged], 0
+        elif len(self._runs) > 1:  # unsorted runs follow each other in the file already
+            self._runs = [(self._runs[0][0], self._runs[0][1], self._spilled - self._runs[0][1])]
+        path, first, rows = self._runs[0]
+        mapped = np.memmap(path, self._dtype, "r", first * self._dtype.itemsize, (rows,))
+        mapped.spill_folder = self._folder  # type: ignore[attr-defined]  # kept while mapped
+        return np.asarray(mapped)
+
+    def _merge(self) -> tuple[Path, int, int]:
+        """The sorted runs merged into a file of their own (one run): a block of each run at a
+        time, of which every row up to the least of the blocks' last rows (by ``keys``, then
+        the order appended: the run, then the row in it) is final."""
+        assert self._folder is not None
+        runs = self._runs
+        self._merges += 1
+        path = Path(self._folder.name) / f"merged-{self._merges}.bin"
+        size = self._dtype.itemsize
+        block = max(1, MERGE_BYTES // (size * len(runs)))
+        done = [0] * len(runs)
+        with path.open("wb") as out:
+            while True:
+                blocks = []
+                bound: tuple[Any, ...] | None = None
+                for run, ((src, first, rows), at) in enumerate(zip(runs, done, strict=True)):
+                    count = min(block, rows - at)
+                    part = np.fromfile(src, self._dtype, count, offset=(first + at) * size)
+                    blocks.append(part)
+                    if count and at + count < rows:  # rows of this run come after the block
+                        last = (*(part[k][-1] for k in self._keys), run, at + count - 1)
+                        bound = last if bound is None or last < bound else bound
+                if not any(len(part) for part in blocks):
+                    return path, 0, sum(rows for _, _, rows in runs)
+                taken = []
+                for run, part in enumerate(blocks):
+                    upto = len(part)
+                    if bound is not None:
+                        upto = _upto(part, run, done[run], self._keys, bound)
+                    taken.append(part[:upto])
+                    done[run] += upto
+                # the blocks in the order of their runs, so ties keep the order appended
+                _sorted(np.concatenate(taken), self._keys).tofile(out)
+
+
+def _spill_error(err: OSError) -> SpecmdError:
+    return SpecmdError(
+        f"spans: could not spill recorded rows to {tempfile.gettempdir()} "
+        f"({err.strerror or err}): expected a temporary folder with room for them (set "
+        "TMPDIR), or record none (timing.record_spans: false)"
+    )
+
+
+def _upto(
+    part: np.ndarray, run: int, at: int, keys: tuple[str, ...], bound: tuple[Any, ...]
+) -> int:
+    """How many rows of ``part`` (run ``run``'s rows from its row ``at``, sorted by ``keys``)
+    are at most ``bound`` (keys, then run, then row)."""
+    if run == bound[-2]:
+        upto = np.arange(at, at + len(part)) <= bound[-1]
+    else:
+        upto = np.full(len(part), run < bound[-2])
+    for i in range(len(keys) - 1, -1, -1):
+        values = part[keys[i]]
+        upto = (values < bound[i]) | ((values == bound[i]) & upto)
+    return int(upto.sum())
+
+
+def _sorted(rows: np.ndarray, keys: tuple[str, ...]) -> np.ndarray:
+    """``rows`` sorted by ``keys`` (the first the most significant; ties in their order): a
+    copy (of at most ``spill_bytes`` or ``MERGE_BYTES``), or ``rows`` itself without keys."""
+    if not keys:
+        return rows
+    return np.take(rows, np.lexsort(tuple(rows[k] for k in reversed(keys))))
