@@ -16,6 +16,7 @@ mapped from it is referenced any more (or at exit).
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -158,7 +159,8 @@ class PackedRows:
                 merged = self._merge()
             except OSError as err:
                 raise _spill_error(err) from None
-            self._runs[-1][0].unlink()  # the spill file: every run in it is merged
+            with contextlib.suppress(OSError):  # (where an array mapped from it is still
+                self._runs[-1][0].unlink()  # given out, Windows keeps it till the folder goes)
             self._runs, self._spilled = [merged], 0
         elif len(self._runs) > 1:  # unsorted runs follow each other in the file already
             self._runs = [(self._runs[0][0], self._runs[0][1], self._spilled - self._runs[0][1])]
