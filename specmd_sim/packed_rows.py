@@ -4,14 +4,15 @@ past a bound, so that a recording's memory does not grow with the length of the 
 A run records spans and counter samples by the million (one span or more per expert access):
 as Python tuples they would take ~200 bytes each, packed ~16-42, and even packed a long run's
 rows outgrow memory (a DeepSeek-V3 decode of 100k tokens records ~115M spans, ~5 GB packed).
-:class:`PackedRows` therefore holds at most ``spill_bytes`` of packed rows: past that it writes
-them to a temporary file as a *run* (sorted by its ``keys`` first, where it has any) and starts
-again. :meth:`PackedRows.array` gives every row as one array: in memory when nothing was
-spilled (sorted in place), else mapped from a file (``np.memmap``, read only), the runs merged
-into it a block at a time, so neither the recording nor giving out its rows holds more than a
-bound set by ``spill_bytes`` and :data:`MERGE_BYTES`, however long the run. The rows are the
-same, byte for byte, either way. The temporary folder goes when neither the rows nor any array
-mapped from it is referenced any more (or at exit).
+:class:`PackedRows` series sharing a :class:`SpillBudget` therefore hold at most its ``limit``
+of packed rows together: past that, the series holding the most writes its rows to a temporary
+file as a *run* (sorted by its ``keys`` first, where it has any) and starts again.
+:meth:`PackedRows.array` gives every row as one array: in memory when nothing was spilled,
+else mapped from a file (``np.memmap``, read only), the runs merged into it a block at a time,
+so neither the recording nor giving out its rows holds more than a bound set by the budget and
+:data:`MERGE_BYTES`, however long the run and however many series it records. The rows are
+the same, byte for byte, either way. The temporary folder goes when neither the rows nor any
+array mapped from it is referenced any more (or at exit).
 """
 
 from __future__ import annotations
@@ -25,18 +26,35 @@ import numpy as np
 
 from specmd_sim.errors import SpecmdError
 
-SPILL_BYTES = 16 << 20
-"""Packed rows one :class:`PackedRows` holds in memory before it spills them to disk (a run
-records a span series and a few counter series per GPU and network resource, each bounded by
-this)."""
+SPILL_BYTES = 64 << 20
+"""Packed rows a recording holds in memory, over all its series (the spans, a few counters per
+GPU, one per network resource), before the largest spills to disk."""
 MERGE_BYTES = 32 << 20
 """Rows read at once, over all runs, while merging sorted runs into one file."""
+
+
+class SpillBudget:
+    """Packed rows that several :class:`PackedRows` hold in memory together: at most ``limit``
+    bytes; past it, the series holding the most spills its rows to disk (until within it)."""
+
+    __slots__ = ("held", "limit", "members")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0  # bytes of packed rows the members hold
+        self.members: list[PackedRows] = []
+
+    def add(self, nbytes: int) -> None:
+        self.held += nbytes
+        while self.held > self.limit:
+            max(self.members, key=PackedRows.held_bytes)._spill()
 
 
 class PackedRows:
     """Rows of a structured ``dtype``, appended in order as tuples (the cheapest thing to do
     per row) and packed every ``chunk_rows`` into one array that grows in place, spilled to a
-    temporary file whenever it reaches ``spill_bytes``.
+    temporary file where ``budget`` (shared with other series; default: its own, of
+    ``spill_bytes``) is exceeded and this series holds the most.
 
     The array grows by an eighth at a time, so it holds at most an eighth more rows than were
     packed, by ``ndarray.resize``: ``realloc``, which on Linux remaps a large array's pages
@@ -47,6 +65,7 @@ class PackedRows:
     """
 
     __slots__ = (
+        "_budget",
         "_data",
         "_dtype",
         "_folder",
@@ -67,11 +86,14 @@ class PackedRows:
         chunk_rows: int,
         keys: tuple[str, ...] = (),
         spill_bytes: int = SPILL_BYTES,
+        budget: SpillBudget | None = None,
     ) -> None:
         self._dtype = dtype
         self.chunk_rows = chunk_rows
         self._keys = keys
-        self._spill_rows = max(1, spill_bytes // dtype.itemsize)
+        self._budget = SpillBudget(spill_bytes) if budget is None else budget
+        self._budget.members.append(self)
+        self._spill_rows = max(1, self._budget.limit // dtype.itemsize)  # at most, alone
         self.rows: list[tuple[Any, ...]] = []  # appended since the last pack (always this list)
         self._data = np.empty(0, dtype)
         self._size = 0
@@ -102,6 +124,8 @@ class PackedRows:
 
     def _place(self, rows: np.ndarray) -> None:
         while len(rows):
+            if self._size == self._spill_rows:  # full, whatever the others hold
+                self._spill()
             room = self._spill_rows - self._size
             part, rows = rows[:room], rows[room:]
             end = self._size + len(part)
@@ -109,8 +133,11 @@ class PackedRows:
                 self._resize(min(end + end // 8, self._spill_rows))
             self._data[self._size : end] = part
             self._size = end
-            if end == self._spill_rows:
-                self._spill()
+            self._budget.add(len(part) * self._dtype.itemsize)
+
+    def held_bytes(self) -> int:
+        """Bytes of packed rows this holds in memory."""
+        return self._size * self._dtype.itemsize
 
     def _resize(self, rows: int) -> None:
         """Make the array ``rows`` long, keeping its packed rows: in place (nothing else holds
@@ -137,7 +164,9 @@ class PackedRows:
             raise _spill_error(err) from None
         self._runs.append((path, self._spilled, self._size))
         self._spilled += self._size
+        self._budget.held -= self.held_bytes()
         self._size = 0
+        self._data, self._given_out = np.empty(0, self._dtype), False  # its memory goes too
 
     def array(self) -> np.ndarray:
         """Every row, sorted by ``keys`` (ties in the order appended), as one array: the one

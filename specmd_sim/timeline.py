@@ -43,7 +43,7 @@ import numpy.typing as npt
 
 from specmd_sim.atomic import atomic_file
 from specmd_sim.cache.states import AccessClass
-from specmd_sim.packed_rows import SPILL_BYTES, PackedRows
+from specmd_sim.packed_rows import SPILL_BYTES, PackedRows, SpillBudget
 
 KINDS = (
     "attention", "expert", "lm_head", "stall", "demand_fetch", "prefetch", "cpu_expert",
@@ -102,10 +102,11 @@ class SpanRecorder:
     ``COUNTER_DTYPE``. So a run holds 42 bytes a span and 16 a sample (an eighth more at most,
     and a chunk of tuples each), where tuples would take ~200 and ~110, and building the
     results copies nothing: :meth:`array` sorts the spans in place, :meth:`counters` gives each
-    counter's array as it is. Past ``spill_bytes`` of packed spans (or of one counter's
-    samples) the rows go to a temporary file and the results are mapped from disk, so a long
-    run's recording takes a bounded amount of memory (:mod:`specmd_sim.packed_rows`). They are
-    what one list of every span and sample would give, byte for byte.
+    counter's array as it is. Past ``spill_bytes`` of packed spans and samples together, the
+    series holding the most goes to a temporary file, and the results of a series that did are
+    mapped from disk, so a long run's recording takes a bounded amount of memory
+    (:mod:`specmd_sim.packed_rows`). They are what one list of every span and sample would
+    give, byte for byte.
 
     Counters (``cache_used_bytes``, ``bytes_in_flight``, each network resource's
     ``network/<resource>_bytes_per_s``) are step functions sampled at each change: the value
@@ -122,8 +123,8 @@ class SpanRecorder:
         self.enabled = enabled
         self.lanes: list[str] = []
         self._lane_ids: dict[str, int] = {}
-        self._spans = PackedRows(SPAN_DTYPE, chunk_rows, ("start", "lane"), spill_bytes)
-        self._spill_bytes = spill_bytes
+        self._budget = SpillBudget(spill_bytes)  # the spans and the counters together
+        self._spans = PackedRows(SPAN_DTYPE, chunk_rows, ("start", "lane"), budget=self._budget)
         self._span_rows = self._spans.rows
         self._chunk_rows = chunk_rows
         self._counter_chunk_rows = counter_chunk_rows
@@ -141,7 +142,7 @@ class SpanRecorder:
         not check."""
         if counter not in self._series:
             self._series[counter] = PackedRows(
-                COUNTER_DTYPE, self._counter_chunk_rows, spill_bytes=self._spill_bytes
+                COUNTER_DTYPE, self._counter_chunk_rows, budget=self._budget
             )
         return self._series[counter]
 

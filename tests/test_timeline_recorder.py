@@ -147,11 +147,13 @@ def test_spilled_spans_are_what_one_list_gives(monkeypatch, n, spill_rows, merge
     rows = _rows(n, seed=n + spill_rows)
     rec = _recorder(rows, chunk_rows=3, spill_rows=spill_rows)
     held = rec._spans
-    assert held._size < spill_rows and len(held._data) <= spill_rows
-    assert len(held._runs) == (n - len(held.rows)) // spill_rows  # tuples not yet packed
+    assert held._size <= spill_rows and len(held._data) <= spill_rows
+    assert [rows for _, _, rows in held._runs] == [spill_rows] * len(held._runs)
+    assert len(held._runs) * spill_rows + held._size + len(held.rows) == n  # (tuples unpacked)
     spans = rec.array()
     assert spans.tobytes() == _expected(rows).tobytes()
-    assert isinstance(spans.base, np.memmap) and not spans.flags.writeable
+    spilled = n > spill_rows  # (exactly the bound stays in memory)
+    assert isinstance(spans.base, np.memmap) == spilled and spans.flags.writeable != spilled
 
 
 def test_spilled_spans_added_after_array_are_merged_in_and_the_first_stays() -> None:
@@ -185,6 +187,32 @@ def test_the_spill_folder_goes_with_the_last_array_mapped_from_it() -> None:
     del spans
     gc.collect()
     assert not folder.exists()
+
+
+def test_the_spans_and_counters_share_one_bound() -> None:
+    """Spans and three counters recorded together under 300 bytes: the rows held in memory
+    never pass it (the series holding the most spills), and every series is what one in
+    memory gives."""
+    rows = _rows(120, seed=9)
+    rng = random.Random(9)
+    bounded = SpanRecorder(chunk_rows=1, counter_chunk_rows=1, spill_bytes=300)
+    free = SpanRecorder()
+    for rec in (bounded, free):
+        for lane in range(3):
+            rec.lane(f"gpu0/lane{lane}")
+    for i, row in enumerate(rows):
+        sample = (f"c{rng.randrange(3)}", float(i), float(rng.randrange(9)))
+        for rec in (bounded, free):
+            rec.add(*row)
+            rec.sample(*sample)
+        held = [m.held_bytes() for m in bounded._budget.members]
+        assert bounded._budget.held == sum(held) <= 300
+    assert all(m._runs for m in bounded._budget.members)  # every series spilled
+    assert bounded.array().tobytes() == free.array().tobytes()
+    want = free.counters()
+    got = bounded.counters()
+    assert list(got) == list(want)
+    assert all(got[name].tobytes() == want[name].tobytes() for name in want)
 
 
 def test_no_room_to_spill_is_one_clear_error(monkeypatch, tmp_path) -> None:
