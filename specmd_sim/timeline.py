@@ -13,8 +13,8 @@ up in the Perfetto trace and the HTML timelines without changes there.
 
 The recorder (:class:`SpanRecorder`) packs spans and counter samples into numpy arrays as the
 run goes (42 and 16 bytes each, where Python tuples take ~200 and ~110), and the results are
-those arrays, sorted in place, not copies; past a bound the packed rows are spilled to disk
-and the results mapped from there, so a long run's recording takes bounded memory.
+those arrays (the spans sorted); past a bound the packed rows are spilled to disk and the
+results mapped from there, so a long run's recording takes bounded memory.
 
 Besides the recorder this module derives what the exports need from the spans: the access class
 a transfer served (:func:`served_class`), what ended each stall (:func:`stall_causes`), which
@@ -100,9 +100,9 @@ class SpanRecorder:
     ``chunk_rows`` spans the tuples are packed into one growing ``SPAN_DTYPE`` array
     (:class:`PackedRows`); each counter's samples likewise, every ``counter_chunk_rows``, as
     ``COUNTER_DTYPE``. So a run holds 42 bytes a span and 16 a sample (an eighth more at most,
-    and a chunk of tuples each), where tuples would take ~200 and ~110, and building the
-    results copies nothing: :meth:`array` sorts the spans in place, :meth:`counters` gives each
-    counter's array as it is. Past ``spill_bytes`` of packed spans and samples together, the
+    and a chunk of tuples each), where tuples would take ~200 and ~110: :meth:`array` gives
+    the spans sorted (a copy of at most the bound below), :meth:`counters` each counter's array
+    as it is. Past ``spill_bytes`` of packed spans and samples together, the
     series holding the most goes to a temporary file, and the results of a series that did are
     mapped from disk, so a long run's recording takes a bounded amount of memory
     (:mod:`specmd_sim.packed_rows`). They are what one list of every span and sample would
@@ -186,8 +186,8 @@ class SpanRecorder:
 
     def array(self) -> np.ndarray:
         """The spans sorted by start, then lane, then the order they were added in: the array
-        the recorder packed them into, sorted in place, or, for a run long enough that they
-        were spilled to disk, mapped from the file they were merged into
+        the recorder packed them into, sorted, or, for a run long enough that they were
+        spilled to disk, mapped from the file they were merged into
         (:meth:`PackedRows.array`). Spans added later go after them, and a later call sorts
         them in."""
         return self._spans.array()

@@ -29,9 +29,8 @@ The pass counts byte stack distances in a Fenwick tree; where every expert has o
 the capacities are few it follows the capacities' boundaries in a recency list instead (about
 twice as fast; the same counts). The kernels are plain Python over numpy arrays that numba
 compiles when installed (the ``fast`` extra); without it the same code runs interpreted,
-slower but equal. Compiled, a long
-trace is cut into pieces counted on threads at once (:func:`curve_counts`), with the same
-counts.
+slower but equal. Compiled, a long trace is cut into pieces counted on threads at once
+(:func:`curve_counts`), with the same counts.
 """
 
 from __future__ import annotations
@@ -248,7 +247,7 @@ _TABLE_LIMIT = 1 << 22
 # one recency list (_count_piece_slots: an access costs a step per capacity above its key's
 # depth) rather than by distances in a Fenwick tree (_count_piece: four walks of ~log2(keys)
 # steps, whatever the capacities). On the 10.24M-access OLMoE trace of benchmarks/mrc_speed.py
-# (1,024 keys; 2026-12-04, numba 0.68.1, one thread): 20 capacities 0.24-0.27 s against the
+# (1,024 keys; 2026-12-04, numba 0.68.1, one thread): 20 capacities 0.24-0.29 s against the
 # tree's 0.50-0.58 s; in the worst case, every access deeper than every capacity, 32 capacities
 # 0.31 s and 64 0.63 s against the tree's 0.50 s.
 _BOUNDARY_LIMIT = 48
@@ -285,12 +284,8 @@ def curve_counts(
     limit = int(weight.sum())
     units = np.asarray(bounds, np.int64) // max(unit, 1)  # a distance d fits B iff d <= B // unit
     slots = units.size <= _BOUNDARY_LIMIT and limit == weight.size and bool(np.all(units >= 1))
-    if slots:  # every key one unit, no capacity under one key
-        table = np.zeros(0, np.int64)
-    elif limit < _TABLE_LIMIT:
-        table = _bucket_table(units, limit)
-    else:
-        table = np.zeros(0, np.int64)
+    # (slots: every key one unit, no capacity under one key; no table: a binary search)
+    table = np.zeros(0, np.int64) if slots or limit >= _TABLE_LIMIT else _bucket_table(units, limit)
     if workers is None:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
     if not available():
