@@ -191,44 +191,50 @@ class PackedRows:
             with contextlib.suppress(OSError):  # (where an array mapped from it is still
                 self._runs[-1][0].unlink()  # given out, Windows keeps it till the folder goes)
             self._runs, self._spilled = [merged], 0
-        elif len(self._runs) > 1:  # unsorted runs follow each other in the file already
-            self._runs = [(self._runs[0][0], self._runs[0][1], self._spilled - self._runs[0][1])]
+        elif len(self._runs) > 1:  # unsorted runs follow each other in their file from row 0
+            self._runs = [(self._runs[0][0], 0, self._spilled)]
         path, first, rows = self._runs[0]
         mapped = np.memmap(path, self._dtype, "r", first * self._dtype.itemsize, (rows,))
         mapped.spill_folder = self._folder  # type: ignore[attr-defined]  # kept while mapped
         return np.asarray(mapped)
 
     def _merge(self) -> tuple[Path, int, int]:
-        """The sorted runs merged into a file of their own (one run): a block of each run at a
-        time, of which every row up to the least of the blocks' last rows (by ``keys``, then
-        the order appended: the run, then the row in it) is final."""
+        """The sorted runs merged into a file of their own (one run): up to a block of each run
+        at a time in memory (each row read once), of which every row up to the least of the
+        blocks' last rows (by ``keys``, then the order appended: the run, then the row in it)
+        is final when the run has more rows after its block."""
         assert self._folder is not None
         runs = self._runs
         self._merges += 1
         path = Path(self._folder.name) / f"merged-{self._merges}.bin"
         size = self._dtype.itemsize
         block = max(1, MERGE_BYTES // (size * len(runs)))
-        done = [0] * len(runs)
+        pending = [np.empty(0, self._dtype) for _ in runs]  # read, not yet written
+        read = [0] * len(runs)
         with path.open("wb") as out:
             while True:
-                blocks = []
                 bound: tuple[Any, ...] | None = None
-                for run, ((src, first, rows), at) in enumerate(zip(runs, done, strict=True)):
-                    count = min(block, rows - at)
-                    part = np.fromfile(src, self._dtype, count, offset=(first + at) * size)
-                    blocks.append(part)
-                    if count and at + count < rows:  # rows of this run come after the block
-                        last = (*(part[k][-1] for k in self._keys), run, at + count - 1)
+                for run, (src, first, rows) in enumerate(runs):
+                    count = min(block - len(pending[run]), rows - read[run])
+                    if count > 0:
+                        more = np.fromfile(
+                            src, self._dtype, count, offset=(first + read[run]) * size
+                        )
+                        pending[run] = np.concatenate((pending[run], more))
+                        read[run] += count
+                    part = pending[run]
+                    if len(part) and read[run] < rows:  # rows of this run come after it
+                        last = (*(part[k][-1] for k in self._keys), run, read[run] - 1)
                         bound = last if bound is None or last < bound else bound
-                if not any(len(part) for part in blocks):
+                if not any(len(part) for part in pending):
                     return path, 0, sum(rows for _, _, rows in runs)
                 taken = []
-                for run, part in enumerate(blocks):
+                for run, part in enumerate(pending):
                     upto = len(part)
                     if bound is not None:
-                        upto = _upto(part, run, done[run], self._keys, bound)
+                        upto = _upto(part, run, read[run] - len(part), self._keys, bound)
                     taken.append(part[:upto])
-                    done[run] += upto
+                    pending[run] = part[upto:]
                 # the blocks in the order of their runs, so ties keep the order appended
                 _sorted(np.concatenate(taken), self._keys).tofile(out)
 

@@ -242,7 +242,7 @@ def test_chunked_counters_are_what_one_list_gives(counter_chunk_rows: int, spill
             rec.sample(name, *sample)
     got = rec.counters()
     assert list(got) == sorted(want)
-    assert spill or not any(rec._series[n]._runs for n in want)
+    assert any(rec._series[n]._runs for n in want) == bool(spill)  # spilled where asked
     for name, samples in want.items():
         expected = np.array(samples, dtype=COUNTER_DTYPE)
         assert got[name].dtype == COUNTER_DTYPE and got[name].tobytes() == expected.tobytes()
@@ -300,8 +300,10 @@ def test_timing_engine_gives_the_same_spans_and_counters_in_tiny_chunks(
     default = simulate(config)
     more = {} if spill_bytes is None else {"spill_bytes": spill_bytes}
     tiny = functools.partial(SpanRecorder, chunk_rows=7, counter_chunk_rows=3, **more)
-    monkeypatch.setattr(sim_run, "SpanRecorder", tiny)
+    made: list[SpanRecorder] = []
+    monkeypatch.setattr(sim_run, "SpanRecorder", lambda *a: made.append(tiny(*a)) or made[-1])
     chunked = simulate(config)
+    assert (made[0]._spans._folder is not None) == (spill_bytes is not None)  # spilled or not
     assert default.spans is not None and chunked.spans is not None and default.spans.size > 7
     assert chunked.spans.tobytes() == default.spans.tobytes()
     assert chunked.lanes == default.lanes and list(chunked.counters) == list(default.counters)

@@ -403,6 +403,15 @@ def _renumber(tree: np.ndarray, last: np.ndarray, weight: np.ndarray, at: np.nda
 
 
 @compiled
+def _longest_pass(starts: np.ndarray) -> int:
+    """The most accesses of one pass (``starts``: each pass's first access, then the end)."""
+    longest = 0
+    for p in range(starts.size - 1):
+        longest = max(longest, starts[p + 1] - starts[p])
+    return longest
+
+
+@compiled
 def _count_piece(
     keys: np.ndarray,
     starts: np.ndarray,
@@ -424,9 +433,7 @@ def _count_piece(
     """
     passes = starts.size - 1
     n = weight.size
-    longest = 0
-    for p in range(passes):
-        longest = max(longest, starts[p + 1] - starts[p])
+    longest = _longest_pass(starts)
     tree = np.zeros(2 * n + longest + 2, np.int64)
     at = np.empty(tree.size, np.int64)
     last = np.full(n, -1, np.int64)  # position of each key's last use in the tree
@@ -502,9 +509,7 @@ def _count_piece_slots(
     n, bounds = nbytes.size, units.size
     head = n
     nxt, prv, where, marker, size, full = _slot_list(before, units)
-    longest = 0
-    for p in range(starts.size - 1):
-        longest = max(longest, starts[p + 1] - starts[p])
+    longest = _longest_pass(starts)
     seen = np.full(n, -1, np.int64)  # the last pass that used each key
     depth = np.zeros(longest, np.int64)  # where each of the pass's accesses was at its start
     hits = np.zeros(bounds + 1, np.int64)
