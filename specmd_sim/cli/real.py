@@ -17,18 +17,41 @@ from specmd_sim.errors import SpecmdError
 FolderOpt = Annotated[
     Path, typer.Option("--folder", help="Work folder: model, traces and calibrated profiles.")
 ]
-BackendOpt = Annotated[str, typer.Option("--backend", help="cpu (cuda needs torch and a GPU).")]
+BackendOpt = Annotated[
+    str,
+    typer.Option(
+        "--backend",
+        help="cpu (numpy), cuda (torch on a CUDA GPU) or torch-cpu (the cuda backend's code on "
+        "this CPU, to check it without a GPU).",
+    ),
+]
 
 
-def _backend(name: str) -> None:
-    if name == "cpu":
-        return
-    if name == "cuda":
+def _backend(name: str) -> str:
+    """Check that ``name`` is a backend whose needs this machine has (torch; a GPU for cuda);
+    returns its GPU's name ('' for none)."""
+    from specmd_sim.execute.device import make_device
+
+    return make_device(name).gpu_name
+
+
+def _link_bandwidth(value: str | None, backend: str) -> float:
+    """``--link-bandwidth``: bytes/s of a throttle, or ``native`` (the default on cuda)."""
+    from specmd_sim.execute.calibrate import NATIVE
+
+    if value is None:
+        return NATIVE if backend == "cuda" else 2.0e9
+    if value == "native":
+        return NATIVE
+    try:
+        bandwidth = float(value)
+    except ValueError:
+        bandwidth = float("nan")
+    if not 0 < bandwidth < float("inf"):
         raise SpecmdError(
-            "--backend: expected cpu, got cuda (the CUDA backend is not built yet; "
-            "docs/validation-method.md says what it will take)"
+            f"--link-bandwidth: expected a finite number of bytes/s > 0 or 'native', got {value}"
         )
-    raise SpecmdError(f"--backend: expected cpu or cuda, got {name!r}")
+    return bandwidth
 
 
 @app.command("calibrate")
@@ -40,8 +63,13 @@ def calibrate_cmd(
     ),
     scale: Annotated[int, typer.Option(help="Divide the model's widths by this.")] = 4,
     link_bandwidth: Annotated[
-        float, typer.Option("--link-bandwidth", help="Throttle of the slow tier, bytes/s.")
-    ] = 2.0e9,
+        str | None,
+        typer.Option(
+            "--link-bandwidth",
+            help="Throttle of the slow tier, bytes/s, or 'native': the device's own link, "
+            "measured [default: 2e9 on cpu and torch-cpu, native on cuda].",
+        ),
+    ] = None,
     engines: Annotated[int, typer.Option(help="Copy worker threads.")] = 2,
     repeats: Annotated[int, typer.Option(help="Repeats of each microbenchmark.")] = 5,
     json_: JsonOpt = False,
@@ -52,16 +80,16 @@ def calibrate_cmd(
     from specmd_sim.execute.calibrate import calibrate
     from specmd_sim.execute.traces import write_model
 
-    _backend(backend)
     for name, value in (("--scale", scale), ("--engines", engines), ("--repeats", repeats)):
         if value < 1:
             raise SpecmdError(f"{name}: expected an integer >= 1, got {value}")
-    if not link_bandwidth > 0 or link_bandwidth == float("inf"):
-        raise SpecmdError(f"--link-bandwidth: expected a finite number > 0, got {link_bandwidth}")
+    link = _link_bandwidth(link_bandwidth, backend)
+    _backend(backend)
     folder.mkdir(parents=True, exist_ok=True)
     err = console(json_mode=True)
-    cal = calibrate(model, scale, link_bandwidth, engines, repeats,
-                    progress=lambda i, n: err.print(f"calibrate: step {i} of {n}"))  # fmt: skip
+    cal = calibrate(model, scale, link, engines, repeats,
+                    progress=lambda i, n: err.print(f"calibrate: step {i} of {n}"),
+                    device=backend)  # fmt: skip
     write_model(cal.model, folder)
     for name, data in (("hardware.yaml", cal.hardware), ("runtime.yaml", cal.runtime)):
         (folder / name).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
@@ -100,32 +128,42 @@ def validate_real(
             "saved in --folder (real-validation.json).",
         ),
     ] = False,
+    resume: Annotated[
+        bool,
+        typer.Option(
+            "--resume",
+            help="Keep the cells an earlier run saved in --folder from the same calibration, "
+            "trace and repeats; run only the others.",
+        ),
+    ] = False,
     json_: JsonOpt = False,
 ) -> None:
     """Run the executor and the simulator on the same matrix; write the comparison."""
+    from specmd_sim.execute.device import check_name
     from specmd_sim.execute.traces import synthetic_trace
     from specmd_sim.models import load_model
     from specmd_sim.validate.document import write_part
-    from specmd_sim.validate.real import (
-        QUICK,
-        Matrix,
-        load_rows,
-        markdown,
-        run_real_validation,
-    )
+    from specmd_sim.validate.real import load_rows, markdown, matrix, run_real_validation
 
-    _backend(backend)
+    check_name(backend)
     machine = f"{platform.node() or 'this machine'} ({platform.processor() or platform.machine()})"
-    command = "specmd validate real" + (" --quick" if quick else "")
+    command = (
+        "specmd validate real"
+        + (f" --backend {backend}" if backend != "cpu" else "")
+        + (" --quick" if quick else "")
+    )
     if rewrite:
         saved = folder / "real-validation.json"
         if not saved.is_file():
             raise SpecmdError(
                 f"--rewrite: expected the cells of an earlier run in {saved}, got none"
             )
-        write_part(out, "real", markdown(load_rows(saved), command, machine))
+        write_part(out, backend, markdown(load_rows(saved), command, machine, backend))
         console().print(f"report: {out}")
         return
+    gpu = _backend(backend)
+    if gpu:
+        machine += f" with {gpu}"
     for name in ("model.yaml", "hardware.yaml", "runtime.yaml"):
         if not (folder / name).is_file():
             raise SpecmdError(
@@ -142,8 +180,9 @@ def validate_real(
     def progress(line: str) -> None:
         err.print(line, highlight=False)
 
-    result = run_real_validation(folder, trace, QUICK if quick else Matrix(), repeats, 0, progress)
-    write_part(out, "real", markdown(result, command, machine))
+    result = run_real_validation(folder, trace, matrix(backend, quick), repeats, 0, progress,
+                                 device=backend, resume=resume)  # fmt: skip
+    write_part(out, backend, markdown(result, command, machine, backend))
     summary = result.summary()
     if json_:
         typer.echo(json.dumps({"summary": summary, "rows": result.rows}, default=str))

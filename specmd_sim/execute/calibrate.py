@@ -1,22 +1,30 @@
 """``specmd calibrate``: measure this machine, as the real executor uses it, into a hardware and
 a runtime profile (grade A) that the simulator can run.
 
-Microbenchmarks, each repeated ``repeats`` times (the median is kept, the spread reported):
+Microbenchmarks on the executor's device (:mod:`.device`: numpy on the CPU, or torch on a CUDA
+GPU, each timed call ending with the device synchronised as in the executor), each repeated
+``repeats`` times (the median is kept, the spread reported):
 
-- **dispatch**: one expert call of a model 1 wide, per numpy call: the fixed cost of a call;
+- **dispatch**: one expert call of a model 1 wide, per counted call: the fixed cost of a call
+  (on CUDA a kernel launch and its share of the synchronisation);
 - **bandwidth**: one expert on one token, cycling over more experts than the caches hold: the
   weights' bytes over the call's time less its dispatch;
 - **peak FLOP/s and the small-batch curve**: expert calls on 1..64 tokens; the highest FLOP
   rate among them, and per token count the fraction of the one-token bandwidth it reaches
   (``memory_efficiency_by_tokens``), so that the roofline gives each measured point back;
-- **copy latency**: copies of one expert through a copy-worker thread and the throttled link,
-  from the request to the requester waking, less ``bytes / bandwidth``;
+- **link bandwidth** (an unthrottled link: CUDA's PCIe): ``engines`` copy workers copying
+  experts from the slow tier at once, their bytes over the time;
+- **copy latency**: copies of one expert through a copy-worker thread and the link, from the
+  request to the requester waking, less ``bytes / bandwidth``;
 - **host memory**: ``numpy.copyto`` of the slow tier;
+- **copy interference** (reported; the simulator has no such term): an expert call on one token
+  while a copy worker copies experts back to back, against the call alone;
 - **the executor's own cost**: dry runs (no compute, no bytes) of a decode-only and a
   chunked-prefill trace; per MoE layer and per access, by least squares.
 
-Copies run on ``engines`` worker threads over a link throttled to ``link_bandwidth``: the
-profile's link is that throttle (grade B: a setting, not a measurement).
+Copies run on ``engines`` worker threads over a link throttled to ``link_bandwidth`` (the
+profile's link is that throttle: grade B, a setting, not a measurement), or, with no throttle,
+over the device's own link (measured, grade A).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import datetime
 import functools
 import os
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -38,11 +47,14 @@ import numpy as np
 from specmd_sim.engine.common import Progress
 from specmd_sim.errors import SpecmdError
 from specmd_sim.execute.copies import ThrottledLink
+from specmd_sim.execute.device import Device, TorchDevice, make_device
 from specmd_sim.execute.model import (
     ATTENTION_KERNELS,
     EXPERT_KERNELS,
     TOKEN_KERNELS,
+    NoOps,
     Ops,
+    TorchOps,
     Weights,
     scaled_model,
 )
@@ -53,6 +65,8 @@ from specmd_sim.scenario import build_scenario
 
 TOKENS = (1, 2, 4, 8, 16, 32, 64)  # token counts of the expert-call curve
 NOISY = 0.10  # a spread (max - min over median) above this is reported as a noisy machine
+NATIVE = float("inf")  # no throttle: the device's own link
+LAUNCH_BOUND = 0.01  # the least fraction of a CUDA expert call taken as its kernels' time
 
 
 @dataclass
@@ -108,71 +122,105 @@ def calibrate(
     repeats: int = 5,
     seed: int = 0,
     progress: Progress | None = None,
+    device: str = "cpu",
 ) -> Calibration:
-    """Measure this machine for the executor running ``model_id`` scaled by ``scale``."""
+    """Measure this machine for the executor running ``model_id`` scaled by ``scale`` on
+    ``device``, its copies over a link throttled to ``link_bandwidth`` (:data:`NATIVE`: the
+    device's own link, measured)."""
     model = scaled_model(model_id, scale)
     cal = Calibration(model)
-    weights = Weights(model, seed)
-    ops = Ops(weights)
-    steps = 6
+    dev = make_device(device)
+    host = Weights(model, seed)
+    weights = dev.place(host)
+    ops = dev.ops(weights)
+    assert not isinstance(ops, NoOps)
+    steps = 8
 
     def step(i: int) -> None:
         if progress is not None:
             progress(i, steps)
 
-    dispatch = _dispatch(cal, repeats, seed)
+    dispatch = _dispatch(cal, dev, repeats, seed)
     step(1)
-    bandwidth = _bandwidth(cal, ops, weights, dispatch, repeats)
+    bandwidth = _bandwidth(cal, dev, ops, weights, dispatch, repeats)
     step(2)
-    peak = _peak(cal, ops, weights, dispatch, bandwidth, repeats)
+    peak = _peak(cal, dev, ops, weights, dispatch, bandwidth, repeats)
     step(3)
-    latency = _copy_latency(cal, weights, link_bandwidth, repeats)
+    link = link_bandwidth
+    if link == NATIVE:
+        link = _link_bandwidth(cal, dev, weights, engines, repeats)
     step(4)
-    host_bw = _host_bandwidth(cal, weights, repeats)
+    latency = _copy_latency(cal, dev, weights, link_bandwidth, link, repeats)
     step(5)
-    per_layer, per_access = _own_cost(cal, model, seed)
+    host_bw = _host_bandwidth(cal, host, repeats)
     step(6)
+    per_layer, per_access = _own_cost(cal, model, seed, device)
+    step(7)
+    _interference(cal, dev, ops, weights, repeats)
+    step(8)
     today = datetime.date.today().isoformat()
-    cal.hardware = _hardware_profile(cal, model, engines, link_bandwidth, latency, bandwidth,
-                                     peak, host_bw, today)  # fmt: skip
-    cal.runtime = _runtime_profile(cal, dispatch, per_layer, per_access, today)
+    setup = _Setup(dev, engines, link, link_bandwidth == NATIVE, today)
+    cal.hardware = _hardware_profile(cal, setup, latency, bandwidth, peak, host_bw)
+    cal.runtime = _runtime_profile(cal, setup, dispatch, per_layer, per_access)
     return cal
+
+
+@dataclass(frozen=True)
+class _Setup:
+    """What the profiles describe: the device, its copy workers and link, the date."""
+
+    device: Device
+    engines: int
+    link: float  # bytes/s: the throttle, or the native link as measured
+    native: bool
+    today: str
 
 
 # --- the microbenchmarks -------------------------------------------------------------------
 
 
-def _dispatch(cal: Calibration, repeats: int, seed: int) -> float:
-    tiny = Ops(Weights(scaled_model("olmoe-1b-7b", 1).model_copy(update={
+def _dispatch(cal: Calibration, dev: Device, repeats: int, seed: int) -> float:
+    tiny = dev.ops(Weights(scaled_model("olmoe-1b-7b", 1).model_copy(update={
         "hidden_size": 1, "moe_intermediate_size": 1, "num_attention_heads": 1,
         "num_kv_heads": 1, "vocab_size": 1, "num_experts": 1, "moe_layers": 1,
     }), seed))  # fmt: skip
-    x = np.ones((1, 1), np.float32)
-    w = tiny.w.slow[0]
+    assert isinstance(tiny, Ops | TorchOps)
+    x = dev.array(np.ones((1, 1), np.float32))
+    w = dev.resident(tiny.w.slow[:1])[0]
+
+    def call() -> None:
+        tiny.expert(w, x)
+        dev.sync()
+
     # a floor, which noise (another process, a frequency step) can only raise: the fastest of
     # at least three, so that a busy moment is not charged to every expert call
     def calls() -> float:
-        return _timed(lambda: tiny.expert(w, x), 2000)
+        return _timed(call, 2000)
 
     calls()  # warm-up
     times = [calls() for _ in range(max(repeats, 3))]
     value, spread = min(times), (max(times) - min(times)) / min(times)
     return cal.add(Measure("dispatch_overhead_s", value / EXPERT_KERNELS, spread, "s",
-                           "one expert call of a model 1 wide, per numpy call (the fastest of "
-                           f"{len(times)})")).value  # fmt: skip
+                           "one expert call of a model 1 wide, synchronised, per counted call "
+                           f"(the fastest of {len(times)})")).value  # fmt: skip
 
 
-def _expert_time(ops: Ops, weights: Weights, tokens: int, rounds: int = 2) -> float:
-    """One expert call on ``tokens`` tokens, cycling over every expert of the slow tier."""
-    x = np.random.default_rng(0).standard_normal((tokens, weights.model.hidden_size),
-                                                 dtype=np.float32)  # fmt: skip
-    slow = weights.slow
-    n = min(slow.shape[0], 256)
+def _expert_time(dev: Device, ops: Ops | TorchOps, experts: Any, tokens: int,
+                 rounds: int = 2) -> float:  # fmt: skip
+    """One expert call on ``tokens`` tokens (synchronised), cycling over ``experts``."""
+    x = dev.array(np.random.default_rng(0).standard_normal((tokens, ops.h), dtype=np.float32))
+    n = experts.shape[0]
     start = time.perf_counter()
     for _ in range(rounds):
         for i in range(n):
-            ops.expert(slow[i], x)
+            ops.expert(experts[i], x)
+            dev.sync()
     return (time.perf_counter() - start) / (rounds * n)
+
+
+def _experts(dev: Device, weights: Weights) -> Any:
+    """256 experts (more than the caches hold) where compute reads them."""
+    return dev.resident(weights.slow[: min(weights.slow.shape[0], 256)])
 
 
 def _expert_bytes(model: ModelSpec, tokens: int) -> float:
@@ -180,10 +228,16 @@ def _expert_bytes(model: ModelSpec, tokens: int) -> float:
 
 
 def _bandwidth(
-    cal: Calibration, ops: Ops, weights: Weights, dispatch: float, repeats: int
+    cal: Calibration,
+    dev: Device,
+    ops: Ops | TorchOps,
+    weights: Weights,
+    dispatch: float,
+    repeats: int,
 ) -> float:
-    t, spread = _repeat(lambda: _expert_time(ops, weights, 1), repeats)
-    bw = _expert_bytes(cal.model, 1) / (t - EXPERT_KERNELS * dispatch)
+    experts = _experts(dev, weights)
+    t, spread = _repeat(lambda: _expert_time(dev, ops, experts, 1), repeats)
+    bw = _expert_bytes(cal.model, 1) / _busy(dev, t, dispatch, 1)
     return cal.add(
         Measure(
             "memory_bandwidth_bytes_per_s",
@@ -195,24 +249,16 @@ def _bandwidth(
     ).value
 
 
-def _peak(cal: Calibration, ops: Ops, weights: Weights, dispatch: float, bandwidth: float,
-          repeats: int) -> float:  # fmt: skip
+def _peak(cal: Calibration, dev: Device, ops: Ops | TorchOps, weights: Weights, dispatch: float,
+          bandwidth: float, repeats: int) -> float:  # fmt: skip
     """The highest FLOP rate of expert calls on 1..64 tokens, and the bandwidth fraction each
     token count reaches (``memory_efficiency_by_tokens``): with both, the roofline gives every
     measured point back."""
     model = cal.model
-    curve = {m: _repeat(functools.partial(_expert_time, ops, weights, m, 1), repeats)
+    experts = _experts(dev, weights)
+    curve = {m: _repeat(functools.partial(_expert_time, dev, ops, experts, m, 1), repeats)
              for m in TOKENS}  # fmt: skip
-    busy = {m: curve[m][0] - EXPERT_KERNELS * dispatch for m in TOKENS}
-    short = [m for m in TOKENS if busy[m] <= 0]
-    if short:
-        m = short[0]
-        raise SpecmdError(
-            f"calibrate: expected an expert call on {m} tokens to take longer than its "
-            f"{EXPERT_KERNELS} dispatches ({EXPERT_KERNELS * dispatch * 1e6:.0f} us), got "
-            f"{curve[m][0] * 1e6:.0f} us: the measurements are noise (a busy machine?); rerun "
-            "on an idle machine or with more --repeats"
-        )
+    busy = {m: _busy(dev, curve[m][0], dispatch, m) for m in TOKENS}
     peak = max(float(model.expert_flops_per_token) * m / busy[m] for m in TOKENS)
     cal.efficiency = {m: min(1.0, _expert_bytes(model, m) / bandwidth / busy[m]) for m in TOKENS}
     spread = max(s for _, s in curve.values())
@@ -229,14 +275,64 @@ def _peak(cal: Calibration, ops: Ops, weights: Weights, dispatch: float, bandwid
     return peak
 
 
-def _copy_latency(cal: Calibration, weights: Weights, bandwidth: float, repeats: int) -> float:
-    """Request -> worker copies one expert over the throttled link -> requester wakes."""
-    link = ThrottledLink(bandwidth)
+def _busy(dev: Device, t: float, dispatch: float, tokens: int) -> float:
+    """The part of an expert call of ``t`` seconds beyond its dispatches. On CUDA the kernels
+    are queued asynchronously and can run hidden behind their launches (a launch-bound call):
+    at least :data:`LAUNCH_BOUND` of the call is taken as the kernels' time, so that the
+    roofline still gives the measured time back within that fraction. On a CPU, where calls
+    run one after another, a call no longer than its dispatches means noise."""
+    busy = t - EXPERT_KERNELS * dispatch
+    if isinstance(dev, TorchDevice) and dev.cuda:
+        return max(busy, LAUNCH_BOUND * t)
+    if busy <= 0:
+        raise SpecmdError(
+            f"calibrate: expected an expert call on {tokens} tokens to take longer than its "
+            f"{EXPERT_KERNELS} dispatches ({EXPERT_KERNELS * dispatch * 1e6:.0f} us), got "
+            f"{t * 1e6:.0f} us: the measurements are noise (a busy machine?); rerun on an idle "
+            "machine or with more --repeats"
+        )
+    return busy
+
+
+def _link_bandwidth(cal: Calibration, dev: Device, weights: Weights, engines: int,
+                    repeats: int) -> float:  # fmt: skip
+    """``engines`` copy workers at once, each copying 32 experts from the slow tier: the
+    link's bandwidth as the flow model shares it (bytes over the time of all)."""
+    copiers = [dev.copier() for _ in range(engines)]
+    dst = [dev.zeros(weights.expert_size) for _ in range(engines)]
+    n, slow = 32, weights.slow
+
+    def one_round() -> float:
+        def worker(i: int) -> None:
+            for k in range(n):
+                copiers[i](dst[i], slow[(i * n + k) % slow.shape[0]])
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(engines)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return time.perf_counter() - start
+
+    value, spread = _repeat(one_round, repeats)
+    nbytes = engines * n * weights.expert_nbytes
+    return cal.add(Measure("link_bandwidth_bytes_per_s", nbytes / value, spread, "B/s",
+                           f"{engines} copy workers at once, {n} experts each, slow tier to "
+                           "fast tier")).value  # fmt: skip
+
+
+def _copy_latency(cal: Calibration, dev: Device, weights: Weights, throttle: float,
+                  bandwidth: float, repeats: int) -> float:  # fmt: skip
+    """Request -> worker copies one expert over the link -> requester wakes, less ``bytes /
+    bandwidth`` (the throttle, or the native link's measured bandwidth)."""
+    link = ThrottledLink(throttle)
     lock = threading.Lock()
     work = threading.Condition(lock)
     queue: list[tuple[int, threading.Event]] = []
     stop = [False]
-    dst = np.zeros(weights.expert_size, np.float32)
+    dst = dev.zeros(weights.expert_size)
+    copy = dev.copier()
 
     def worker() -> None:
         with lock:
@@ -249,7 +345,7 @@ def _copy_latency(cal: Calibration, weights: Weights, bandwidth: float, repeats:
                 lock.release()
                 try:
                     flow = link.start(dst.nbytes)
-                    np.copyto(dst, weights.slow[key])
+                    copy(dst, weights.slow[key])
                     link.finish(flow)
                 finally:
                     lock.acquire()
@@ -276,8 +372,37 @@ def _copy_latency(cal: Calibration, weights: Weights, bandwidth: float, repeats:
         work.notify()
     thread.join()
     return cal.add(Measure("copy_latency_s", max(value, 0.0), spread, "s",
-                           "one expert through a copy worker and the throttled link, less "
-                           "bytes / bandwidth")).value  # fmt: skip
+                           "one expert through a copy worker and the link, less bytes / "
+                           "bandwidth")).value  # fmt: skip
+
+
+def _interference(cal: Calibration, dev: Device, ops: Ops | TorchOps, weights: Weights,
+                  repeats: int) -> None:  # fmt: skip
+    """An expert call on one token while one copy worker copies experts back to back, against
+    the call alone: what the copies' host side (and, on a CPU, their memory traffic) costs the
+    compute thread. Reported, not put in a profile: the simulator has no such term."""
+    experts = _experts(dev, weights)
+    copy, dst, stop = dev.copier(), dev.zeros(weights.expert_size), threading.Event()
+    slow = weights.slow
+
+    def worker() -> None:
+        k = 0
+        while not stop.is_set():
+            copy(dst, slow[k % slow.shape[0]])
+            k += 1
+
+    alone, _ = _repeat(lambda: _expert_time(dev, ops, experts, 1, 1), repeats)
+    thread = threading.Thread(target=worker, daemon=True)
+    thread.start()
+    try:
+        beside, spread = _repeat(lambda: _expert_time(dev, ops, experts, 1, 1), repeats)
+    finally:
+        stop.set()
+        thread.join()
+    cal.add(Measure("copy_interference", beside / alone - 1.0, spread, "fraction",
+                    f"an expert call on one token beside a copy worker copying experts back to "
+                    f"back ({beside * 1e6:.0f} us) against alone ({alone * 1e6:.0f} us); not "
+                    "modelled by the simulator"))  # fmt: skip
 
 
 def _host_bandwidth(cal: Calibration, weights: Weights, repeats: int) -> float:
@@ -295,7 +420,8 @@ def _host_bandwidth(cal: Calibration, weights: Weights, repeats: int) -> float:
     ).value
 
 
-def _own_cost(cal: Calibration, model: ModelSpec, seed: int) -> tuple[float, float]:
+def _own_cost(cal: Calibration, model: ModelSpec, seed: int, device: str
+              ) -> tuple[float, float]:  # fmt: skip
     """The executor's cost per MoE layer and per access: dry runs of two traces (no compute,
     no bytes), least squares over (layers, accesses)."""
     rows, times = [], []
@@ -304,7 +430,7 @@ def _own_cost(cal: Calibration, model: ModelSpec, seed: int) -> tuple[float, flo
             scenario = build_scenario(config)
             samples = []
             for _ in range(3):  # the time not spent waiting for a (dry) copy worker
-                result = execute(scenario, Backend(float("inf"), seed, dry=True))
+                result = execute(scenario, Backend(NATIVE, seed, dry=True, device=device))
                 samples.append(float(result.metrics["makespan_s"] - result.metrics["stall_s"]))
             rows.append([scenario.passes.num_passes * model.moe_layers,
                          result.metrics["accesses"]])  # fmt: skip
@@ -344,31 +470,78 @@ def _q(value: float, measure: Measure | None = None, source: str = "", grade: st
     return {"value": value, "source": source, "grade": grade}
 
 
-def _hardware_profile(cal: Calibration, model: ModelSpec, engines: int, link_bandwidth: float,
-                      latency: float, bandwidth: float, peak: float, host_bw: float,
-                      today: str) -> dict[str, Any]:  # fmt: skip
+def _compute_worker(setup: _Setup) -> str:
+    dev = setup.device
+    if isinstance(dev, TorchDevice) and dev.cuda:
+        return f"torch float32 on {dev.gpu_name}, every timed call synchronised"
+    return "torch float32 on this CPU" if isinstance(dev, TorchDevice) else "one numpy thread"
+
+
+def _fast_tier_bytes(setup: _Setup) -> dict[str, Any]:
+    dev = setup.device
+    if isinstance(dev, TorchDevice) and dev.cuda:
+        total = float(dev.torch.cuda.get_device_properties(dev.device).total_memory)
+        return _q(total, source="torch.cuda.get_device_properties().total_memory")
+    ram = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    return _q(ram, source="the fast tier is process memory: this machine's RAM (os.sysconf)",
+              grade="B")  # fmt: skip
+
+
+def _link(cal: Calibration, setup: _Setup, latency: float) -> dict[str, Any]:
     ms = cal.measures
+    if setup.native:  # the kind is a label (PCIe's generation as nvidia-smi says, else gen 4)
+        gen = _pcie_generation()
+        kind = f"pcie-gen{gen}" if gen in (3, 4, 5) else "pcie-gen4"
+        bandwidth = _q(setup.link, ms["link_bandwidth_bytes_per_s"])
+    else:
+        kind = "emulated"
+        bandwidth = _q(setup.link, source="the executor's throttle setting (specmd calibrate "
+                       "--link-bandwidth)", grade="B")  # fmt: skip
+    return {
+        "id": "slow0",
+        "kind": kind,
+        "a": "host",
+        "b": "gpu0",
+        "bandwidth_bytes_per_s": bandwidth,
+        "latency_s": _q(latency, ms["copy_latency_s"]),
+    }
+
+
+def _pcie_generation() -> int:
+    """The GPU's current PCIe generation as nvidia-smi reports it (0 if it cannot)."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=pcie.link.gen.current", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout  # fmt: skip
+        return int(out.split()[0])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return 0
+
+
+def _hardware_profile(cal: Calibration, setup: _Setup, latency: float, bandwidth: float,
+                      peak: float, host_bw: float) -> dict[str, Any]:  # fmt: skip
+    ms, today = cal.measures, setup.today
     ram = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     cores = float(os.cpu_count() or 1)
+    worker = _compute_worker(setup)
+    link = ("its own link, measured" if setup.native
+            else f"a link throttled to {setup.link / 1e9:g} GB/s")  # fmt: skip
     return {
         "schema_version": 1,
-        "id": "calibrated-cpu",
-        "name": f"this machine's CPU as the real executor uses it (specmd calibrate, {today})",
+        "id": f"calibrated-{setup.device.name}",
+        "name": f"this machine as the real executor uses it ({setup.device.name}, specmd "
+        f"calibrate, {today})",
         "description": (
-            f"Measured {today} for {model.id}: the compute worker is one numpy thread "
-            "(float32), the slow tier is process memory behind a link throttled to "
-            f"{link_bandwidth / 1e9:g} GB/s, copied by {engines} worker threads."
+            f"Measured {today} for {cal.model.id}: the compute worker is {worker}; the slow tier "
+            f"is host memory behind {link}, copied by {setup.engines} worker threads."
         ),
         "nodes": [
             {
                 "kind": "gpu",
                 "id": "gpu0",
-                "name": "compute worker (numpy float32)",
-                "hbm_bytes": _q(
-                    ram,
-                    source="the fast tier is process memory: this machine's RAM (os.sysconf)",
-                    grade="B",
-                ),
+                "name": f"compute worker ({worker})",
+                "hbm_bytes": _fast_tier_bytes(setup),
                 "hbm_bandwidth_bytes_per_s": _q(bandwidth, ms["memory_bandwidth_bytes_per_s"]),
                 "dense_bf16_flops": _q(peak, ms["peak_flops"]),
                 "compute_efficiency": _q(
@@ -389,7 +562,7 @@ def _hardware_profile(cal: Calibration, model: ModelSpec, engines: int, link_ban
                     grade="B",
                 ),
                 "copy_engines_h2d": _q(
-                    engines, source="the executor's copy worker threads", grade="B"
+                    setup.engines, source="the executor's copy worker threads", grade="B"
                 ),
                 "copy_engines_d2h": _q(
                     1, source="unused: the executor writes nothing back", grade="B"
@@ -408,33 +581,23 @@ def _hardware_profile(cal: Calibration, model: ModelSpec, engines: int, link_ban
                 ),
             },
         ],
-        "links": [
-            {
-                "id": "slow0",
-                "kind": "emulated",
-                "a": "host",
-                "b": "gpu0",
-                "bandwidth_bytes_per_s": _q(
-                    link_bandwidth,
-                    source="the executor's throttle setting (specmd calibrate --link-bandwidth)",
-                    grade="B",
-                ),
-                "latency_s": _q(latency, ms["copy_latency_s"]),
-            }
-        ],
+        "links": [_link(cal, setup, latency)],
     }
 
 
-def _runtime_profile(cal: Calibration, dispatch: float, per_layer: float, per_access: float,
-                     today: str) -> dict[str, Any]:  # fmt: skip
-    ms = cal.measures
-    counted = "counted in specmd_sim/execute/model.py (one numpy call per kernel)"
+def _runtime_profile(cal: Calibration, setup: _Setup, dispatch: float, per_layer: float,
+                     per_access: float) -> dict[str, Any]:  # fmt: skip
+    ms, today = cal.measures, setup.today
+    counted = "counted in specmd_sim/execute/model.py (one numpy or torch call per kernel)"
     unused = "unused by the executor"
+    cuda = isinstance(setup.device, TorchDevice) and setup.device.cuda
     return {
         "schema_version": 1,
-        "id": "calibrated-executor",
-        "name": f"the real executor on this machine (specmd calibrate, {today})",
-        "description": "numpy float32 compute on one thread, copy workers over a throttle.",
+        "id": f"calibrated-executor-{setup.device.name}",
+        "name": f"the real executor on this machine ({setup.device.name}, specmd calibrate, "
+        f"{today})",
+        "description": f"{_compute_worker(setup)}; copy workers "
+        + ("on CUDA streams." if cuda else "over the link."),
         "dispatch_overhead_s": _q(dispatch, ms["dispatch_overhead_s"]),
         "kernels": {
             "attention": _q(ATTENTION_KERNELS, source=counted, grade="B"),
@@ -447,8 +610,8 @@ def _runtime_profile(cal: Calibration, dispatch: float, per_layer: float, per_ac
         "token_overhead_s": _q(0.0, source="part of the per-layer cost (dry runs)", grade="B"),
         "dequant": {"value": "fused", "source": "float32: nothing to dequantize", "grade": "B"},
         "dequant_kernels_per_expert": _q(1, source=unused, grade="B"),
-        "h2d_tensors_per_expert": _q(1, source="one numpy.copyto per expert", grade="B"),
-        "h2d_efficiency": _q(1.0, source="the throttle is the link", grade="B"),
+        "h2d_tensors_per_expert": _q(1, source="one copy per expert", grade="B"),
+        "h2d_efficiency": _q(1.0, source="the link's bandwidth is the copies' rate", grade="B"),
         "copy_stream": {"value": "separate", "source": "copy worker threads", "grade": "B"},
         "cpu_dram_efficiency": _q(1.0, source=unused, grade="B"),
         "cpu_flops_efficiency": _q(1.0, source=unused, grade="B"),

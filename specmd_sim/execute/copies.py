@@ -1,14 +1,16 @@
 """The executor's transfers: copy workers (threads) moving experts from the slow tier into
-fast-tier slots over a throttled link, with the timing engine's scheduling rules.
+fast-tier slots over a link, with the timing engine's scheduling rules.
 
 :class:`ThrottledLink` emulates the slow tier's link in real time: the copies moving over it
 share its bandwidth equally (max-min fair on one resource, as the simulator's flow network
-shares a link), each copy's bytes are really copied (``numpy.copyto``) while its share of the
-link time elapses, and a copy ends when both have. :class:`Transfers` is the copy engines and
-the fetcher of :mod:`specmd_sim.engine.sim` for real threads: demand fetches before prefetches
-(FIFO within a class), a queued prefetch promoted by a late hit, a prefetch whose target layer's
-router has decided and does not use it cancelled before it starts, a demand fetch that finds
-nothing evictable cancelling the newest queued prefetch or waiting for space. Every cache
+shares a link), each copy's bytes are really copied (the device's copy: ``numpy.copyto``, or a
+CUDA copy on the worker's stream) while its share of the link time elapses, and a copy ends
+when both have. An unthrottled link (infinite bandwidth) is the real one: on CUDA, PCIe.
+:class:`Transfers` is the copy engines and the fetcher of :mod:`specmd_sim.engine.sim` for
+real threads: demand fetches before prefetches (FIFO within a class), a queued prefetch
+promoted by a late hit, a prefetch whose target layer's router has decided and does not use it
+cancelled before it starts, a demand fetch that finds nothing evictable cancelling the newest
+queued prefetch or waiting for space. Every cache
 mutation happens under the executor's one lock, so the cache sees the same sequence of calls
 as in the simulator, at real times.
 """
@@ -20,12 +22,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import Any
 
 from specmd_sim.cache import ExpertCache
 from specmd_sim.cache.states import State
 from specmd_sim.engine.layer import Fetch
+from specmd_sim.execute.device import Copy, Device
 
 _ABSENT = int(State.ABSENT)
 
@@ -79,7 +81,7 @@ class Job:
     key: int
     demand: bool
     target: tuple[int, int]  # (pass, layer) the fetch is for
-    slot: np.ndarray  # where the bytes go
+    slot: Any  # where the bytes go (a row of the fast tier, or a staging buffer)
     staged: int  # its staging buffer (a streamed expert), else -1
     done: threading.Event = field(default_factory=threading.Event)
     started: bool = False
@@ -97,8 +99,9 @@ class Transfers:
 
     def __init__(
         self,
+        device: Device,
         cache: ExpertCache,
-        slow: np.ndarray,
+        slow: Any,  # the slow tier: one row per expert
         slots: int,
         link: ThrottledLink,
         engines: int,
@@ -108,13 +111,11 @@ class Transfers:
         on_copy: Callable[[Job, int], None],  # (job, engine): its bytes arrived (locked)
         move: bool = True,  # False: copy no bytes (a dry run)
     ) -> None:
-        self.move = move
+        self.move, self.device = move, device
         self.cache, self.slow, self.link, self.lock = cache, slow, link, lock
         self.position, self.on_start, self.on_copy = position, on_start, on_copy
-        size = slow.shape[1]
-        self.fast = np.empty((slots, size), slow.dtype)  # the fast tier
-        self.fast.fill(0.0)  # touched up front: no page faults inside the timed run
-        self.staging: list[np.ndarray] = []  # buffers of streamed (bypassing) experts
+        self.fast = device.zeros(slots, slow.shape[1])  # the fast tier
+        self.staging: list[Any] = []  # buffers of streamed (bypassing) experts
         self.free = list(range(slots))
         self.slot_of: dict[int, int] = {}
         self.staged: list[int] = []  # free staging buffers
@@ -127,9 +128,10 @@ class Transfers:
         self.failure: BaseException | None = None
         cache.listeners.append(self.space.notify_all)
         self.threads = [
-            threading.Thread(target=self._worker, args=(i,), name=f"copy-{i}", daemon=True)
+            threading.Thread(target=self._worker, args=(i, device.copier()), name=f"copy-{i}",
+                             daemon=True)
             for i in range(engines)
-        ]
+        ]  # fmt: skip
         for t in self.threads:
             t.start()
 
@@ -140,7 +142,7 @@ class Transfers:
         staged = -1
         if request.bypass:
             if not self.staged:  # a layer streams more experts than ever before
-                self.staging.append(np.zeros_like(self.fast[0]))
+                self.staging.append(self.device.zeros(self.slow.shape[1]))
                 self.staged.append(len(self.staging) - 1)
             staged = self.staged.pop()
             buf = self.staging[staged]
@@ -176,9 +178,9 @@ class Transfers:
     def preload(self, keys: list[int]) -> None:
         """Experts the cache holds before the run (a warm start): copied in, untimed."""
         for key in keys:
-            np.copyto(self.fast[self._slot(key)], self.slow[key])
+            self.device.copy(self.fast[self._slot(key)], self.slow[key])
 
-    def weights(self, key: int, job: Job | None) -> np.ndarray:
+    def weights(self, key: int, job: Job | None) -> Any:
         """The fast-tier copy of a resident (or just arrived) expert."""
         return job.slot if job is not None else self.fast[self.slot_of[key]]
 
@@ -231,16 +233,16 @@ class Transfers:
             self.work.wait()
         return None
 
-    def _copy(self, job: Job) -> None:
+    def _copy(self, job: Job, copy: Copy) -> None:
         """Move the expert's bytes at once, then wait out its share of the link time (one
         wake-up per copy: chunked copies woke the workers more often, and on a two-vCPU machine
         every wake-up slows the compute thread)."""
         flow = self.link.start(job.slot.nbytes)
         if self.move:
-            np.copyto(job.slot, self.slow[job.key])
+            copy(job.slot, self.slow[job.key])
         self.link.finish(flow)
 
-    def _worker(self, engine: int) -> None:
+    def _worker(self, engine: int, copy: Copy) -> None:
         self.lock.acquire()
         try:
             while (job := self._next()) is not None:
@@ -249,7 +251,7 @@ class Transfers:
                 self.on_start(job)
                 self.lock.release()
                 try:
-                    self._copy(job)
+                    self._copy(job, copy)
                 finally:
                     self.lock.acquire()
                 job.end_s = time.perf_counter()

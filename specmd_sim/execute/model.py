@@ -1,11 +1,13 @@
-"""The real MoE the executor runs: a catalog model scaled down, float32 numpy weights.
+"""The real MoE the executor runs: a catalog model scaled down, float32 weights.
 
 :func:`scaled_model` divides a catalog model's widths (hidden size, expert width, attention
 heads, vocabulary) by ``scale`` and keeps its depth, experts, top-k and head size, so a trace of
 the full model drives it unchanged. :class:`Weights` draws random weights for it (seeded): per
 MoE layer the attention projections and the router, the LM head, and every routed expert as
-one contiguous float32 vector ``[gate | up | down]`` in the slow tier. The operations below are
-what the simulator's cost model prices, one numpy call per counted *kernel*:
+one contiguous float32 vector ``[gate | up | down]`` in the slow tier (numpy, drawn the same for
+every device; :meth:`Weights.moved` puts them on another). The operations below are what the
+simulator's cost model prices, one numpy (:class:`Ops`) or torch (:class:`TorchOps`) call per
+counted *kernel*:
 
 - attention block (:data:`ATTENTION_KERNELS` calls): q/k/v projections, the KV-cache append,
   scores, softmax, the weighted sum, the output projection, the router;
@@ -15,7 +17,10 @@ what the simulator's cost model prices, one numpy call per counted *kernel*:
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -65,16 +70,22 @@ def scaled_model(model_id: str, scale: int) -> ModelSpec:
 
 @dataclass(eq=False)
 class Layer:
-    wq: np.ndarray  # [h, heads*d]
-    wk: np.ndarray  # [h, kv*d]
-    wv: np.ndarray
-    wo: np.ndarray  # [heads*d, h]
-    router: np.ndarray  # [h, E]
+    wq: Any  # [h, heads*d] (numpy, or a torch tensor on a device)
+    wk: Any  # [h, kv*d]
+    wv: Any
+    wo: Any  # [heads*d, h]
+    router: Any  # [h, E]
 
 
 class Weights:
     """Random float32 weights of ``model`` (seeded); the experts live in ``slow``. ``dry``:
-    one number per expert (a dry run moves and multiplies nothing)."""
+    one number per expert (a dry run moves and multiplies nothing). ``device``: where the
+    arrays are (``cpu``: numpy)."""
+
+    device = "cpu"
+    layers: list[Layer]
+    lm_head: Any
+    slow: Any
 
     def __init__(self, model: ModelSpec, seed: int, dry: bool = False) -> None:
         rng = np.random.default_rng(seed)
@@ -101,16 +112,32 @@ class Weights:
     def expert_nbytes(self) -> int:
         return self.expert_size * FLOAT32
 
+    def moved(self, device: str, dense: Callable[[np.ndarray], Any], slow: Any) -> Weights:
+        """These weights on ``device``: every dense array through ``dense``, the slow tier
+        ``slow``."""
+        out = copy.copy(self)
+        out.device, out.slow, out.lm_head = device, slow, dense(self.lm_head)
+        out.layers = [Layer(*(dense(a) for a in (w.wq, w.wk, w.wv, w.wo, w.router)))
+                      for w in self.layers]  # fmt: skip
+        return out
+
+
+def host_zeros(*shape: int) -> np.ndarray:
+    out = np.empty(shape, np.float32)
+    out.fill(0.0)  # touched up front: no page faults inside a timed run
+    return out
+
 
 class KvCache:
-    """Keys and values of one request for every layer (token-major), grown token by token."""
+    """Keys and values of one request for every layer (token-major), grown token by token;
+    ``zeros`` makes the arrays (on the compute's device)."""
 
-    def __init__(self, model: ModelSpec, capacity: int) -> None:
+    def __init__(
+        self, model: ModelSpec, capacity: int, zeros: Callable[..., Any] = host_zeros
+    ) -> None:
         shape = (model.moe_layers, capacity, model.num_kv_heads * model.head_dim)
-        self.k = np.empty(shape, np.float32)
-        self.v = np.empty(shape, np.float32)
-        self.k.fill(0.0)  # touched up front: no page faults inside the timed run
-        self.v.fill(0.0)
+        self.k = zeros(*shape)
+        self.v = zeros(*shape)
 
 
 class Ops:
@@ -159,14 +186,57 @@ class Ops:
         return x @ self.w.lm_head
 
 
+class TorchOps:
+    """:class:`Ops` in torch (on the weights' device), the same calls in the same order."""
+
+    def __init__(self, weights: Weights, torch: Any) -> None:
+        m = weights.model
+        self.w, self.torch = weights, torch
+        self.heads, self.kv_heads, self.d = m.num_attention_heads, m.num_kv_heads, m.head_dim
+        self.h, self.f = m.hidden_size, m.moe_intermediate_size
+
+    def attention(self, x: Any, layer: int, kv: KvCache, start: int) -> Any:
+        torch = self.torch
+        w, t, d, kvh = self.w.layers[layer], x.shape[0], self.d, self.kv_heads
+        group, end = self.heads // kvh, start + t
+        q = torch.matmul(x, w.wq)  # 1
+        torch.matmul(x, w.wk, out=kv.k[layer, start:end])  # 2
+        torch.matmul(x, w.wv, out=kv.v[layer, start:end])  # 3
+        q_heads = q.reshape(t, kvh, group, d).transpose(0, 1).reshape(kvh, t * group, d)
+        keys = kv.k[layer, :end].reshape(end, kvh, d).permute(1, 2, 0)  # [kv, d, end]
+        values = kv.v[layer, :end].reshape(end, kvh, d).transpose(0, 1)  # [kv, end, d]
+        scores = torch.matmul(q_heads, keys)  # 4
+        scores -= scores.amax(dim=-1, keepdim=True)  # 5, 6
+        scores.exp_()  # 7
+        scores /= scores.sum(dim=-1, keepdim=True)  # 8, 9
+        ctx = torch.matmul(scores, values)  # 10: [kv, t*group, d]
+        out = torch.matmul(ctx.reshape(kvh, t, group * d).transpose(0, 1).reshape(t, -1), w.wo)
+        torch.matmul(x, w.router)  # 12 (the routing itself comes from the trace)
+        return out  # 11
+
+    def expert(self, flat: Any, x: Any) -> Any:
+        w = flat.view(3, self.h, self.f)
+        gate = self.torch.matmul(x, w[0])  # 1
+        up = self.torch.matmul(x, w[1])  # 2
+        act = self.torch.neg(gate)  # 3
+        act.exp_()  # 4
+        act += 1.0  # 5
+        gate /= act  # 6: silu(gate)
+        gate *= up  # 7
+        return self.torch.matmul(gate, w[2].T)  # 8
+
+    def lm_head(self, x: Any) -> Any:
+        return x @ self.w.lm_head
+
+
 class NoOps:
     """Compute that takes no time: a dry run measures the executor's own cost."""
 
-    def attention(self, x: np.ndarray, layer: int, kv: KvCache, start: int) -> None:
+    def attention(self, x: Any, layer: int, kv: KvCache, start: int) -> None:
         return None
 
-    def expert(self, flat: np.ndarray, x: np.ndarray) -> None:
+    def expert(self, flat: Any, x: Any) -> None:
         return None
 
-    def lm_head(self, x: np.ndarray) -> None:
+    def lm_head(self, x: Any) -> None:
         return None

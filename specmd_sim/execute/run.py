@@ -3,9 +3,11 @@
 :func:`execute` builds the same scenario, cache and plug-ins as the simulator
 (:func:`specmd_sim.scenario.build_runs`) and drives the same :class:`~specmd_sim.engine.layer.
 LayerStep`; only the fulfilment differs. The compute thread (the caller) runs each pass's
-attention blocks, experts and LM head as real float32 matmuls (:mod:`.model`); fetches are real
-copies from the slow tier into fast-tier slots on copy-worker threads over a throttled link
-(:mod:`.copies`). Times are ``time.perf_counter`` from the run's start; the accounting is the
+attention blocks, experts and LM head as real float32 matmuls (:mod:`.model`) on the backend's
+device (:mod:`.device`: numpy on this CPU, or torch on a CUDA GPU); fetches are real copies
+from the slow tier into fast-tier slots on copy-worker threads over a link, throttled or the
+device's own (:mod:`.copies`). Times are ``time.perf_counter`` from the run's start (on CUDA
+each timed operation ends with its stream synchronised); the accounting is the
 timing engine's (:class:`~specmd_sim.engine.sim.tally.GpuTally`, :func:`timing_result`), so the
 result has the simulator's format with ``engine: "execute"``.
 
@@ -47,7 +49,8 @@ from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.engine.sim.tally import GpuTally, timing_result
 from specmd_sim.errors import SpecmdError
 from specmd_sim.execute.copies import Job, ThrottledLink, Transfers
-from specmd_sim.execute.model import KvCache, NoOps, Ops, Weights
+from specmd_sim.execute.device import Device, check_name, make_device
+from specmd_sim.execute.model import KvCache, Weights
 from specmd_sim.metrics import RunResult
 from specmd_sim.scenario import Scenario, build_runs
 from specmd_sim.timeline import SpanRecorder
@@ -55,13 +58,18 @@ from specmd_sim.timeline import SpanRecorder
 
 @dataclass(frozen=True)
 class Backend:
-    """Where the executor runs: the slow tier's link bandwidth (bytes/s; its latency is what
-    the copy path costs for real) and the weights' seed. The copy workers are the profile
-    GPU's ``copy_engines_h2d``."""
+    """Where the executor runs: the slow tier's link bandwidth (bytes/s, throttled; infinite:
+    the device's own link, on CUDA PCIe; its latency is what the copy path costs for real), the
+    weights' seed and the device (:data:`~specmd_sim.execute.device.DEVICES`). The copy workers
+    are the profile GPU's ``copy_engines_h2d``."""
 
     link_bandwidth: float
     seed: int = 0
     dry: bool = False  # no compute and no bytes moved: the executor's own cost (calibration)
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        check_name(self.device, "execute: device")
 
 
 def execute(
@@ -70,8 +78,9 @@ def execute(
     progress: Progress | None = None,
     weights: Weights | None = None,
 ) -> RunResult:
-    """Run ``scenario`` on this machine's CPU for real; see the module docstring. ``weights``:
-    the model's weights, drawn once for several runs (default: drawn for this one)."""
+    """Run ``scenario`` on this machine for real; see the module docstring. ``weights``: the
+    model's weights, drawn (and placed on the device) once for several runs (default: drawn for
+    this one)."""
     _check(scenario)
     if weights is None:
         weights = Weights(scenario.model, backend.seed, dry=backend.dry)
@@ -79,7 +88,8 @@ def execute(
         raise SpecmdError(
             f"execute: weights: expected {scenario.model.id}'s, got {weights.model.id}'s"
         )
-    return _Executor(scenario, backend, weights).run(progress)
+    device = make_device(backend.device)
+    return _Executor(scenario, backend, device, device.place(weights)).run(progress)
 
 
 def _check(scenario: Scenario) -> None:
@@ -109,12 +119,17 @@ def _check(scenario: Scenario) -> None:
 
 
 class _Executor:
-    def __init__(self, scenario: Scenario, backend: Backend, weights: Weights) -> None:
+    def __init__(
+        self, scenario: Scenario, backend: Backend, device: Device, weights: Weights
+    ) -> None:
         (objs,) = build_runs(scenario)
-        self.sc, self.objs = scenario, objs
+        self.sc, self.objs, self.device = scenario, objs, device
         model = scenario.model
         self.weights = weights
-        self.ops: Ops | NoOps = NoOps() if backend.dry else Ops(self.weights)
+        self.ops = device.ops(weights, backend.dry)
+        # a dry run measures the executor's own cost: no compute, so nothing to wait for (the
+        # calibrated dispatch holds the synchronisation's cost)
+        self.sync = (lambda: None) if backend.dry else device.sync
         self.passes = scenario.passes
         self.num_layers = model.moe_layers
         gpu = scenario.gpus[0]
@@ -133,14 +148,21 @@ class _Executor:
         self.t0 = 0.0
         link = ThrottledLink(backend.link_bandwidth)
         self.transfers = Transfers(
-            objs.cache, self.weights.slow, scenario.slots, link, engines, self.lock,
+            device, objs.cache, self.weights.slow, scenario.slots, link, engines, self.lock,
             lambda: (self.position, self.demanded), self._copy_started, self._copied,
             move=not backend.dry,
         )  # fmt: skip
         self.transfers.preload(objs.cache.contents())
         length = int(self.passes.context_end.max()) if self.passes.num_passes else 0
-        self.kv = {int(r): KvCache(model, length) for r in np.unique(self.passes.request)}
-        self.rng = np.random.default_rng(backend.seed + 1)
+        self.kv = {int(r): KvCache(model, length, device.zeros)
+                   for r in np.unique(self.passes.request)}  # fmt: skip
+        # every pass's input, drawn and placed before the clock starts
+        rng = np.random.default_rng(backend.seed + 1)
+        self.inputs = [
+            device.array(rng.standard_normal((self.passes.tokens(p), model.hidden_size),
+                                             dtype=np.float32))
+            for p in range(self.passes.num_passes)
+        ]  # fmt: skip
 
     # --- time ------------------------------------------------------------------------------
 
@@ -153,6 +175,7 @@ class _Executor:
         try:
             start = self.now()
             out = work(*args)
+            self.sync()
             end = self.now()
         finally:
             self.lock.acquire()
@@ -203,7 +226,6 @@ class _Executor:
 
     def run(self, progress: Progress | None) -> RunResult:
         passes, tally = self.passes, self.tally
-        h = self.sc.model.hidden_size
         self._warm_up()
         self.lock.acquire()
         try:
@@ -216,9 +238,8 @@ class _Executor:
                 tally.begin_pass(p, self.now())
                 self.phase = int(passes.phase[p])
                 self.step.begin_pass(p)
-                tokens = passes.tokens(p)
-                start = int(passes.context_end[p]) - tokens
-                x = self.rng.standard_normal((tokens, h), dtype=np.float32)
+                x = self.inputs[p]
+                start = int(passes.context_end[p]) - x.shape[0]
                 kv = self.kv[req]
                 for layer in range(self.num_layers):
                     self.where = {"pass_": p, "layer": layer, "request": req}
@@ -247,14 +268,18 @@ class _Executor:
         return result
 
     def _warm_up(self) -> None:
-        """One untimed attention block, expert and LM head (BLAS threads, code paths)."""
-        m = self.sc.model
-        x = np.zeros((1, m.hidden_size), np.float32)
-        self.ops.attention(x, 0, KvCache(m, 1), 0)
-        self.ops.expert(self.weights.slow[0], x)
-        self.ops.lm_head(x)
+        """Untimed attention blocks, experts and LM heads on one token and on the largest pass
+        (BLAS threads, code paths, the GPU's kernels and libraries)."""
+        m, device, ops = self.sc.model, self.device, self.ops
+        most = max((x.shape[0] for x in self.inputs), default=1)
+        for tokens in sorted({1, most}):
+            x = device.zeros(tokens, m.hidden_size)
+            ops.attention(x, 0, KvCache(m, tokens, device.zeros), 0)
+            ops.expert(device.zeros(self.weights.expert_size), x)
+            ops.lm_head(x[-1:])
+        device.sync()
 
-    def _fulfil(self, step: Step, x: np.ndarray) -> None:
+    def _fulfil(self, step: Step, x: Any) -> None:
         send, transfers = step.send, self.transfers
         outcome: Any = None
         while True:
@@ -278,7 +303,7 @@ class _Executor:
                 case RunOnCpu() | AwaitCpu():
                     raise SpecmdError("execute: miss.kind: expected no cpu-execute, got it")
 
-    def _run(self, experts: list[Expert], x: np.ndarray) -> None:
+    def _run(self, experts: list[Expert], x: Any) -> None:
         ops, transfers, where = self.ops, self.transfers, self.where
         for e in experts:
             job: Job | None = e.handle

@@ -1,29 +1,45 @@
-"""``docs/validation.md`` has two parts, each written by its own command: the comparison with
-published measurements (``specmd validate published``), then, after :data:`MARKER`, the one with
-a real execution on the writer's machine (``specmd validate real``). Writing one part keeps the
-other; the file is replaced atomically."""
+"""``docs/validation.md`` has parts, each written by its own command: the comparison with
+published measurements (``specmd validate published``), then one per backend of the real
+executor, each after its marker (``specmd validate real --backend B``: :data:`MARKER` for
+``cpu``, :func:`marker` for the others). Writing one part keeps the others, in a fixed order;
+the file is replaced atomically."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
 from specmd_sim.atomic import write_text
 
 MARKER = "<!-- real execution: written by specmd validate real -->"
+PARTS = ("published", "cpu", "cuda", "torch-cpu")  # their order in the document
+
+
+def marker(backend: str) -> str:
+    """The line that opens the real-execution part of ``backend``."""
+    if backend == "cpu":
+        return MARKER
+    return (
+        f"<!-- real execution ({backend}): written by specmd validate real --backend {backend} -->"
+    )
+
+
+def parts(text: str) -> dict[str, str]:
+    """The document's parts by name (those it has), each with its marker."""
+    starts = sorted((text.find(marker(p)), p) for p in PARTS[1:] if marker(p) in text)
+    bounds = [0, *(i for i, _ in starts), len(text)]
+    names = ["published", *(p for _, p in starts)]
+    return {n: text[a:b] for n, a, b in zip(names, bounds, bounds[1:], strict=False)}
 
 
 def published_part(text: str) -> str:
     """The published-measurement part of a validation document."""
-    return text.split(MARKER)[0].rstrip("\n") + "\n"
+    return parts(text)["published"].rstrip("\n") + "\n"
 
 
-def write_part(path: Path, part: Literal["published", "real"], text: str) -> None:
-    old = path.read_text(encoding="utf-8") if path.exists() else ""
-    head, sep, tail = old.partition(MARKER)
-    if part == "published":
-        new = text.rstrip("\n") + "\n" + (f"\n{MARKER}{tail}" if sep else "")
-    else:
-        new = (head.rstrip("\n") + "\n\n" if head.strip() else "") + text
+def write_part(path: Path, part: str, text: str) -> None:
+    """Replace (or add) ``part`` (one of :data:`PARTS`) of the document at ``path``."""
+    old = parts(path.read_text(encoding="utf-8")) if path.exists() else {}
+    new = {**old, part: text}
+    chunks = [new[p].strip("\n") for p in PARTS if new.get(p, "").strip()]
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, new)
+    write_text(path, "\n\n".join(chunks) + "\n")

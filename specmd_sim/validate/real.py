@@ -7,16 +7,19 @@ the calibrated profiles (``specmd calibrate``). Per cell it compares the per-acc
 and the per-token error (p90 over passes of ``|simulated / measured - 1|``); per group of cells
 that differ only in the eviction policy, whether the ranking of the policies by TPOT is the
 same. The matrix: eviction ``lru``, ``least-stale`` (touch and layer order) x 3 cache sizes x
-prefetch ``none`` / ``top-k`` x 2 link bandwidths x token-serial decode and chunked prefill.
+prefetch ``none`` / ``top-k`` x 2 link bandwidths x token-serial decode and chunked prefill. The
+links: throttled to 1 and 4 GB/s on the CPU; on CUDA the GPU's own PCIe link and a throttle of
+4 GB/s (the same DMA copies, then the rest of the throttle's time).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import statistics
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +30,13 @@ from specmd_sim.atomic import write_text
 from specmd_sim.config import SimConfig, build_config
 from specmd_sim.engine.sim.run import simulate
 from specmd_sim.execute import Backend, execute
+from specmd_sim.execute.calibrate import NATIVE
+from specmd_sim.execute.device import make_device
 from specmd_sim.execute.model import Weights
 from specmd_sim.metrics import RunResult
 from specmd_sim.scenario import build_scenario
 from specmd_sim.timeline import KIND, class_name
-from specmd_sim.validate.document import MARKER
+from specmd_sim.validate.document import marker
 
 TARGETS = {"tpot": 0.05, "ttft": 0.05, "p90": 0.10}
 POLICIES: dict[str, dict[str, Any]] = {
@@ -60,6 +65,18 @@ class Matrix:
 
 QUICK = Matrix(capacities=("10%",), prefetch=("top-k",), bandwidths=(2.0e9,), modes=("decode",),
                policies=("lru", "least-stale-layer"))  # fmt: skip
+
+
+def matrix(backend: str, quick: bool = False) -> Matrix:
+    """The matrix for ``backend``: on CUDA its links are the GPU's own (:data:`NATIVE`) and a
+    4 GB/s throttle."""
+    if backend != "cuda":
+        return QUICK if quick else Matrix()
+    return replace(QUICK, bandwidths=(NATIVE,)) if quick else Matrix(bandwidths=(NATIVE, 4.0e9))
+
+
+def link_label(bandwidth: float) -> str:
+    return "native" if bandwidth == NATIVE else f"{bandwidth / 1e9:g} GB/s"
 
 
 def _row(setup: dict[str, Any], measured: list[RunResult], sim: RunResult) -> dict[str, Any]:
@@ -153,14 +170,20 @@ def _config(setup: dict[str, Any], folder: Path, trace: Path, seed: int) -> SimC
 
 
 def _profile_path(folder: Path, bandwidth: float) -> Path:
-    return folder / f"hardware-{bandwidth / 1e9:g}GBps.yaml"
+    return folder / f"hardware-{link_label(bandwidth).replace(' GB/s', 'GBps')}.yaml"
 
 
 def profile_at(folder: Path, bandwidth: float) -> Path:
-    """The calibrated hardware profile with its link throttled to ``bandwidth``."""
+    """The calibrated hardware profile with its link throttled to ``bandwidth`` (kept as
+    calibrated where it is :data:`NATIVE`)."""
     data = yaml.safe_load((folder / "hardware.yaml").read_text())
-    link = data["links"][0]["bandwidth_bytes_per_s"]
-    link["value"] = bandwidth
+    if bandwidth != NATIVE:
+        link = data["links"][0]
+        link["kind"] = "emulated"
+        link["bandwidth_bytes_per_s"] = {
+            "value": bandwidth, "source": "the executor's throttle (specmd validate real)",
+            "grade": "B",
+        }  # fmt: skip
     path = _profile_path(folder, bandwidth)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -173,28 +196,58 @@ def run_real_validation(
     repeats: int = 3,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    device: str = "cpu",
+    resume: bool = False,
 ) -> RealValidation:
-    """Run every cell (``folder`` holds ``model.yaml`` and the calibrated profiles)."""
+    """Run every cell on ``device`` (``folder`` holds ``model.yaml`` and the calibrated
+    profiles). ``resume``: keep the cells an earlier run saved in the folder from the same
+    inputs (profiles, model, trace, repeats: :func:`inputs_digest`) and run only the others."""
     for bw in matrix.bandwidths:
         profile_at(folder, bw)
-    setups = list(matrix.cells())
+    digest = inputs_digest(folder, trace, repeats)
+    saved = folder / "real-validation.json"
     rows: list[dict[str, Any]] = []
+    if resume and saved.is_file():
+        earlier = load_rows(saved).rows
+        rows = [r for r in earlier if r.get("inputs") == digest]
+        if progress is not None:
+            progress(f"resume: {len(rows)} of the {len(earlier)} saved cells are kept; the others "
+                     "were measured with other profiles, model, trace or repeats")  # fmt: skip
+    done = {_key(r) for r in rows}
+    setups = list(matrix.cells())
     weights: Weights | None = None
     for i, setup in enumerate(setups):
+        if _key(setup) in done:
+            continue
         scenario = build_scenario(_config(setup, folder, trace, seed))
-        if weights is None:
-            weights = Weights(scenario.model, seed)
-        backend = Backend(setup["bandwidth"], seed)
+        if weights is None:  # drawn, and placed on the device, once
+            weights = make_device(device).place(Weights(scenario.model, seed))
+        backend = Backend(setup["bandwidth"], seed, device=device)
         measured = [execute(scenario, backend, weights=weights) for _ in range(repeats)]
-        row = _row(setup, measured, simulate(scenario))
+        row = {**_row(setup, measured, simulate(scenario)), "inputs": digest}
         rows.append(row)
-        save_rows(folder / "real-validation.json", rows)
+        save_rows(saved, rows)
         if progress is not None:
-            progress(f"[{i + 1}/{len(setups)}] {setup}: TPOT measured "
+            progress(f"[{i + 1}/{len(setups)}] {_cell(setup)}: TPOT measured "
                      f"{row['measured_tpot_s'] * 1e3:.2f} ms, simulated "
                      f"{row['simulated_tpot_s'] * 1e3:.2f} ms; outcomes differ "
                      f"{row['outcome_differences']} of {row['outcomes']}")  # fmt: skip
+    order = {_key(s): i for i, s in enumerate(setups)}
+    rows = sorted((r for r in rows if _key(r) in order), key=lambda r: order[_key(r)])
     return RealValidation(rows, _rankings(rows))
+
+
+def _key(cell: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(cell[k] for k in ("bandwidth", "mode", "capacity", "prefetch", "policy"))
+
+
+def inputs_digest(folder: Path, trace: Path, repeats: int) -> str:
+    """What a cell's figures depend on besides its setup: the calibrated profiles, the model,
+    the trace and the repeats (a SHA-256 of them)."""
+    h = hashlib.sha256(f"repeats={repeats}".encode())
+    for path in (folder / "hardware.yaml", folder / "runtime.yaml", folder / "model.yaml", trace):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def save_rows(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -213,7 +266,7 @@ def _rankings(rows: list[dict[str, Any]]) -> dict[str, bool]:
     differences are within the noise."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in rows:
-        key = f"{r['bandwidth'] / 1e9:g} GB/s / {r['mode']} / {r['capacity']} / {r['prefetch']}"
+        key = f"{link_label(r['bandwidth'])} / {r['mode']} / {r['capacity']} / {r['prefetch']}"
         groups.setdefault(key, []).append(r)
     out = {}
     for key, members in groups.items():
@@ -237,8 +290,9 @@ def _by_bandwidth(rows: list[dict[str, Any]]) -> list[str]:
         mine = [r for r in rows if r["bandwidth"] == bw]
         n = len(mine)
         within = {k: sum(r[f"{k}_error"] <= TARGETS[k] for r in mine) for k in TARGETS}
+        where = "on the native link" if bw == NATIVE else f"at {link_label(bw)}"
         out.append(
-            f"- at {bw / 1e9:g} GB/s: TPOT within {within['tpot']} of {n}, TTFT within "
+            f"- {where}: TPOT within {within['tpot']} of {n}, TTFT within "
             f"{within['ttft']} of {n}, p90 within {within['p90']} of {n}; median TPOT error "
             f"{statistics.median(r['tpot_error'] for r in mine):.1%}"
         )
@@ -251,18 +305,32 @@ def load_rows(path: Path) -> RealValidation:
     return RealValidation(rows, _rankings(rows))
 
 
-def markdown(result: RealValidation, command: str, machine: str) -> str:
-    """The real-execution section of ``docs/validation.md``."""
+EXECUTORS = {
+    "cpu": ("on this machine", "float32 matmuls on one numpy thread, copy-worker threads over a "
+            "throttled link"),
+    "cuda": ("on a GPU", "torch float32 on the GPU, every timed call synchronised; copy-worker "
+             "threads each with a CUDA stream, from pinned host memory over PCIe or a throttle"),
+    "torch-cpu": ("with the CUDA backend's code on this CPU", "torch float32 on this CPU, "
+                  "copy-worker threads over a throttled link"),
+}  # fmt: skip
+
+
+def _cell(setup: dict[str, Any]) -> str:
+    return " / ".join(link_label(v) if k == "bandwidth" else str(v) for k, v in setup.items())
+
+
+def markdown(result: RealValidation, command: str, machine: str, backend: str = "cpu") -> str:
+    """The real-execution section of ``docs/validation.md`` for ``backend``."""
     s = result.summary()
     t = TARGETS
+    where, what = EXECUTORS[backend]
     lines = [
-        MARKER,
-        "## Against a real execution on this machine",
+        marker(backend),
+        f"## Against a real execution {where}",
         "",
         f"Written by `{command}` on {machine}. The simulator (timing engine, with the profiles "
-        "`specmd calibrate` measured) against the real executor (`specmd_sim/execute/`: float32 "
-        "matmuls on one numpy thread, copy-worker threads over a throttled link), on the same "
-        "configs and the same decisions. Method: `docs/validation-method.md`.",
+        f"`specmd calibrate` measured) against the real executor (`specmd_sim/execute/`: {what}"
+        "), on the same configs and the same decisions. Method: `docs/validation-method.md`.",
         "",
         f"Targets: mean TPOT and TTFT within ±{t['tpot']:.0%}, per-token p90 error within "
         f"±{t['p90']:.0%}, identical per-access outcomes, the same policy ranking in every "
@@ -287,7 +355,7 @@ def markdown(result: RealValidation, command: str, machine: str) -> str:
     ]
     for r in result.rows:
         lines.append(
-            f"| {r['bandwidth'] / 1e9:g} GB/s | {r['mode']} | {r['capacity']} | "
+            f"| {link_label(r['bandwidth'])} | {r['mode']} | {r['capacity']} | "
             f"{r['prefetch']} | {r['policy']} | {r['measured_tpot_s'] * 1e3:.2f} ms | "
             f"{r['simulated_tpot_s'] * 1e3:.2f} ms | {r['tpot_error']:.1%} | "
             f"{r['measured_ttft_s'] * 1e3:.1f} ms | {r['simulated_ttft_s'] * 1e3:.1f} ms | "

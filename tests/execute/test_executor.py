@@ -6,25 +6,47 @@ The full matrix against the targets is ``benchmarks/validate_real.sh``."""
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from typer.testing import CliRunner
 
 from specmd_sim import SimConfig, simulate
 from specmd_sim.cli import app
 from specmd_sim.execute import Backend, execute, scaled_model
+from specmd_sim.execute.calibrate import NATIVE
 from specmd_sim.execute.copies import ThrottledLink
-from specmd_sim.execute.model import Ops, Weights
+from specmd_sim.execute.device import TorchDevice
+from specmd_sim.execute.model import KvCache, Ops, TorchOps, Weights
 from specmd_sim.execute.traces import synthetic_trace, write_model
+from specmd_sim.hardware import HardwareProfile
 from specmd_sim.scenario import build_scenario
-from specmd_sim.validate.document import MARKER
+from specmd_sim.validate.document import MARKER, marker
 from specmd_sim.validate.real import _outcomes
 
 RUNNER = CliRunner()
+
+
+def _devices() -> list[str]:
+    """numpy; the torch code on the CPU where torch is (CI: always); CUDA where a GPU is."""
+    if os.environ.get("SPECMD_REQUIRE_RECORD"):
+        import torch
+    else:
+        try:
+            import torch
+        except ImportError:
+            return ["cpu"]
+    return ["cpu", "torch-cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+
+
+DEVICES = _devices()
+TORCH_DEVICES = [d for d in DEVICES if d != "cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +77,10 @@ def config(tiny: tuple[Path, Path], **sections: object) -> SimConfig:
     ],
     ids=["lru", "least-stale-layer", "static-hot", "substitute", "one-at-a-time"],
 )
-def test_outcomes_equal_the_simulators_without_prefetch(tiny, sections) -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_outcomes_equal_the_simulators_without_prefetch(tiny, sections, device) -> None:
     scenario = build_scenario(config(tiny, **sections))
-    real = execute(scenario, Backend(link_bandwidth=1.0e9))
+    real = execute(scenario, Backend(link_bandwidth=1.0e9, device=device))
     sim = simulate(scenario)
     assert real.engine == "execute"
     assert _outcomes(real) == _outcomes(sim)
@@ -66,9 +89,10 @@ def test_outcomes_equal_the_simulators_without_prefetch(tiny, sections) -> None:
         assert real.metrics[key] == sim.metrics[key], key
 
 
-def test_measured_times_are_plausible(tiny) -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_measured_times_are_plausible(tiny, device) -> None:
     scenario = build_scenario(config(tiny))
-    m = execute(scenario, Backend(link_bandwidth=0.5e9))
+    m = execute(scenario, Backend(link_bandwidth=0.5e9, device=device))
     result = m.metrics
     passes = np.subtract(m.per_pass["end_s"], m.per_pass["start_s"])
     assert (passes > 0).all() and result["makespan_s"] > 0
@@ -81,6 +105,19 @@ def test_measured_times_are_plausible(tiny) -> None:
                  if k == "copy-engine")  # fmt: skip
     assert copied == result["bytes_demand"]
     assert result["transfer_busy_s"] >= result["bytes_demand"] / 0.5e9 / 2  # 2 copy workers
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_native_link_moves_the_demanded_bytes_and_decides_the_same(tiny, device) -> None:
+    """No throttle (on CUDA: pinned host memory over PCIe on copy streams): the bytes really
+    moved into the fast tier are the expert's, and the outcomes are still the simulator's."""
+    scenario = build_scenario(config(tiny, eviction={"kind": "static-hot"}))
+    m = execute(scenario, Backend(link_bandwidth=NATIVE, device=device))
+    assert _outcomes(m) == _outcomes(simulate(scenario))
+    copied = sum(b for b, k in zip(m.per_resource["bytes"], m.per_resource["kind"], strict=True)
+                 if k == "copy-engine")  # fmt: skip
+    assert copied == m.metrics["bytes_demand"] > 0
+    assert m.metrics["makespan_s"] >= m.metrics["compute_s"] > 0
 
 
 def test_the_throttled_link_shares_its_bandwidth() -> None:
@@ -116,6 +153,29 @@ def test_expert_op_is_a_swiglu() -> None:
     np.testing.assert_allclose(Ops(weights).expert(weights.slow[5], x), want, rtol=1e-5)
 
 
+@pytest.mark.parametrize("device", TORCH_DEVICES)
+def test_torch_ops_compute_what_numpy_ops_compute(device) -> None:
+    """The torch operations (the CUDA backend's) against the numpy ones, on the same weights:
+    attention over a KV cache two passes long, an expert, the LM head."""
+    dev = TorchDevice(device)
+    model = scaled_model("olmoe-1b-7b", 16)
+    host = Weights(model, 0)
+    ref, ops = Ops(host), TorchOps(dev.place(host), dev.torch)
+    rng = np.random.default_rng(2)
+    kv_ref, kv = KvCache(model, 5), KvCache(model, 5, dev.zeros)
+    for start, tokens in ((0, 3), (3, 2)):  # a prompt, then two more tokens after it
+        x = rng.standard_normal((tokens, model.hidden_size), dtype=np.float32)
+        want = ref.attention(x, 1, kv_ref, start)
+        got = ops.attention(dev.array(x), 1, kv, start)
+        np.testing.assert_allclose(got.cpu().numpy(), want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(kv.k.cpu().numpy(), kv_ref.k, rtol=1e-4, atol=1e-6)
+    expert = dev.resident(dev.place(host).slow[5:6])[0]
+    np.testing.assert_allclose(ops.expert(expert, dev.array(x)).cpu().numpy(),
+                               ref.expert(host.slow[5], x), rtol=1e-4, atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(ops.lm_head(dev.array(x)).cpu().numpy(), ref.lm_head(x),
+                               rtol=1e-4, atol=1e-5)  # fmt: skip
+
+
 def test_scaled_model_and_unsupported_setups(tiny) -> None:
     model = scaled_model("olmoe-1b-7b", 16)
     assert (model.hidden_size, model.moe_intermediate_size, model.num_experts) == (128, 64, 64)
@@ -147,6 +207,13 @@ def test_calibrate_and_validate_real_in_process(tmp_path: Path) -> None:
     text = doc.read_text()
     assert text.startswith("# Validation\n\npublished part\n") and MARKER in text
     assert text.count("| 2 GB/s | decode | 10% | top-k |") == 2
+    # --resume keeps the saved cells of the same inputs and measures nothing again
+    res = RUNNER.invoke(app, ["validate", "real", "--folder", str(folder), "--quick", "--resume",
+                              "--repeats", "1", "--decode-tokens", "3", "--out", str(doc)],
+                        catch_exceptions=False)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "resume: 2 of the 2 saved cells are kept" in res.output and "[1/2]" not in res.output
+    assert doc.read_text() == text
     # the cells are saved as they finish; --rewrite writes the report again from them alone
     doc.write_text("# Validation\n\npublished part\n")
     res = RUNNER.invoke(app, ["validate", "real", "--folder", str(folder), "--rewrite",
@@ -155,8 +222,66 @@ def test_calibrate_and_validate_real_in_process(tmp_path: Path) -> None:
     assert doc.read_text() == text
 
 
-def test_cuda_backend_and_missing_calibration_are_one_line_errors(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["calibrate", "--backend", "tpu"], "--backend: expected one of cpu, cuda, torch-cpu, "
+         "got 'tpu'"),
+        (["validate", "real", "--backend", "published"], "--backend: expected one of cpu, cuda, "
+         "torch-cpu, got 'published'"),
+        (["calibrate", "--link-bandwidth", "fast"], "--link-bandwidth: expected a finite number "
+         "of bytes/s > 0 or 'native', got fast"),
+        (["calibrate", "--link-bandwidth", "-1"], "--link-bandwidth: expected a finite number of "
+         "bytes/s > 0 or 'native', got -1"),
+        (["calibrate", "--link-bandwidth", "inf"], "--link-bandwidth: expected a finite number of "
+         "bytes/s > 0 or 'native', got inf"),
+        (["validate", "real", "--folder", "{tmp}"], "run specmd calibrate --folder"),
+    ],
+)  # fmt: skip
+def test_bad_backends_links_and_missing_calibration_are_one_line_errors(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    res = RUNNER.invoke(app, [a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert res.exit_code != 0 and message in str(res.exception), res.exception
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_a_cuda_backend_without_a_gpu_is_one_line() -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the cuda cases of this module run on it")
     res = RUNNER.invoke(app, ["calibrate", "--backend", "cuda"])
-    assert res.exit_code != 0 and "CUDA backend is not built" in str(res.exception)
-    res = RUNNER.invoke(app, ["validate", "real", "--folder", str(tmp_path)])
-    assert res.exit_code != 0 and "run specmd calibrate --folder" in str(res.exception)
+    assert res.exit_code != 0
+    assert "--backend: expected a CUDA GPU that torch" in str(res.exception)
+
+
+@pytest.mark.parametrize("device", TORCH_DEVICES)
+def test_calibrate_and_validate_real_on_a_torch_device(tmp_path: Path, device: str) -> None:
+    """The CUDA backend's code end to end (on the CPU where there is no GPU): calibrated on
+    the device's own link, whose bandwidth is measured; its part of the report goes after the
+    CPU's, which stays."""
+    folder = tmp_path / "cal"
+    res = RUNNER.invoke(app, ["calibrate", "--backend", device, "--folder", str(folder),
+                              "--scale", "8", "--repeats", "3", "--link-bandwidth", "native",
+                              "--json"], catch_exceptions=False)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    measured = json.loads(res.stdout)
+    hardware = HardwareProfile.model_validate(
+        yaml.safe_load((folder / "hardware.yaml").read_text())
+    )
+    (link,) = hardware.links
+    assert link.kind.startswith("pcie-") and link.bandwidth_bytes_per_s.grade == "A"
+    assert link.bandwidth_bytes_per_s.value == measured["link_bandwidth_bytes_per_s"]["value"] > 0
+    assert hardware.id == f"calibrated-{device}"
+    doc = tmp_path / "validation.md"
+    cpu_part = f"{MARKER}\n## Against a real execution on this machine\n\nthe CPU's cells\n"
+    doc.write_text(f"# Validation\n\npublished part\n\n{cpu_part}")
+    res = RUNNER.invoke(app, ["validate", "real", "--backend", device, "--folder", str(folder),
+                              "--quick", "--repeats", "1", "--decode-tokens", "3", "--out",
+                              str(doc)], catch_exceptions=False)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    text = doc.read_text()
+    assert text.startswith(f"# Validation\n\npublished part\n\n{cpu_part}\n{marker(device)}\n")
+    label = "native" if device == "cuda" else "2 GB/s"
+    assert text.count(f"| {label} | decode | 10% | top-k |") == 2
+    assert f"specmd validate real --backend {device} --quick" in text
