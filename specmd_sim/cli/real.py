@@ -67,7 +67,7 @@ def calibrate_cmd(
         typer.Option(
             "--link-bandwidth",
             help="Throttle of the slow tier, bytes/s, or 'native': the device's own link, "
-            "measured [default: 2e9 on cpu and torch-cpu, native on cuda].",
+            "measured (default: 2e9 on cpu and torch-cpu, native on cuda).",
         ),
     ] = None,
     engines: Annotated[int, typer.Option(help="Copy worker threads.")] = 2,

@@ -489,9 +489,13 @@ def _fast_tier_bytes(setup: _Setup) -> dict[str, Any]:
 
 def _link(cal: Calibration, setup: _Setup, latency: float) -> dict[str, Any]:
     ms = cal.measures
-    if setup.native:  # the kind is a label (PCIe's generation as nvidia-smi says, else gen 4)
-        gen = _pcie_generation()
-        kind = f"pcie-gen{gen}" if gen in (3, 4, 5) else "pcie-gen4"
+    if setup.native:
+        # the kind is a label: on CUDA PCIe's generation as nvidia-smi says (else gen 4); on a
+        # CPU the "link" is a copy in memory
+        kind = "emulated"
+        if isinstance(setup.device, TorchDevice) and setup.device.cuda:
+            gen = _pcie_generation()
+            kind = f"pcie-gen{gen}" if gen in (3, 4, 5) else "pcie-gen4"
         bandwidth = _q(setup.link, ms["link_bandwidth_bytes_per_s"])
     else:
         kind = "emulated"

@@ -81,11 +81,8 @@ class TorchDevice:
         tier (pinned host memory on CUDA), drawn the same as on every device."""
         if weights.device == self.name:
             return weights
-        torch = self.torch
-        slow = torch.from_numpy(weights.slow)
-        return weights.moved(
-            self.name, self.array, slow.pin_memory() if self.cuda else slow.clone()
-        )
+        slow = self.torch.from_numpy(weights.slow)  # shares the numpy array's memory
+        return weights.moved(self.name, self.array, slow.pin_memory() if self.cuda else slow)
 
     def array(self, a: np.ndarray) -> Any:
         return self.torch.from_numpy(np.ascontiguousarray(a)).to(self.device)

@@ -270,7 +270,8 @@ def test_calibrate_and_validate_real_on_a_torch_device(tmp_path: Path, device: s
         yaml.safe_load((folder / "hardware.yaml").read_text())
     )
     (link,) = hardware.links
-    assert link.kind.startswith("pcie-") and link.bandwidth_bytes_per_s.grade == "A"
+    assert link.kind.startswith("pcie-") if device == "cuda" else link.kind == "emulated"
+    assert link.bandwidth_bytes_per_s.grade == "A"  # measured, not a setting
     assert link.bandwidth_bytes_per_s.value == measured["link_bandwidth_bytes_per_s"]["value"] > 0
     assert hardware.id == f"calibrated-{device}"
     doc = tmp_path / "validation.md"
