@@ -140,11 +140,12 @@ def calibrate(
         if progress is not None:
             progress(i, steps)
 
+    experts = dev.resident(weights.slow[: min(weights.slow.shape[0], 256)])  # > the caches
     dispatch = _dispatch(cal, dev, repeats, seed)
     step(1)
-    bandwidth = _bandwidth(cal, dev, ops, weights, dispatch, repeats)
+    bandwidth = _bandwidth(cal, dev, ops, experts, dispatch, repeats)
     step(2)
-    peak = _peak(cal, dev, ops, weights, dispatch, bandwidth, repeats)
+    peak = _peak(cal, dev, ops, experts, dispatch, bandwidth, repeats)
     step(3)
     link = link_bandwidth
     if link == NATIVE:
@@ -156,7 +157,7 @@ def calibrate(
     step(6)
     per_layer, per_access = _own_cost(cal, model, seed, device)
     step(7)
-    _interference(cal, dev, ops, weights, repeats)
+    _interference(cal, dev, ops, experts, weights, repeats)
     step(8)
     today = datetime.date.today().isoformat()
     setup = _Setup(dev, engines, link, link_bandwidth == NATIVE, today)
@@ -218,11 +219,6 @@ def _expert_time(dev: Device, ops: Ops | TorchOps, experts: Any, tokens: int,
     return (time.perf_counter() - start) / (rounds * n)
 
 
-def _experts(dev: Device, weights: Weights) -> Any:
-    """256 experts (more than the caches hold) where compute reads them."""
-    return dev.resident(weights.slow[: min(weights.slow.shape[0], 256)])
-
-
 def _expert_bytes(model: ModelSpec, tokens: int) -> float:
     return model.expert_bytes + 2 * tokens * model.hidden_size * 2  # the cost model's
 
@@ -231,11 +227,10 @@ def _bandwidth(
     cal: Calibration,
     dev: Device,
     ops: Ops | TorchOps,
-    weights: Weights,
+    experts: Any,
     dispatch: float,
     repeats: int,
 ) -> float:
-    experts = _experts(dev, weights)
     t, spread = _repeat(lambda: _expert_time(dev, ops, experts, 1), repeats)
     bw = _expert_bytes(cal.model, 1) / _busy(dev, t, dispatch, 1)
     return cal.add(
@@ -249,13 +244,12 @@ def _bandwidth(
     ).value
 
 
-def _peak(cal: Calibration, dev: Device, ops: Ops | TorchOps, weights: Weights, dispatch: float,
+def _peak(cal: Calibration, dev: Device, ops: Ops | TorchOps, experts: Any, dispatch: float,
           bandwidth: float, repeats: int) -> float:  # fmt: skip
     """The highest FLOP rate of expert calls on 1..64 tokens, and the bandwidth fraction each
     token count reaches (``memory_efficiency_by_tokens``): with both, the roofline gives every
     measured point back."""
     model = cal.model
-    experts = _experts(dev, weights)
     curve = {m: _repeat(functools.partial(_expert_time, dev, ops, experts, m, 1), repeats)
              for m in TOKENS}  # fmt: skip
     busy = {m: _busy(dev, curve[m][0], dispatch, m) for m in TOKENS}
@@ -376,12 +370,11 @@ def _copy_latency(cal: Calibration, dev: Device, weights: Weights, throttle: flo
                            "bandwidth")).value  # fmt: skip
 
 
-def _interference(cal: Calibration, dev: Device, ops: Ops | TorchOps, weights: Weights,
-                  repeats: int) -> None:  # fmt: skip
+def _interference(cal: Calibration, dev: Device, ops: Ops | TorchOps, experts: Any,
+                  weights: Weights, repeats: int) -> None:  # fmt: skip
     """An expert call on one token while one copy worker copies experts back to back, against
     the call alone: what the copies' host side (and, on a CPU, their memory traffic) costs the
     compute thread. Reported, not put in a profile: the simulator has no such term."""
-    experts = _experts(dev, weights)
     copy, dst, stop = dev.copier(), dev.zeros(weights.expert_size), threading.Event()
     slow = weights.slow
 
