@@ -10,9 +10,8 @@ when both have. An unthrottled link (infinite bandwidth) is the real one: on CUD
 real threads: demand fetches before prefetches (FIFO within a class), a queued prefetch
 promoted by a late hit, a prefetch whose target layer's router has decided and does not use it
 cancelled before it starts, a demand fetch that finds nothing evictable cancelling the newest
-queued prefetch or waiting for space. Every cache
-mutation happens under the executor's one lock, so the cache sees the same sequence of calls
-as in the simulator, at real times.
+queued prefetch or waiting for space. Every cache mutation happens under the executor's one
+lock, so the cache sees the same sequence of calls as in the simulator, at real times.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from specmd_sim.cli import app
 from specmd_sim.execute import Backend, execute, scaled_model
 from specmd_sim.execute.calibrate import NATIVE
 from specmd_sim.execute.copies import ThrottledLink
-from specmd_sim.execute.device import TorchDevice
+from specmd_sim.execute.device import TorchDevice, make_device
 from specmd_sim.execute.model import KvCache, Ops, TorchOps, Weights
 from specmd_sim.execute.traces import synthetic_trace, write_model
 from specmd_sim.hardware import HardwareProfile
@@ -109,8 +109,8 @@ def test_measured_times_are_plausible(tiny, device) -> None:
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_the_native_link_moves_the_demanded_bytes_and_decides_the_same(tiny, device) -> None:
-    """No throttle (on CUDA: pinned host memory over PCIe on copy streams): the bytes really
-    moved into the fast tier are the expert's, and the outcomes are still the simulator's."""
+    """No throttle (on CUDA: pinned host memory over PCIe on copy streams): the copy engines
+    move exactly the demanded bytes, and the outcomes are still the simulator's."""
     scenario = build_scenario(config(tiny, eviction={"kind": "static-hot"}))
     m = execute(scenario, Backend(link_bandwidth=NATIVE, device=device))
     assert _outcomes(m) == _outcomes(simulate(scenario))
@@ -151,6 +151,25 @@ def test_expert_op_is_a_swiglu() -> None:
     gate, up = x @ w[0], x @ w[1]
     want = (gate / (1 + np.exp(-gate)) * up) @ w[2].T
     np.testing.assert_allclose(Ops(weights).expert(weights.slow[5], x), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_devices_copies_put_the_experts_bytes_in_place(device) -> None:
+    """What a copy worker (on CUDA: its own stream, then a wait for it) and the preload copy
+    leave in the fast tier is the expert, in the slow tier's placement (pinned on CUDA)."""
+    dev = make_device(device)
+    weights = dev.place(Weights(scaled_model("olmoe-1b-7b", 16), 0))
+    fast = dev.zeros(3, weights.expert_size)
+    copier = dev.copier()
+    copier(fast[0], weights.slow[7])
+    dev.copy(fast[2], weights.slow[9])
+    host = np.asarray(fast.cpu() if device != "cpu" else fast)
+    slow = Weights(weights.model, 0).slow
+    np.testing.assert_array_equal(host[0], slow[7])
+    np.testing.assert_array_equal(host[1], 0.0)
+    np.testing.assert_array_equal(host[2], slow[9])
+    if device == "cuda":
+        assert weights.slow.is_pinned() and fast.is_cuda
 
 
 @pytest.mark.parametrize("device", TORCH_DEVICES)
