@@ -9,6 +9,7 @@ machine code beside the module, so only a first run pays the compilation.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -16,12 +17,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def available() -> bool:
-    """Whether numba is installed (kernels are compiled)."""
-    try:
-        import numba  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """Whether numba is installed (kernels are compiled); without importing it."""
+    return importlib.util.find_spec("numba") is not None
 
 
 def compiled(fn: F) -> F:

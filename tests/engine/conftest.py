@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -32,3 +33,18 @@ def small_trace(write_trace):
         )
 
     return make
+
+
+@pytest.fixture(scope="module")
+def compiled_ahead():
+    """The module compiled ahead of time (built here if it is not yet), or a skip saying why
+    it cannot be built on this machine."""
+    pytest.importorskip("numba")
+    from specmd_sim.engine.fast import aot
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        module = aot.load()
+    if module is None:
+        pytest.skip(f"not compiled ahead of time here: {[str(w.message) for w in caught]}")
+    return module

@@ -17,7 +17,8 @@ import yaml
 
 from specmd_sim import build_config, replay, save_trace
 from specmd_sim.engine import jit
-from specmd_sim.engine.fast import compiled_unsupported, positions_by_key
+from specmd_sim.engine.fast import compiled_unsupported, kernels, replay_compiled
+from specmd_sim.engine.fast.kernel import positions_by_key
 from specmd_sim.errors import SpecmdError
 from specmd_sim.runtime.loader import runtime_dir
 from specmd_sim.scenario import build_run, build_scenario
@@ -190,3 +191,33 @@ def test_the_default_replay_is_compiled_when_numba_is_installed(traces, monkeypa
     with pytest.raises(pytest.fail.Exception):
         replay(build_config({"trace": traces[0]}))
     assert called and jit.available()
+
+
+def counters(data: dict, ahead_of_time: bool) -> dict:
+    """The compiled replay's counters of one config, with the kernel compiled ahead of time or
+    numba's JIT of it."""
+    run = build_run(build_scenario(build_config(data)))
+    return vars(replay_compiled(run, ahead_of_time=ahead_of_time))
+
+
+@pytest.mark.parametrize("eviction", EVICTIONS, ids=str)
+def test_ahead_of_time_equals_the_jit(compiled_ahead, traces, eviction) -> None:
+    assert kernels().__name__ == compiled_ahead.__name__  # what replays use
+    seen_evictions = seen_hits = False
+    for i, (prefetch, predictor) in enumerate(PREFETCHES):
+        for capacity in ("smallest", "40%", "100%"):
+            data = {
+                "trace": traces[i % 2],
+                "eviction": eviction,
+                "prefetch": prefetch,
+                "predictor": predictor,
+                "cache": {"pin_demand_set": i % 2 == 0},
+                "workload": {"batch_size": 1 + i % 3, "prefill_chunk_tokens": 4},
+                "seed": i,
+            }
+            data["cache"]["capacity"] = smallest(data) if capacity == "smallest" else capacity
+            ahead, jit_counts = counters(data, True), counters(data, False)
+            assert ahead == jit_counts, (prefetch, capacity)
+            seen_evictions |= ahead["evictions"] > 0
+            seen_hits |= sum(row[0] for row in ahead["by_layer"]) > 0
+    assert seen_evictions and seen_hits

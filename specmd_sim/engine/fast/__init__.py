@@ -10,24 +10,32 @@ take the Python path, which stays the specification.
 
 from __future__ import annotations
 
+import functools
+from types import ModuleType
+
 import numpy as np
 
 from specmd_sim.cache import CacheStats, ExpertCache
 from specmd_sim.engine.common import Progress, report_progress
-from specmd_sim.engine.fast import kernel as K
-from specmd_sim.engine.fast.plans import BulkPlans, plans_unsupported
-from specmd_sim.engine.jit import compiled
+from specmd_sim.engine.fast import aot
+from specmd_sim.engine.fast import layout as L
+from specmd_sim.policies.eviction.base import EvictionPolicy
 from specmd_sim.policies.eviction.belady import BeladyEviction
 from specmd_sim.policies.eviction.belady_bypass import BeladyBypassEviction
 from specmd_sim.policies.eviction.fifo import FIFOEviction
 from specmd_sim.policies.eviction.least_stale import LeastStaleEviction
 from specmd_sim.policies.eviction.lfu import LFUEviction
 from specmd_sim.policies.eviction.lru import LRUEviction
+from specmd_sim.policies.predictors.noisy_oracle import NoisyOraclePredictor
+from specmd_sim.policies.predictors.trace import TracePredictor
+from specmd_sim.policies.prefetch.score_threshold import ScoreThresholdPrefetch
+from specmd_sim.policies.prefetch.top_k import TopKPrefetch
 from specmd_sim.scenario import RunObjects
+from specmd_sim.scenario.plugins import _Tapped
 
-__all__ = ["compiled_unsupported", "replay_compiled"]
+__all__ = ["compiled_unsupported", "kernels", "plans_unsupported", "replay_compiled"]
 
-_LEAST_STALE = {"fifo": K.LS_FIFO, "touch": K.LS_TOUCH, "layer": K.LS_LAYER}
+_LEAST_STALE = {"fifo": L.LS_FIFO, "touch": L.LS_TOUCH, "layer": L.LS_LAYER}
 _STAMP_SPAN = 1 << 36  # LFU priorities are count * span + stamp: stamps stay below it
 _MAX_ACCESSES = 1 << 26  # ... and counts below 2**26, so the priority fits an int64
 # passes are run, and their plans drawn, in blocks of about this many accesses, and of at most
@@ -41,11 +49,11 @@ def _policy_code(run: RunObjects) -> int | None:
     if kind is LeastStaleEviction:
         return _LEAST_STALE[policy.config.order]
     codes = {
-        FIFOEviction: K.FIFO,
-        LRUEviction: K.LRU,
-        LFUEviction: K.LFU,
-        BeladyEviction: K.BELADY,
-        BeladyBypassEviction: K.BELADY_BYPASS,
+        FIFOEviction: L.FIFO,
+        LRUEviction: L.LRU,
+        LFUEviction: L.LFU,
+        BeladyEviction: L.BELADY,
+        BeladyBypassEviction: L.BELADY_BYPASS,
     }
     return codes.get(kind)
 
@@ -72,23 +80,73 @@ def compiled_unsupported(run: RunObjects, home: bool = False) -> str | None:
     return plans_unsupported(run)
 
 
+def plans_unsupported(run: RunObjects) -> str | None:
+    """None when the run's prefetch plans can be computed in bulk, else why not (one phrase,
+    e.g. "prefetch 'oracle'")."""
+    prefetch = run.prefetch
+    if prefetch.lookahead == 0:
+        return None  # the engine never asks for a plan
+    if type(prefetch) not in (TopKPrefetch, ScoreThresholdPrefetch):
+        return f"prefetch {prefetch.kind!r}"
+    predictor = predictor_of(run)
+    if type(predictor) not in (NoisyOraclePredictor, TracePredictor):
+        kind = getattr(predictor, "kind", None)
+        return f"predictor {kind!r}"
+    if run.scenario.training is not None:
+        return "a predictor fitted on training routing (fit_on)"
+    if type(run.eviction).on_scores is not EvictionPolicy.on_scores:
+        return f"eviction {run.eviction.kind!r}, which reads the predictor's scores"
+    return None
+
+
+def predictor_of(run: RunObjects) -> object:
+    """The run's predictor itself, not the tap that shows its scores to the eviction policy."""
+    source = run.predictor
+    return source.inner if isinstance(source, _Tapped) else source
+
+
+def kernels(ahead_of_time: bool = True) -> ModuleType:
+    """The kernel's entry points (:data:`.aot.ENTRY_POINTS`): with ``ahead_of_time``, the module
+    compiled ahead of time where it is available or can be built (no numba in the process), else
+    :mod:`.kernel` itself (numba's JIT where numba is installed, plain Python otherwise)."""
+    module = _compiled_ahead() if ahead_of_time else None
+    if module is None:
+        from specmd_sim.engine.fast import kernel
+
+        module = kernel
+    return module
+
+
+@functools.cache
+def _compiled_ahead() -> ModuleType | None:
+    return aot.load()
+
+
 def replay_compiled(
-    run: RunObjects, warm: list[int] | None = None, progress: Progress | None = None
+    run: RunObjects,
+    warm: list[int] | None = None,
+    progress: Progress | None = None,
+    ahead_of_time: bool = True,
 ) -> CacheStats:
     """Replay ``run`` (covered: :func:`compiled_unsupported` is None) and return its counters.
 
     ``warm`` is what :func:`~specmd_sim.scenario.build_run` was given: the cache starts with the
     policy's initial contents and then these, placed in that order, as the run's cache was
     built (which is left as it is). Raises RuntimeError where the Python engine would: a pinned
-    demand set for which no space can be made.
+    demand set for which no space can be made. ``ahead_of_time``: as :func:`kernels`.
     """
+    K = kernels(ahead_of_time)
     scenario = run.scenario
     layers = scenario.trace.num_layers
-    keys = np.ascontiguousarray(scenario.demand.keys, dtype=np.int64)
+    keys = np.ascontiguousarray(scenario.demand.keys, dtype=np.int32)  # (as built: no copy)
     offsets = np.ascontiguousarray(scenario.demand.offsets, dtype=np.int64)
-    S, pos = kernel_state(run, keys, warm)
+    S, pos = kernel_state(run, keys, warm, K)
     total = scenario.passes.num_passes
-    plans = BulkPlans(run) if run.prefetch.lookahead > 0 else None
+    plans = None
+    if run.prefetch.lookahead > 0:
+        from specmd_sim.engine.fast.plans import BulkPlans  # (numba's JIT: only where needed)
+
+        plans = BulkPlans(run)
     per_pass = max(1, keys.size // max(total, 1))
     scores_per_pass = layers * run.prefetch.lookahead * scenario.trace.num_experts
     block = max(1, min(_BLOCK_ACCESSES // per_pass, _BLOCK_SCORES // max(1, scores_per_pass)))
@@ -98,43 +156,48 @@ def replay_compiled(
         if plans is None:
             plan_offsets, plan_keys = np.zeros((hi - lo) * layers + 1, np.int64), empty
         else:
-            plan_offsets, plan_keys = plans.block(lo, hi)
+            plan_offsets, plan_keys = plans.block(lo, hi)  # (int64, contiguous)
         outcome = K.run_passes(S, pos, keys, offsets, lo, hi, plan_offsets, plan_keys)
-        if outcome == K.NO_SPACE:
+        if outcome == L.NO_SPACE:
             raise RuntimeError("replay: WaitForSpace cannot happen without time")
         report_progress(progress, hi, total)
     return kernel_stats(S, layers)
 
 
 def kernel_state(
-    run: RunObjects, keys: np.ndarray, warm: list[int] | None = None
+    run: RunObjects,
+    keys: np.ndarray,
+    warm: list[int] | None = None,
+    K: ModuleType | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The kernel's state ``S`` for ``run`` (covered: :func:`compiled_unsupported` is None)
     over the access sequence ``keys``, and Belady's positions: the cache holds the GPU's own
     shard (resident and pinned, outside its capacity), the policy's initial contents and then
-    ``warm``, placed in that order, as the run's cache was built."""
+    ``warm``, placed in that order, as the run's cache was built. ``K``: the kernel's entry
+    points (:func:`kernels` by default)."""
+    K = K or kernels()
     scenario, cache = run.scenario, run.cache
     layers, experts = scenario.trace.num_layers, scenario.trace.num_experts
     n = layers * experts
     code = _policy_code(run)
     assert code is not None, "the kernel called on an uncovered run"
-    S = K.new_state(n, layers)
-    S[K.K_NBYTES, :n] = cache.nbytes
+    S = L.new_state(n, layers)
+    S[L.K_NBYTES, :n] = cache.nbytes
     pos = np.zeros(0, np.int64)
-    if code >= K.BELADY:
-        pos, start = positions_by_key(keys, n)
-        S[K.K_START, : n + 1] = start
-    sc = S[K.R_SC]
-    sc[K.SC_CAPACITY] = cache.capacity_bytes
-    sc[K.SC_POLICY] = code
-    sc[K.SC_LRU_END] = isinstance(run.eviction, LRUEviction) and run.eviction.prefetch_at_lru_end
-    sc[K.SC_WRITE_BACK] = cache.write_back is not None
-    sc[K.SC_PINNED] = scenario.config.cache.pin_demand_set
-    sc[K.SC_STAMP_SPAN] = _STAMP_SPAN
-    sc[K.SC_NEVER] = keys.size
-    sc[K.SC_NUM_EXPERTS] = experts
+    if code >= L.BELADY:
+        pos, start = K.positions_by_key(np.ascontiguousarray(keys, np.int32), n)
+        S[L.K_START, : n + 1] = start
+    sc = S[L.R_SC]
+    sc[L.SC_CAPACITY] = cache.capacity_bytes
+    sc[L.SC_POLICY] = code
+    sc[L.SC_LRU_END] = isinstance(run.eviction, LRUEviction) and run.eviction.prefetch_at_lru_end
+    sc[L.SC_WRITE_BACK] = cache.write_back is not None
+    sc[L.SC_PINNED] = scenario.config.cache.pin_demand_set
+    sc[L.SC_STAMP_SPAN] = _STAMP_SPAN
+    sc[L.SC_NEVER] = keys.size
+    sc[L.SC_NUM_EXPERTS] = experts
     home = np.flatnonzero(np.frombuffer(cache.home, np.uint8))  # ExpertCache.add_home
-    S[K.K_STATE, home], S[K.K_EVER, home], S[K.K_PINS, home] = K.RESIDENT, 1, 1
+    S[L.K_STATE, home], S[L.K_EVER, home], S[L.K_PINS, home] = L.RESIDENT, 1, 1
     placed = np.array(run.eviction.initial_contents() + list(warm or []), np.int64)
     if not K.preload(S, pos, placed):  # build_run placed them: they fit
         raise RuntimeError("the preloaded experts do not fit")
@@ -144,28 +207,10 @@ def kernel_state(
 def kernel_stats(S: np.ndarray, layers: int) -> CacheStats:
     """The counters of a run the kernel's state ``S`` went through, with the prefetches never
     used counted as wasted (``ExpertCache.finish``)."""
-    n = int(S[K.R_SC, K.SC_KEYS])
+    n = int(S[L.R_SC, L.SC_KEYS])
     out = CacheStats(layers)
-    out.by_layer = S[K.R_BY_LAYER : K.R_BY_LAYER + 5, :layers].T.tolist()
-    for i, name in enumerate(K.STAT_NAMES):
-        setattr(out, name, int(S[K.R_STATS, i]))
-    out.prefetch_wasted += int(S[K.K_UNUSED, :n].sum())  # cache.finish()
+    out.by_layer = S[L.R_BY_LAYER : L.R_BY_LAYER + 5, :layers].T.tolist()
+    for i, name in enumerate(L.STAT_NAMES):
+        setattr(out, name, int(S[L.R_STATS, i]))
+    out.prefetch_wasted += int(S[L.K_UNUSED, :n].sum())  # cache.finish()
     return out
-
-
-@compiled
-def positions_by_key(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each key's positions in the access sequence, ascending: ``pos[start[k]:start[k+1]]``
-    (Belady's next uses), by a counting sort."""
-    start = np.zeros(n + 1, np.int64)
-    for key in keys:
-        start[key + 1] += 1
-    for k in range(n):
-        start[k + 1] += start[k]
-    fill = start[:n].copy()
-    pos = np.empty(keys.size, np.int64)
-    for i in range(keys.size):
-        key = keys[i]
-        pos[fill[key]] = i
-        fill[key] += 1
-    return pos, start

@@ -54,6 +54,7 @@ import math
 import numpy as np
 
 from specmd_sim.engine.fast import kernel as K
+from specmd_sim.engine.fast import layout as L
 from specmd_sim.engine.jit import compiled
 
 EV_STREAM, EV_COPY, EV_LATENCY, EV_ARM, EV_WAKE, EV_MOVED = range(6)
@@ -245,46 +246,46 @@ def _sample(out: np.ndarray, IG: np.ndarray, counter: int, time: float, value: f
 @compiled
 def _access(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, key: int, layer: int, p: int) -> int:
     """ExpertCache.access."""
-    sc = S[K.R_SC]
-    policy = sc[K.SC_POLICY]
-    sc[K.SC_CLOCK] += 1
-    S[K.K_SEEN, key] += 1
-    state = S[K.K_STATE, key]
+    sc = S[L.R_SC]
+    policy = sc[L.SC_POLICY]
+    sc[L.SC_CLOCK] += 1
+    S[L.K_SEEN, key] += 1
+    state = S[L.K_STATE, key]
     if KR[KR_HOME, key]:
-        S[K.R_STATS, K.ST_HITS_HOME] += 1
-        klass = K.HIT
-    elif state != K.ABSENT:
-        klass = K.HIT if state == K.RESIDENT else LATE
-        if S[K.K_UNUSED, key]:
-            S[K.K_UNUSED, key] = 0
-            S[K.R_STATS, K.ST_PF_USED] += 1
-        if policy == K.LRU:
+        S[L.R_STATS, L.ST_HITS_HOME] += 1
+        klass = L.HIT
+    elif state != L.ABSENT:
+        klass = L.HIT if state == L.RESIDENT else LATE
+        if S[L.K_UNUSED, key]:
+            S[L.K_UNUSED, key] = 0
+            S[L.R_STATS, L.ST_PF_USED] += 1
+        if policy == L.LRU:
             K.list_remove(S, key)
-            K.list_append(S, sc[K.SC_KEYS], 0, key)
-        elif policy == K.LFU or policy >= K.BELADY:
-            K.heap_update(S, pos, key, S[K.K_FREQ, key] + 1)
-        elif policy >= K.LS_FIFO:
+            K.list_append(S, sc[L.SC_KEYS], 0, key)
+        elif policy == L.LFU or policy >= L.BELADY:
+            K.heap_update(S, pos, key, S[L.K_FREQ, key] + 1)
+        elif policy >= L.LS_FIFO:
             K.touch(S, key)
-    elif not S[K.K_EVER, key]:
-        klass = K.COMPULSORY
-    elif S[K.K_EVICTED, key] == p:
-        klass = K.COLLISION
+    elif not S[L.K_EVER, key]:
+        klass = L.COMPULSORY
+    elif S[L.K_EVICTED, key] == p:
+        klass = L.COLLISION
     else:
-        klass = K.CAPACITY
-    S[K.R_BY_LAYER + klass, layer] += 1
+        klass = L.CAPACITY
+    S[L.R_BY_LAYER + klass, layer] += 1
     return klass
 
 
 @compiled
 def _victim(S: np.ndarray) -> int:
-    sc = S[K.R_SC]
-    policy, n = sc[K.SC_POLICY], sc[K.SC_KEYS]
-    if policy == K.FIFO or policy == K.LRU:
+    sc = S[L.R_SC]
+    policy, n = sc[L.SC_POLICY], sc[L.SC_KEYS]
+    if policy == L.FIFO or policy == L.LRU:
         return K.first_evictable(S, n, 0)
-    if policy == K.LFU or policy >= K.BELADY:
+    if policy == L.LFU or policy >= L.BELADY:
         return K.heap_victim(S)
     for q in range(2):  # Least-Stale: stale first, then current
-        victim = K.pick_by_layer(S, n, q) if policy == K.LS_LAYER else K.first_evictable(S, n, q)
+        victim = K.pick_by_layer(S, n, q) if policy == L.LS_LAYER else K.first_evictable(S, n, q)
         if victim >= 0:
             return victim
     return -1
@@ -292,12 +293,12 @@ def _victim(S: np.ndarray) -> int:
 
 @compiled
 def _on_remove(S: np.ndarray, key: int) -> None:
-    policy = S[K.R_SC, K.SC_POLICY]
-    if policy == K.LFU or policy >= K.BELADY:
-        S[K.K_AUX, key] = -1
+    policy = S[L.R_SC, L.SC_POLICY]
+    if policy == L.LFU or policy >= L.BELADY:
+        S[L.K_AUX, key] = -1
     else:
         K.list_remove(S, key)
-        S[K.K_TOUCHED, key] = K.OUTSIDE
+        S[L.K_TOUCHED, key] = L.OUTSIDE
 
 
 @compiled
@@ -307,49 +308,49 @@ def _reserve(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, key: int, prefetch:
     """ExpertCache.reserve: evict until it fits, then LOADING (False: not admitted, or nothing
     is evictable). Occupancy samples as the fetcher's hook takes them; with memory parity each
     eviction queues its write-back (``WriteBacks.submit``; :func:`_dispatch_back` starts it)."""
-    sc = S[K.R_SC]
-    policy = sc[K.SC_POLICY]
-    need = S[K.K_NBYTES, key]
-    if prefetch and (policy == K.BELADY_BYPASS and sc[K.SC_CAPACITY] - sc[K.SC_USED] < need
+    sc = S[L.R_SC]
+    policy = sc[L.SC_POLICY]
+    need = S[L.K_NBYTES, key]
+    if prefetch and (policy == L.BELADY_BYPASS and sc[L.SC_CAPACITY] - sc[L.SC_USED] < need
                      and not K.bypass_admits(S, pos, key)):  # fmt: skip
-        S[K.R_STATS, K.ST_PF_DROPPED] += 1
+        S[L.R_STATS, L.ST_PF_DROPPED] += 1
         return False
-    while sc[K.SC_CAPACITY] - sc[K.SC_USED] < need:
+    while sc[L.SC_CAPACITY] - sc[L.SC_USED] < need:
         victim = _victim(S)
         if victim < 0:
             if prefetch:
-                S[K.R_STATS, K.ST_PF_DROPPED] += 1
+                S[L.R_STATS, L.ST_PF_DROPPED] += 1
             return False
-        S[K.K_STATE, victim] = K.ABSENT  # ExpertCache._evict
-        sc[K.SC_USED] -= S[K.K_NBYTES, victim]
+        S[L.K_STATE, victim] = L.ABSENT  # ExpertCache._evict
+        sc[L.SC_USED] -= S[L.K_NBYTES, victim]
         if record:
-            _sample(used_out, IG, G_NUSED, now, sc[K.SC_USED], g)
-        S[K.K_EVICTED, victim] = p
-        S[K.R_STATS, K.ST_EVICTIONS] += 1
-        if sc[K.SC_WRITE_BACK]:
-            nbytes = S[K.K_NBYTES, victim]
-            S[K.R_STATS, K.ST_BYTES_WRITTEN_BACK] += nbytes
+            _sample(used_out, IG, G_NUSED, now, sc[L.SC_USED], g)
+        S[L.K_EVICTED, victim] = p
+        S[L.R_STATS, L.ST_EVICTIONS] += 1
+        if sc[L.SC_WRITE_BACK]:
+            nbytes = S[L.K_NBYTES, victim]
+            S[L.R_STATS, L.ST_BYTES_WRITTEN_BACK] += nbytes
             IS[I_ACTIVE2] += 1
             w = (IS[I_WB_HEAD] + IS[I_WB_COUNT]) % WB.shape[0]
-            WB[w, WB_KEY], WB[w, WB_PASS] = victim, sc[K.SC_PASS]
-            WB[w, WB_LAYER], WB[w, WB_LEFT] = victim // sc[K.SC_NUM_EXPERTS], nbytes
+            WB[w, WB_KEY], WB[w, WB_PASS] = victim, sc[L.SC_PASS]
+            WB[w, WB_LAYER], WB[w, WB_LEFT] = victim // sc[L.SC_NUM_EXPERTS], nbytes
             IS[I_WB_COUNT] += 1
-        if S[K.K_UNUSED, victim]:
-            S[K.K_UNUSED, victim] = 0
-            S[K.R_STATS, K.ST_PF_WASTED] += 1
+        if S[L.K_UNUSED, victim]:
+            S[L.K_UNUSED, victim] = 0
+            S[L.R_STATS, L.ST_PF_WASTED] += 1
         _on_remove(S, victim)
-    S[K.K_STATE, key] = LOADING
-    sc[K.SC_USED] += need
+    S[L.K_STATE, key] = LOADING
+    sc[L.SC_USED] += need
     if record:
-        _sample(used_out, IG, G_NUSED, now, sc[K.SC_USED], g)
+        _sample(used_out, IG, G_NUSED, now, sc[L.SC_USED], g)
     KR[KR_LOADPF, key] = prefetch
     if prefetch:
-        S[K.K_UNUSED, key] = 1
-        S[K.R_STATS, K.ST_PF_ISSUED] += 1
-        S[K.R_STATS, K.ST_BYTES_PREFETCH] += need
+        S[L.K_UNUSED, key] = 1
+        S[L.R_STATS, L.ST_PF_ISSUED] += 1
+        S[L.R_STATS, L.ST_BYTES_PREFETCH] += need
     else:
-        S[K.R_STATS, K.ST_BYTES_DEMAND] += need
-    K.on_insert(S, pos, key, K.PREFETCH if prefetch else K.DEMAND)
+        S[L.R_STATS, L.ST_BYTES_DEMAND] += need
+    K.on_insert(S, pos, key, L.PREFETCH if prefetch else L.DEMAND)
     return True
 
 
@@ -369,15 +370,15 @@ def _cancel(S: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray, IS
     """Fetcher._cancelled and the job's retirement: an unstarted prefetch abandoned."""
     key = JB[job, J_KEY]
     KR[KR_JOB, key] = -1
-    if not S[K.K_UNUSED, key]:  # ExpertCache.cancel
-        S[K.R_STATS, K.ST_PF_USED] -= 1
-    S[K.K_STATE, key] = K.ABSENT
-    S[K.R_SC, K.SC_USED] -= S[K.K_NBYTES, key]
+    if not S[L.K_UNUSED, key]:  # ExpertCache.cancel
+        S[L.R_STATS, L.ST_PF_USED] -= 1
+    S[L.K_STATE, key] = L.ABSENT
+    S[L.R_SC, L.SC_USED] -= S[L.K_NBYTES, key]
     if record:
-        _sample(used_out, IG, G_NUSED, now, S[K.R_SC, K.SC_USED], g)
-    S[K.R_STATS, K.ST_BYTES_PREFETCH] -= S[K.K_NBYTES, key]
-    S[K.R_STATS, K.ST_PF_CANCELLED] += 1
-    S[K.K_UNUSED, key] = 0
+        _sample(used_out, IG, G_NUSED, now, S[L.R_SC, L.SC_USED], g)
+    S[L.R_STATS, L.ST_BYTES_PREFETCH] -= S[L.K_NBYTES, key]
+    S[L.R_STATS, L.ST_PF_CANCELLED] += 1
+    S[L.K_UNUSED, key] = 0
     KR[KR_LOADPF, key] = 0
     _on_remove(S, key)
     _space_changed(IS, IG, hT, hI, now, g)
@@ -469,7 +470,7 @@ def _obsolete(S: np.ndarray, KR: np.ndarray, JB: np.ndarray, IS: np.ndarray, job
     key, tp, tl = JB[job, J_KEY], JB[job, J_PASS], JB[job, J_LAYER]
     dp, dl = IS[I_DEC_PASS], IS[I_DEC_LAYER]
     reached = dp > tp or (dp == tp and dl >= tl)
-    return reached and S[K.K_PINS, key] == 0 and KR[KR_DEMANDED, key] != IS[I_STAMP]
+    return reached and S[L.K_PINS, key] == 0 and KR[KR_DEMANDED, key] != IS[I_STAMP]
 
 
 @compiled
@@ -511,7 +512,7 @@ def _make_room(S: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray,
     while job < qb:
         before = JB[job, J_PREV]
         key = JB[job, J_KEY]
-        if not JB[job, J_STARTED] and S[K.K_PINS, key] == 0 and KR[KR_DEMANDED, key] != IS[I_STAMP]:
+        if not JB[job, J_STARTED] and S[L.K_PINS, key] == 0 and KR[KR_DEMANDED, key] != IS[I_STAMP]:
             _dequeue(JB, job)
             _cancel(S, KR, JB, jfree, IS, IG, hT, hI, job, now, record, used_out, g)
             return True
@@ -755,7 +756,7 @@ def _resolve(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfr
     prefetch can be cancelled: the stream waits for space, then retries the reservation
     (``retry``: the policy's admission is not asked again)."""
     if klass == LATE:
-        if S[K.K_STATE, key] == K.RESIDENT:
+        if S[L.K_STATE, key] == L.RESIDENT:
             return -1
         job = KR[KR_JOB, key]
         if not JB[job, J_DEMAND]:  # Fetcher.join: CopyEngines.promote
@@ -765,12 +766,12 @@ def _resolve(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfr
                 _enqueue(JB, qb, job, 0)
                 _dispatch(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, now, record, used_out, g)
         return job
-    sc = S[K.R_SC]
-    need = S[K.K_NBYTES, key]
-    if not retry and (sc[K.SC_POLICY] == K.BELADY_BYPASS and sc[K.SC_CAPACITY] - sc[K.SC_USED]
+    sc = S[L.R_SC]
+    need = S[L.K_NBYTES, key]
+    if not retry and (sc[L.SC_POLICY] == L.BELADY_BYPASS and sc[L.SC_CAPACITY] - sc[L.SC_USED]
                       < need and not K.bypass_admits(S, pos, key)):  # fmt: skip
-        S[K.R_STATS, K.ST_BYPASSED] += 1  # cache.stream
-        S[K.R_STATS, K.ST_BYTES_DEMAND] += need
+        S[L.R_STATS, L.ST_BYPASSED] += 1  # cache.stream
+        S[L.R_STATS, L.ST_BYTES_DEMAND] += need
         job = _new_job(JB, jfree, IG, KR, key, need, True, True, p, layer, g)
         _submit(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, job, now, record, used_out, g)
         return job
@@ -797,11 +798,11 @@ def _plan(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree:
     """LayerStep._plan_prefetches: cached keys of the plan are hints (Least-Stale counts
     them; the GPU's own shard is no hint), absent ones are fetched in plan order unless the
     cache drops them."""
-    sc = S[K.R_SC]
-    least_stale = K.LS_FIFO <= sc[K.SC_POLICY] <= K.LS_LAYER
+    sc = S[L.R_SC]
+    least_stale = L.LS_FIFO <= sc[L.SC_POLICY] <= L.LS_LAYER
     for i in range(lo, hi):
         key = plan_keys[i]
-        if S[K.K_STATE, key] != K.ABSENT:
+        if S[L.K_STATE, key] != L.ABSENT:
             if least_stale and not KR[KR_HOME, key]:
                 K.touch(S, key)
         else:
@@ -810,8 +811,8 @@ def _plan(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree:
                 _dispatch_back(JB, jfree, IS, IG, hT, hI, free_back, WB, back, now, g)
             if not reserved:
                 continue
-            layer = key // sc[K.SC_NUM_EXPERTS]
-            job = _new_job(JB, jfree, IG, KR, key, S[K.K_NBYTES, key], False, False, p, layer, g)
+            layer = key // sc[L.SC_NUM_EXPERTS]
+            job = _new_job(JB, jfree, IG, KR, key, S[L.K_NBYTES, key], False, False, p, layer, g)
             KR[KR_JOB, key] = job
             _submit(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, job, now, record, used_out, g)
 
@@ -982,9 +983,9 @@ def run_block(  # noqa: C901
         S, pos, KR, IS, FS, free, run_i, run_t, held, TL, free_back, WB = _views(
             cur, S3, pos2, KR3, IS2, FS2, free2, run_i3, run_t2, held2, TL3, free_back2, WB3
         )
-        sc = S[K.R_SC]
+        sc = S[L.R_SC]
         k0, o0, row0, qb, lane, t_shift, p_lo, back = _block_of(B, cur)
-        heaped = sc[K.SC_POLICY] == K.LFU or sc[K.SC_POLICY] >= K.BELADY
+        heaped = sc[L.SC_POLICY] == L.LFU or sc[L.SC_POLICY] >= L.BELADY
         while True:
             if resume:
                 resume = False
@@ -1008,9 +1009,9 @@ def run_block(  # noqa: C901
                         TP[row0 + p, TP_START] = now
                         FS[F_BEFORE_C], FS[F_BEFORE_S] = FS[F_CSUM], FS[F_SSUM]
                         IS[I_PHASE] = PI[row0 + p, PI_PHASE]
-                        sc[K.SC_PASS] = p  # cache.begin_pass
-                        if K.LS_FIFO <= sc[K.SC_POLICY] <= K.LS_LAYER:
-                            K.list_move_all(S, sc[K.SC_KEYS], 1, 0)
+                        sc[L.SC_PASS] = p  # cache.begin_pass
+                        if L.LS_FIFO <= sc[L.SC_POLICY] <= L.LS_LAYER:
+                            K.list_move_all(S, sc[L.SC_KEYS], 1, 0)
                         IS[I_LAYER] = 0
                         IS[I_STAGE] = ST_LAYER
                         if PF[row0 + p, PF_DENSE] < 0:
@@ -1043,8 +1044,8 @@ def run_block(  # noqa: C901
                         for i in range(lo, hi):
                             KR[KR_DEMANDED, keys[k0 + i]] = IS[I_STAMP]
                         IS[I_DEC_PASS], IS[I_DEC_LAYER] = p, layer
-                        sc[K.SC_LAYER] = layer  # cache.begin_layer
-                        if heaped and sc[K.SC_HEAP_N] + 2 * (hi - lo) + planned > S.shape[1]:
+                        sc[L.SC_LAYER] = layer  # cache.begin_layer
+                        if heaped and sc[L.SC_HEAP_N] + 2 * (hi - lo) + planned > S.shape[1]:
                             K.heap_compact(S)
                         IS[I_RETRY] = 0  # set while a key's reservation waits for space
                         if not pinned:
@@ -1052,13 +1053,13 @@ def run_block(  # noqa: C901
                             IS[I_STAGE] = ST_ONE
                             continue
                         for i in range(lo, hi):
-                            S[K.K_PINS, keys[k0 + i]] += 1
+                            S[L.K_PINS, keys[k0 + i]] += 1
                         ready = 0
                         for i in range(lo, hi):  # classify the demand set
                             klass = _access(S, pos, KR, keys[k0 + i], layer, p)
                             run_i[i - lo, 3] = klass  # (rows are filled below: classes apart)
                             held[i - lo] = keys[k0 + i]
-                            if klass == K.HIT:
+                            if klass == L.HIT:
                                 ready += 1
                         IS[I_ONE], IS[I_NREADY], IS[I_NWAIT] = lo, 0, ready
                         IS[I_STAGE] = ST_RESOLVE
@@ -1073,7 +1074,7 @@ def run_block(  # noqa: C901
                         while IS[I_ONE] < hi:
                             i = IS[I_ONE]
                             key, klass, seconds = keys[k0 + i], run_i[i - lo, 3], t_exp[i + t_shift]
-                            if klass == K.HIT:
+                            if klass == L.HIT:
                                 _entry(run_i, run_t, JB, IS[I_NREADY], key, -1, klass, seconds)
                                 IS[I_NREADY] += 1
                             else:
@@ -1115,13 +1116,13 @@ def run_block(  # noqa: C901
                             IS[I_STAGE] = ST_LAYER
                             continue
                         key = keys[k0 + i]
-                        S[K.K_PINS, key] += 1
+                        S[L.K_PINS, key] += 1
                         klass = _access(S, pos, KR, key, layer, p)
                         run_i[0, 3] = klass
                         held[0] = key
                         IS[I_NHELD] = IS[I_NRUN] = 1
                         IS[I_IDX] = 0
-                        if klass == K.HIT:
+                        if klass == L.HIT:
                             _entry(run_i, run_t, JB, 0, key, -1, klass, t_exp[i + t_shift])
                             IS[I_STAGE] = ST_RUN
                         else:
@@ -1155,7 +1156,7 @@ def run_block(  # noqa: C901
                                             jfree[IG[G_JFREE]] = job
                                             IG[G_JFREE] += 1
                                 for h in range(IS[I_NHELD]):
-                                    S[K.K_PINS, held[h]] -= 1
+                                    S[L.K_PINS, held[h]] -= 1
                                 if pinned:
                                     IS[I_LAYER] += 1
                                     IS[I_STAGE] = ST_LAYER
@@ -1330,11 +1331,11 @@ def run_block(  # noqa: C901
                     continue
                 if not JB[job, J_BYPASS]:  # del jobs[key]; cache.complete
                     KR[KR_JOB, key] = -1
-                    S[K.K_STATE, key] = K.RESIDENT
-                    S[K.K_EVER, key] = 1
+                    S[L.K_STATE, key] = L.RESIDENT
+                    S[L.K_EVER, key] = 1
                     if KR[KR_LOADPF, key]:
                         KR[KR_LOADPF, key] = 0
-                        S[K.R_STATS, K.ST_PF_COMPLETED] += 1
+                        S[L.R_STATS, L.ST_PF_COMPLETED] += 1
                     _space_changed(IS, IG, hT, hI, now, h)
                 JB[job, J_DONE] = 1  # settle(job.done)
                 if JB[job, J_WAITER]:

@@ -27,8 +27,8 @@ import numpy as np
 from specmd_sim.engine import jit
 from specmd_sim.engine.common import Progress, report_progress
 from specmd_sim.engine.fast import compiled_unsupported as kernel_unsupported
-from specmd_sim.engine.fast import kernel as K
 from specmd_sim.engine.fast import kernel_state, kernel_stats
+from specmd_sim.engine.fast import layout as L
 from specmd_sim.engine.fast import timed as T
 from specmd_sim.engine.fast.plans import BulkPlans
 from specmd_sim.engine.layer import bulk_plans_unsupported
@@ -153,7 +153,7 @@ class _Core:
         engines = len(gpus[0].fetcher.copy_lanes)
         backs = gpus[0].write_backs
         back_engines = 1 if backs is None else len(backs.lanes)
-        self.n_keys = int(self.S3[0, K.R_SC, K.SC_KEYS])
+        self.n_keys = int(self.S3[0, L.R_SC, L.SC_KEYS])
         demand_rows = 1 + max(
             int(g.objs.scenario.demand.max_layer_demand()[0]) if k.size else 0
             for g, k in zip(gpus, keys, strict=True)
@@ -281,7 +281,7 @@ class _Core:
             if gpu.write_backs is not None:
                 gpu.tally.d2h_busy = self.back_busy[g].tolist()
                 gpu.tally.d2h_bytes = self.back_bytes[g].tolist()
-                gpu.write_backs.used = bool(self.S3[g, K.R_STATS, K.ST_BYTES_WRITTEN_BACK])
+                gpu.write_backs.used = bool(self.S3[g, L.R_STATS, L.ST_BYTES_WRITTEN_BACK])
             # (its finish() adds nothing: it held no prefetch)
             gpu.objs.cache.stats = kernel_stats(self.S3[g], self.layers)
         NF, NI = self.state["NF"], self.state["NI"]

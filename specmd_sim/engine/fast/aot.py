@@ -1,0 +1,148 @@
+"""The replay kernel compiled ahead of time: the same source, without numba in the process.
+
+numba's just-in-time path costs every process that replays ~0.3-0.5 s before the first access
+(importing numba, loading the cached machine code into a fresh compiler context, and tearing
+it down at exit) — more than the kernel itself takes on a 10M-access trace. So the kernel's
+entry points (:data:`ENTRY_POINTS`, the functions of :mod:`.kernel` that
+:func:`~specmd_sim.engine.fast.replay_compiled` calls) are also compiled once into a C
+extension module by ``numba.pycc`` from the very same functions, and a later process imports
+that module — numpy only, no numba.
+
+The module is built on first use, where numba, setuptools and a C compiler are present
+(~5 s), into ``__pycache__`` beside this file (or, where that is read-only, the user's cache
+folder), named by a digest of everything it is compiled from: the kernel's sources, numba's and
+numpy's versions, the interpreter and the machine. An edit of the kernel, or an upgrade, makes
+a new one; an old one is never loaded. It is compiled for the generic CPU of its architecture
+(a few per cent slower than numba's JIT for the host), so a folder shared by machines of one
+architecture never holds code one of them cannot run. Where the build fails (no compiler, a
+numba without ``pycc``), the reason is kept beside it and warned about once, and replays use
+numba's JIT as before. ``NUMBA_DISABLE_JIT=1`` (numba's switch for debugging kernels as plain
+Python) also turns this module off.
+
+The compiled module and the JIT kernels are differential-tested against each other and against
+the Python engine (``tests/engine/test_fast_aot.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import warnings
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from types import ModuleType
+
+_HERE = Path(__file__).resolve().parent
+# what the module is compiled from: a change in any of them makes a new module
+SOURCES = ("kernel.py", "layout.py", "aot.py")
+# the state S, an int64 vector, the access sequence (int32, as the demand sets hold it)
+_S, _A, _KEYS = "i8[:, ::1]", "i8[::1]", "i4[::1]"
+ENTRY_POINTS = {
+    "preload": f"b1({_S}, {_A}, {_A})",
+    "run_passes": f"i8({_S}, {_A}, {_KEYS}, {_A}, i8, i8, {_A}, {_A})",
+    "positions_by_key": f"UniTuple({_A}, 2)({_KEYS}, i8)",
+}
+
+
+def module_name() -> str | None:
+    """The compiled module's name for this kernel, numba, numpy, interpreter and machine; None
+    where numba is not installed."""
+    try:
+        numba_version = version("numba")
+    except PackageNotFoundError:
+        return None
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        digest.update((_HERE / name).read_bytes())
+    for part in (numba_version, version("numpy"), sys.implementation.cache_tag,
+                 platform.machine()):  # fmt: skip
+        digest.update(part.encode() + b"\0")
+    return f"_replay_kernel_{digest.hexdigest()[:16]}"
+
+
+def folders() -> list[Path]:
+    """Where the module is looked for, in order, and built into the first writable one."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return [_HERE / "__pycache__", cache / "specmd-sim"]
+
+
+def disabled() -> bool:
+    """Whether numba's JIT is switched off (``NUMBA_DISABLE_JIT``), and this module with it."""
+    return os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
+
+
+def load(build: bool = True) -> ModuleType | None:
+    """The compiled module, built first where it is missing and ``build``; None where numba is
+    not installed, the JIT is disabled, or the module cannot be built here (warned once)."""
+    name = module_name()
+    if name is None or disabled():
+        return None
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    for folder in folders():
+        path = folder / (name + suffix)
+        if path.is_file():
+            return _import(name, path)
+        if (folder / (name + ".failed")).is_file():
+            return None
+    if not build:
+        return None
+    for folder in folders():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        if not os.access(folder, os.W_OK):
+            continue
+        try:
+            path = _build(name, folder)
+        except Exception as exc:  # any failure of the build leaves the JIT to do the work
+            why = f"{type(exc).__name__}: {exc}".strip().splitlines()[-1]
+            (folder / (name + ".failed")).write_text(why + "\n")
+            warnings.warn(
+                f"specmd-sim: the replay kernel could not be compiled ahead of time ({why}); "
+                f"replays use numba's JIT (remove {folder / (name + '.failed')} to retry)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+        return _import(name, path)
+    return None
+
+
+def _import(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _build(name: str, folder: Path) -> Path:
+    """Compile :data:`ENTRY_POINTS` into ``folder`` as the module ``name``, atomically (a
+    concurrent build of the same module by another process is harmless)."""
+    with warnings.catch_warnings():  # pycc's pending deprecation (there is no successor yet)
+        warnings.simplefilter("ignore")
+        from numba.pycc.cc import CC
+
+    from specmd_sim.engine.fast import kernel
+
+    work = Path(tempfile.mkdtemp(prefix=name, dir=folder))
+    try:
+        cc = CC(name)
+        cc.output_dir = str(work)
+        cc.verbose = False
+        for entry, signature in ENTRY_POINTS.items():
+            cc.export(entry, signature)(getattr(kernel, entry).py_func)
+        cc.compile()
+        built = next(work.glob(name + "*" + importlib.machinery.EXTENSION_SUFFIXES[0]))
+        path = folder / built.name
+        os.replace(built, path)
+        return path
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

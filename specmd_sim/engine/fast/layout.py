@@ -1,0 +1,73 @@
+"""The layout of the replay kernel's state ``S``: its rows, scalars, counters and codes.
+
+Numba-free, so that a process running the kernel compiled ahead of time
+(:mod:`specmd_sim.engine.fast.aot`) never imports numba; :mod:`.kernel` describes the layout.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# eviction policies (S[R_SC, SC_POLICY])
+FIFO, LRU, LFU, LS_FIFO, LS_TOUCH, LS_LAYER, BELADY, BELADY_BYPASS = range(8)
+
+# rows of S: per key, then the scalars, counters, per-layer counts and the heap
+K_STATE, K_PINS, K_EVER, K_EVICTED, K_UNUSED, K_PREV, K_NEXT = range(7)
+K_TOUCHED, K_AUX, K_FREQ, K_SEEN, K_NBYTES, K_START = range(7, 13)
+R_SC, R_STATS, R_BY_LAYER = 13, 14, 15  # R_BY_LAYER + AccessClass: 5 rows
+R_HEAP, R_HELD = 20, 22  # 2 rows each
+ROWS = 24
+
+# scalars (columns of row R_SC)
+SC_USED, SC_CAPACITY, SC_CLOCK, SC_PASS, SC_LAYER, SC_POLICY, SC_LRU_END = range(7)
+SC_WRITE_BACK, SC_PINNED, SC_HEAP_N, SC_STAMP, SC_STAMP_SPAN, SC_NEVER = range(7, 13)
+SC_NUM_EXPERTS, SC_NUM_LAYERS, SC_KEYS = range(13, 16)
+
+# counters (columns of row R_STATS): the CacheStats attributes of the same names
+STAT_NAMES = (
+    "bytes_demand",
+    "bytes_prefetch",
+    "bytes_written_back",
+    "prefetch_issued",
+    "prefetch_completed",
+    "prefetch_used",
+    "prefetch_wasted",
+    "prefetch_dropped",
+    "evictions",
+    "bypassed",
+    "prefetch_cancelled",  # (the replay cancels none: the timing engine's core does)
+    "hits_home",  # (the replay covers no home shard: the timing engine's core does)
+)
+(
+    ST_BYTES_DEMAND,
+    ST_BYTES_PREFETCH,
+    ST_BYTES_WRITTEN_BACK,
+    ST_PF_ISSUED,
+    ST_PF_COMPLETED,
+    ST_PF_USED,
+    ST_PF_WASTED,
+    ST_PF_DROPPED,
+    ST_EVICTIONS,
+    ST_BYPASSED,
+    ST_PF_CANCELLED,
+    ST_HITS_HOME,
+) = range(len(STAT_NAMES))
+
+ABSENT, RESIDENT = 0, 2  # State; LOADING (1) lasts only inside one fetch here
+HIT, COMPULSORY, CAPACITY, COLLISION = 0, 2, 3, 4  # AccessClass
+DEMAND, PREFETCH, PRELOAD = 0, 1, 2  # FetchReason
+OK, NO_SPACE = 0, 1  # run_passes' outcome: done, or a pinned demand fetch found no victim
+OUTSIDE = -2  # TOUCHED of a key in no queue
+
+
+def new_state(n: int, layers: int) -> np.ndarray:
+    """``S`` for ``n`` keys over ``layers`` layers: an empty cache, both queues empty, room for
+    a heap of ``4 n + 64`` entries (compacted when full)."""
+    S = np.zeros((ROWS, max(4 * n + 64, layers)), np.int64)
+    S[K_EVICTED], S[K_TOUCHED], S[K_AUX] = -1, OUTSIDE, -1
+    S[R_SC, SC_PASS] = -1
+    S[R_SC, SC_KEYS], S[R_SC, SC_NUM_LAYERS] = n, layers
+    for q in range(2):  # both queues empty: each head sentinel next to its tail
+        head, tail = n + 2 * q, n + 2 * q + 1
+        S[K_NEXT, head], S[K_PREV, tail] = tail, head
+    return S

@@ -1,0 +1,65 @@
+"""The replay kernel compiled ahead of time (:mod:`specmd_sim.engine.fast.aot`): a replay that
+uses it imports no numba; a failed build leaves the JIT to replay and says why once; its
+positions equal the JIT's. (``test_fast_replay.py`` checks it against the JIT on every policy,
+and the compiled path, whichever module it runs, against the Python engine.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+
+from specmd_sim import save_trace
+from specmd_sim.engine.fast import aot, kernels
+from specmd_sim.traces.synthetic import PRESETS, generate
+
+
+def test_positions_by_key_ahead_of_time_and_jit(compiled_ahead) -> None:
+    keys = np.random.default_rng(3).integers(0, 30, 500).astype(np.int32)
+    for module in (compiled_ahead, kernels(ahead_of_time=False)):
+        pos, start = module.positions_by_key(keys, 40)
+        assert np.array_equal(pos, np.argsort(keys, kind="stable"))
+        counts = np.bincount(keys, minlength=40)
+        assert np.array_equal(start, np.concatenate([[0], np.cumsum(counts)]))
+
+
+def test_a_classic_replay_imports_no_numba(compiled_ahead, tmp_path) -> None:
+    trace = save_trace(generate(PRESETS["olmoe"].model_copy(update={"decode_tokens": 6}), 0),
+                       tmp_path / "t.npz")  # fmt: skip
+    code = (
+        "import sys\n"
+        "from specmd_sim import build_config, replay\n"
+        f"r = replay(build_config({{'trace': {str(trace)!r}, 'eviction': 'lru', "
+        "'prefetch': 'none', 'cache': {'capacity': '50%'}}))\n"
+        "assert r.metrics['hits'] > 0\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numba', 'llvmlite')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_a_failed_build_warns_once_and_leaves_the_jit(tmp_path, monkeypatch) -> None:
+    pytest.importorskip("numba")
+    monkeypatch.delenv("NUMBA_DISABLE_JIT", raising=False)
+    monkeypatch.setattr(aot, "folders", lambda: [tmp_path / "a"])
+
+    def no_compiler(name, folder):
+        raise RuntimeError("error: command 'gcc' failed: No such file or directory")
+
+    monkeypatch.setattr(aot, "_build", no_compiler)
+    with pytest.warns(RuntimeWarning, match="could not be compiled ahead of time.*'gcc' failed"):
+        assert aot.load() is None
+    (marker,) = (tmp_path / "a").glob("*.failed")
+    assert "'gcc' failed" in marker.read_text()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second process is told nothing more
+        assert aot.load() is None
+
+
+def test_numba_disable_jit_turns_it_off(monkeypatch) -> None:
+    monkeypatch.setenv("NUMBA_DISABLE_JIT", "1")
+    assert aot.load(build=False) is None
