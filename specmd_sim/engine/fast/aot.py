@@ -25,6 +25,7 @@ the Python engine (``tests/engine/test_fast_aot.py``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -34,6 +35,7 @@ import shutil
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import ModuleType
@@ -77,9 +79,9 @@ def disabled() -> bool:
     return os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
 
 
-def load(build: bool = True) -> ModuleType | None:
-    """The compiled module, built first where it is missing and ``build``; None where numba is
-    not installed, the JIT is disabled, or the module cannot be built here (warned once)."""
+def load() -> ModuleType | None:
+    """The compiled module, built first where it is missing; None where numba is not
+    installed, the JIT is disabled, or the module cannot be built here (warned once)."""
     name = module_name()
     if name is None or disabled():
         return None
@@ -90,8 +92,6 @@ def load(build: bool = True) -> ModuleType | None:
             return _import(name, path)
         if (folder / (name + ".failed")).is_file():
             return None
-    if not build:
-        return None
     for folder in folders():
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -102,7 +102,7 @@ def load(build: bool = True) -> ModuleType | None:
         try:
             path = _build(name, folder)
         except Exception as exc:  # any failure of the build leaves the JIT to do the work
-            why = f"{type(exc).__name__}: {exc}".strip().splitlines()[-1]
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             (folder / (name + ".failed")).write_text(why + "\n")
             warnings.warn(
                 f"specmd-sim: the replay kernel could not be compiled ahead of time ({why}); "
@@ -123,6 +123,25 @@ def _import(name: str, path: Path) -> ModuleType:
     return module
 
 
+@contextlib.contextmanager
+def _output_to(log: Path) -> Iterator[None]:
+    """The process's stdout and stderr into ``log``, at the descriptor level: the compiler runs
+    as a child process, and its messages must not reach a ``--json`` stdout."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = os.dup(1), os.dup(2)
+    with open(log, "wb") as out:
+        os.dup2(out.fileno(), 1)
+        os.dup2(out.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+
+
 def _build(name: str, folder: Path) -> Path:
     """Compile :data:`ENTRY_POINTS` into ``folder`` as the module ``name``, atomically (a
     concurrent build of the same module by another process is harmless)."""
@@ -139,7 +158,13 @@ def _build(name: str, folder: Path) -> Path:
         cc.verbose = False
         for entry, signature in ENTRY_POINTS.items():
             cc.export(entry, signature)(getattr(kernel, entry).py_func)
-        cc.compile()
+        log = work / "build.log"
+        try:
+            with _output_to(log):
+                cc.compile()
+        except Exception as exc:  # the compiler's last words say more than distutils' error
+            said = log.read_text(errors="replace").strip().splitlines()[-1:]
+            raise RuntimeError(f"{exc}" + "".join(f" ({line.strip()})" for line in said)) from exc
         built = next(work.glob(name + "*" + importlib.machinery.EXTENSION_SUFFIXES[0]))
         path = folder / built.name
         os.replace(built, path)

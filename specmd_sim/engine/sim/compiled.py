@@ -27,7 +27,7 @@ import numpy as np
 from specmd_sim.engine import jit
 from specmd_sim.engine.common import Progress, report_progress
 from specmd_sim.engine.fast import compiled_unsupported as kernel_unsupported
-from specmd_sim.engine.fast import kernel_state, kernel_stats
+from specmd_sim.engine.fast import kernel, kernel_state, kernel_stats
 from specmd_sim.engine.fast import layout as L
 from specmd_sim.engine.fast import timed as T
 from specmd_sim.engine.fast.plans import BulkPlans
@@ -133,7 +133,8 @@ class _Core:
         self.demand = keys, offsets
         self.all_keys = keys[0] if G == 1 else np.concatenate(keys)
         self.all_offsets = offsets[0] if G == 1 else np.concatenate(offsets)
-        states = [kernel_state(g.objs, k) for g, k in zip(gpus, keys, strict=True)]
+        # (numba is loaded for the core anyway: its JIT, not the replay's module built ahead)
+        states = [kernel_state(g.objs, k, K=kernel) for g, k in zip(gpus, keys, strict=True)]
         self.S3 = np.stack([s for s, _ in states])
         self.pos2 = np.zeros((G, max(1, max(p.size for _, p in states))), np.int64)
         for g, (_, pos) in enumerate(states):
