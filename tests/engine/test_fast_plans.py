@@ -18,6 +18,7 @@ import pytest
 from support.traces import random_trace_ids
 
 from specmd_sim import build_config, make_trace, save_trace
+from specmd_sim.engine.fast import plan_kernel as PK
 from specmd_sim.engine.fast import plans as P
 from specmd_sim.engine.fast.plans import BulkPlans, plans_unsupported
 from specmd_sim.policies.predictors.noisy_oracle import NoisyOraclePredictor
@@ -215,12 +216,9 @@ def test_row_probabilities_equal_as_probabilities() -> None:
     assert np.array_equal(P._probabilities(probs), want)  # bits, not just close
 
 
-def test_the_compiled_kernels_equal_the_interpreted_ones(monkeypatch) -> None:
-    pytest.importorskip("numba")
-    kernels = ("_oracle_logits", "_oracle_top", "_dropped", "_replacements", "_less_max",
-               "_select", "_best")  # fmt: skip
-    for name in kernels:
-        assert hasattr(getattr(P, name), "py_func"), f"numba is installed: {name} is not compiled"
+def _kernel_outputs(K: Any) -> dict[Any, Any]:
+    """What the plan kernels of ``K`` (a module: :mod:`.plan_kernel`, or the one compiled
+    ahead of time) give on random inputs with ties, NaN and -inf rows, empty and full sets."""
     rng = np.random.default_rng(13)
     passes, layers, experts = 60, 4, 16
     target = np.array([1, 2, 3, 2, 3, 3])  # lookahead 3
@@ -238,32 +236,55 @@ def test_the_compiled_kernels_equal_the_interpreted_ones(monkeypatch) -> None:
     values[:5] = np.nan  # rows of NaNs only
     values[5:9, ::2] = -np.inf
     present = rng.random(rows) < 0.9
-    got: dict[Any, Any] = {}
-    for mode in ("compiled", "interpreted"):
-        if mode == "interpreted":  # every kernel and the helpers it calls
-            for name in kernels:
-                monkeypatch.setattr(P, name, getattr(P, name).py_func)
-        out = np.empty((rows, experts))
-        P._oracle_logits(u, offsets, keys, 1, layers, target, 0.5, 1.5, 0.7, out)
-        got[mode] = out
-        for threshold, cap in [(-np.inf, 5), (0.5, 3), (2.0, experts), (-np.inf, 1)]:
-            plan_keys = np.full(rows * experts, -1)
-            ends = np.full((passes - 1) * layers, -1)
-            count = P._select(values, present, per_layer, target, threshold, cap, plan_keys, 0,
-                              ends)  # fmt: skip
-            got[mode, threshold, cap] = count, plan_keys, ends
-    np.testing.assert_array_equal(got["compiled"], got["interpreted"])
-    for key in [(-np.inf, 5), (0.5, 3), (2.0, experts), (-np.inf, 1)]:
-        for a, b in zip(got[("compiled", *key)], got[("interpreted", *key)],
-                        strict=True):  # fmt: skip
-            np.testing.assert_array_equal(a, b)
+    out = np.empty((rows, experts))
+    K.oracle_logits(u, offsets, keys, 1, layers, target, 0.5, 1.5, 0.7, out)
+    got: dict[Any, Any] = {"logits": (out,)}
+    for threshold, cap in [(-np.inf, 5), (0.5, 3), (2.0, experts), (-np.inf, 1)]:
+        plan_keys = np.full(rows * experts, -1)
+        ends = np.full((passes - 1) * layers, -1)
+        count = K.select(values, present, per_layer, target, threshold, cap, plan_keys, 0, ends)
+        got[threshold, cap] = count, plan_keys, ends
+    sizes = np.maximum(size, 2)  # top-k 2 needs sets of 2 experts at least
+    top_keys = np.concatenate([layer * experts + rng.permutation(experts)[:m]
+                               for layer, m in zip(np.tile(np.arange(layers), passes), sizes,
+                                                   strict=True)]).astype(np.int32)  # fmt: skip
+    top_u = rng.random(rows * experts + 2 * int(sizes[spans].sum()))
+    for accuracy in (0.0, 0.4):
+        plan, ends = np.full(rows * 2, -1), np.full((passes - 1) * layers, -1)
+        count = K.oracle_top(top_u, np.r_[0, np.cumsum(sizes)], top_keys, 1, layers, experts,
+                             target, per_layer, accuracy, 2, plan, 0, ends)  # fmt: skip
+        got["top", accuracy] = count, plan, ends
+    return got
+
+
+def _assert_same(a: dict[Any, Any], b: dict[Any, Any]) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        for x, y in zip(a[key], b[key], strict=True):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_the_compiled_kernels_equal_the_interpreted_ones(monkeypatch) -> None:
+    pytest.importorskip("numba")
+    kernels = ("oracle_logits", "oracle_top", "_dropped", "_replacements", "_less_max",
+               "select", "_best")  # fmt: skip
+    for name in kernels:
+        assert hasattr(getattr(PK, name), "py_func"), f"numba is installed: {name} is not compiled"
+    compiled = _kernel_outputs(PK)
+    for name in kernels:  # every kernel and the helpers it calls
+        monkeypatch.setattr(PK, name, getattr(PK, name).py_func)
+    _assert_same(compiled, _kernel_outputs(PK))
+
+
+def test_the_kernels_compiled_ahead_of_time_equal_the_jit(compiled_ahead) -> None:
+    _assert_same(_kernel_outputs(compiled_ahead), _kernel_outputs(PK))
 
 
 @pytest.mark.parametrize("accuracy", [0.0, 0.4, 1.0])
 def test_the_top_k_shortcut_equals_selecting_by_score(accuracy) -> None:
     """Top-k over the noisy oracle where every true set has at least k experts: the first k
-    predicted experts (``_oracle_top``) are the k best scores (``_oracle_logits``, the softmax,
-    ``_select``), on the same draws; nearly every outsider taken (sets of 13 of 16 experts)
+    predicted experts (``oracle_top``) are the k best scores (``oracle_logits``, the softmax,
+    ``select``), on the same draws; nearly every outsider taken (sets of 13 of 16 experts)
     included."""
     rng = np.random.default_rng(int(accuracy * 10) + 3)
     passes, layers, experts, k = 40, 4, 16, 3
@@ -278,14 +299,14 @@ def test_the_top_k_shortcut_equals_selecting_by_score(accuracy) -> None:
     spans = (np.arange(rows) // target.size) * layers + np.tile(target, passes)
     u = rng.random(rows * experts + 2 * int(size[spans].sum()))
     logits = np.empty((rows, experts))
-    P._oracle_logits(u, offsets, keys, 0, layers, target, accuracy, 1.0, 0.5, logits)
+    PK.oracle_logits(u, offsets, keys, 0, layers, target, accuracy, 1.0, 0.5, logits)
     p = np.exp(logits)
     scores = p / p.sum(axis=1, keepdims=True)
     want, want_ends = np.full(rows * k, -1), np.full(passes * layers, -1)
-    n = P._select(scores, np.ones(rows, np.bool_), per_layer, target, -np.inf, k, want, 0,
+    n = PK.select(scores, np.ones(rows, np.bool_), per_layer, target, -np.inf, k, want, 0,
                   want_ends)  # fmt: skip
     got, got_ends = np.full(rows * k, -1), np.full(passes * layers, -1)
-    m = P._oracle_top(u, offsets, keys, 0, layers, experts, target, per_layer, accuracy, k, got,
+    m = PK.oracle_top(u, offsets, keys, 0, layers, experts, target, per_layer, accuracy, k, got,
                       0, got_ends)  # fmt: skip
     assert n == m == rows * k
     assert np.array_equal(got, want) and np.array_equal(got_ends, want_ends)

@@ -106,14 +106,25 @@ def predictor_of(run: RunObjects) -> object:
 
 
 def kernels(ahead_of_time: bool = True) -> ModuleType:
-    """The kernel's entry points (:data:`.aot.ENTRY_POINTS`): with ``ahead_of_time``, the module
-    compiled ahead of time where it is available or can be built (no numba in the process), else
-    :mod:`.kernel` itself (numba's JIT where numba is installed, plain Python otherwise)."""
+    """The replay kernel's entry points (:data:`.aot.ENTRY_POINTS`): with ``ahead_of_time``, the
+    module compiled ahead of time where it is available or can be built (no numba in the
+    process), else :mod:`.kernel` itself (numba's JIT where numba is installed, plain Python
+    otherwise)."""
     module = _compiled_ahead() if ahead_of_time else None
     if module is None:
         from specmd_sim.engine.fast import kernel
 
         module = kernel
+    return module
+
+
+def plan_kernels(ahead_of_time: bool = True) -> ModuleType:
+    """:mod:`.plan_kernel`' entry points, as :func:`kernels` gives the replay kernel's."""
+    module = _compiled_ahead() if ahead_of_time else None
+    if module is None:
+        from specmd_sim.engine.fast import plan_kernel as jit_module
+
+        module = jit_module
     return module
 
 
@@ -146,7 +157,7 @@ def replay_compiled(
     if run.prefetch.lookahead > 0:
         from specmd_sim.engine.fast.plans import BulkPlans  # (numba's JIT: only where needed)
 
-        plans = BulkPlans(run)
+        plans = BulkPlans(run, ahead_of_time)
     per_pass = max(1, keys.size // max(total, 1))
     scores_per_pass = layers * run.prefetch.lookahead * scenario.trace.num_experts
     block = max(1, min(_BLOCK_ACCESSES // per_pass, _BLOCK_SCORES // max(1, scores_per_pass)))

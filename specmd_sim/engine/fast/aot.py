@@ -2,11 +2,10 @@
 
 numba's just-in-time path costs every process that replays ~0.3-0.5 s before the first access
 (importing numba, loading the cached machine code into a fresh compiler context, and tearing
-it down at exit) — more than the kernel itself takes on a 10M-access trace. So the kernel's
-entry points (:data:`ENTRY_POINTS`, the functions of :mod:`.kernel` that
-:func:`~specmd_sim.engine.fast.replay_compiled` calls) are also compiled once into a C
-extension module by ``numba.pycc`` from the very same functions, and a later process imports
-that module — numpy only, no numba.
+it down at exit) — more than the kernel itself takes on a 10M-access trace. So the entry points
+of the replay kernel (:mod:`.kernel`) and of the bulk prefetch plans (:mod:`.plan_kernel`),
+:data:`ENTRY_POINTS`, are also compiled once into a C extension module by ``numba.pycc`` from
+the very same functions, and a later process imports that module — numpy only, no numba.
 
 The module is built on first use, where numba, setuptools and a C compiler are present
 (~5 s), into ``__pycache__`` beside this file (or, where that is read-only, the user's cache
@@ -42,13 +41,21 @@ from types import ModuleType
 
 _HERE = Path(__file__).resolve().parent
 # what the module is compiled from: a change in any of them makes a new module
-SOURCES = ("kernel.py", "layout.py", "aot.py")
-# the state S, an int64 vector, the access sequence (int32, as the demand sets hold it)
-_S, _A, _KEYS = "i8[:, ::1]", "i8[::1]", "i4[::1]"
-ENTRY_POINTS = {
-    "preload": f"b1({_S}, {_A}, {_A})",
-    "run_passes": f"i8({_S}, {_A}, {_KEYS}, {_A}, i8, i8, {_A}, {_A})",
-    "positions_by_key": f"UniTuple({_A}, 2)({_KEYS}, i8)",
+SOURCES = ("kernel.py", "layout.py", "plan_kernel.py", "aot.py")
+# the state S, an int64 vector, the access sequence (int32, as the demand sets hold it), a
+# float64 vector, a float64 matrix in any layout
+_S, _A, _KEYS, _F, _M = "i8[:, ::1]", "i8[::1]", "i4[::1]", "f8[::1]", "f8[:, :]"
+ENTRY_POINTS = {  # module of this package -> its functions compiled, with their signatures
+    "kernel": {
+        "preload": f"b1({_S}, {_A}, {_A})",
+        "run_passes": f"i8({_S}, {_A}, {_KEYS}, {_A}, i8, i8, {_A}, {_A})",
+        "positions_by_key": f"UniTuple({_A}, 2)({_KEYS}, i8)",
+    },
+    "plan_kernel": {
+        "oracle_logits": f"void({_F}, {_A}, {_KEYS}, i8, i8, {_A}, f8, f8, f8, f8[:, ::1])",
+        "oracle_top": f"i8({_F}, {_A}, {_KEYS}, i8, i8, i8, {_A}, {_A}, f8, i8, {_A}, i8, {_A})",
+        "select": f"i8({_M}, b1[::1], {_A}, {_A}, f8, i8, {_A}, i8, {_A})",
+    },
 }
 
 
@@ -149,15 +156,15 @@ def _build(name: str, folder: Path) -> Path:
         warnings.simplefilter("ignore")
         from numba.pycc.cc import CC
 
-    from specmd_sim.engine.fast import kernel
-
     work = Path(tempfile.mkdtemp(prefix=name, dir=folder))
     try:
         cc = CC(name)
         cc.output_dir = str(work)
         cc.verbose = False
-        for entry, signature in ENTRY_POINTS.items():
-            cc.export(entry, signature)(getattr(kernel, entry).py_func)
+        for module, entries in ENTRY_POINTS.items():
+            source = importlib.import_module(f"specmd_sim.engine.fast.{module}")
+            for entry, signature in entries.items():
+                cc.export(entry, signature)(getattr(source, entry).py_func)
         log = work / "build.log"
         try:
             with _output_to(log):
