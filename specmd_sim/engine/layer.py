@@ -52,7 +52,7 @@ from typing import Any
 from specmd_sim.cache import AccessClass, ExpertCache, FetchReason
 from specmd_sim.cache.states import State
 from specmd_sim.engine import jit
-from specmd_sim.engine.fast import plans_unsupported
+from specmd_sim.engine.fast.plans import BulkPlans, plans_unsupported
 from specmd_sim.policies.eviction.random import RandomEviction
 from specmd_sim.policies.miss.base import FETCH, MissAction, MissDecision
 from specmd_sim.scenario import RunObjects
@@ -306,8 +306,6 @@ class PlanBlocks:
     BLOCK_ROWS = 4096
 
     def __init__(self, run: RunObjects) -> None:
-        from specmd_sim.engine.fast.plans import BulkPlans  # (imports numba)
-
         self.bulk = BulkPlans(run)
         self.num_layers = run.scenario.trace.num_layers
         self.num_passes = run.scenario.passes.num_passes

@@ -10,28 +10,22 @@ take the Python path, which stays the specification.
 
 from __future__ import annotations
 
-import functools
 from types import ModuleType
 
 import numpy as np
 
 from specmd_sim.cache import CacheStats, ExpertCache
 from specmd_sim.engine.common import Progress, report_progress
-from specmd_sim.engine.fast import aot
 from specmd_sim.engine.fast import layout as L
-from specmd_sim.policies.eviction.base import EvictionPolicy
+from specmd_sim.engine.fast.aot import kernels
+from specmd_sim.engine.fast.plans import BulkPlans, plans_unsupported
 from specmd_sim.policies.eviction.belady import BeladyEviction
 from specmd_sim.policies.eviction.belady_bypass import BeladyBypassEviction
 from specmd_sim.policies.eviction.fifo import FIFOEviction
 from specmd_sim.policies.eviction.least_stale import LeastStaleEviction
 from specmd_sim.policies.eviction.lfu import LFUEviction
 from specmd_sim.policies.eviction.lru import LRUEviction
-from specmd_sim.policies.predictors.noisy_oracle import NoisyOraclePredictor
-from specmd_sim.policies.predictors.trace import TracePredictor
-from specmd_sim.policies.prefetch.score_threshold import ScoreThresholdPrefetch
-from specmd_sim.policies.prefetch.top_k import TopKPrefetch
 from specmd_sim.scenario import RunObjects
-from specmd_sim.scenario.plugins import _Tapped
 
 __all__ = ["compiled_unsupported", "kernels", "plans_unsupported", "replay_compiled"]
 
@@ -80,59 +74,6 @@ def compiled_unsupported(run: RunObjects, home: bool = False) -> str | None:
     return plans_unsupported(run)
 
 
-def plans_unsupported(run: RunObjects) -> str | None:
-    """None when the run's prefetch plans can be computed in bulk, else why not (one phrase,
-    e.g. "prefetch 'oracle'")."""
-    prefetch = run.prefetch
-    if prefetch.lookahead == 0:
-        return None  # the engine never asks for a plan
-    if type(prefetch) not in (TopKPrefetch, ScoreThresholdPrefetch):
-        return f"prefetch {prefetch.kind!r}"
-    predictor = predictor_of(run)
-    if type(predictor) not in (NoisyOraclePredictor, TracePredictor):
-        kind = getattr(predictor, "kind", None)
-        return f"predictor {kind!r}"
-    if run.scenario.training is not None:
-        return "a predictor fitted on training routing (fit_on)"
-    if type(run.eviction).on_scores is not EvictionPolicy.on_scores:
-        return f"eviction {run.eviction.kind!r}, which reads the predictor's scores"
-    return None
-
-
-def predictor_of(run: RunObjects) -> object:
-    """The run's predictor itself, not the tap that shows its scores to the eviction policy."""
-    source = run.predictor
-    return source.inner if isinstance(source, _Tapped) else source
-
-
-def kernels(ahead_of_time: bool = True) -> ModuleType:
-    """The replay kernel's entry points (:data:`.aot.ENTRY_POINTS`): with ``ahead_of_time``, the
-    module compiled ahead of time where it is available or can be built (no numba in the
-    process), else :mod:`.kernel` itself (numba's JIT where numba is installed, plain Python
-    otherwise)."""
-    module = _compiled_ahead() if ahead_of_time else None
-    if module is None:
-        from specmd_sim.engine.fast import kernel
-
-        module = kernel
-    return module
-
-
-def plan_kernels(ahead_of_time: bool = True) -> ModuleType:
-    """:mod:`.plan_kernel`' entry points, as :func:`kernels` gives the replay kernel's."""
-    module = _compiled_ahead() if ahead_of_time else None
-    if module is None:
-        from specmd_sim.engine.fast import plan_kernel as jit_module
-
-        module = jit_module
-    return module
-
-
-@functools.cache
-def _compiled_ahead() -> ModuleType | None:
-    return aot.load()
-
-
 def replay_compiled(
     run: RunObjects,
     warm: list[int] | None = None,
@@ -155,8 +96,6 @@ def replay_compiled(
     total = scenario.passes.num_passes
     plans = None
     if run.prefetch.lookahead > 0:
-        from specmd_sim.engine.fast.plans import BulkPlans  # (numba's JIT: only where needed)
-
         plans = BulkPlans(run, ahead_of_time)
     per_pass = max(1, keys.size // max(total, 1))
     scores_per_pass = layers * run.prefetch.lookahead * scenario.trace.num_experts

@@ -25,6 +25,7 @@ the Python engine (``tests/engine/test_fast_aot.py``).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib.machinery
 import importlib.util
@@ -57,6 +58,34 @@ ENTRY_POINTS = {  # module of this package -> its functions compiled, with their
         "select": f"i8({_M}, b1[::1], {_A}, {_A}, f8, i8, {_A}, i8, {_A})",
     },
 }
+
+
+def kernels(ahead_of_time: bool = True) -> ModuleType:
+    """The replay kernel's entry points (:data:`ENTRY_POINTS`): with ``ahead_of_time``, the
+    module compiled ahead of time where it is available or can be built (no numba in the
+    process), else :mod:`.kernel` itself (numba's JIT where numba is installed, plain Python
+    otherwise)."""
+    module = _compiled_ahead() if ahead_of_time else None
+    if module is None:
+        from specmd_sim.engine.fast import kernel
+
+        module = kernel
+    return module
+
+
+def plan_kernels(ahead_of_time: bool = True) -> ModuleType:
+    """:mod:`.plan_kernel`' entry points, as :func:`kernels` gives the replay kernel's."""
+    module = _compiled_ahead() if ahead_of_time else None
+    if module is None:
+        from specmd_sim.engine.fast import plan_kernel as jit_module
+
+        module = jit_module
+    return module
+
+
+@functools.cache
+def _compiled_ahead() -> ModuleType | None:
+    return load()
 
 
 def module_name() -> str | None:

@@ -30,14 +30,41 @@ from __future__ import annotations
 
 import numpy as np
 
-from specmd_sim.engine.fast import plan_kernels, plans_unsupported, predictor_of
+from specmd_sim.engine.fast.aot import plan_kernels
 from specmd_sim.errors import SpecmdError
 from specmd_sim.policies.context import RecordedScores
+from specmd_sim.policies.eviction.base import EvictionPolicy
 from specmd_sim.policies.predictors.noisy_oracle import NoisyOraclePredictor
 from specmd_sim.policies.predictors.trace import TracePredictor
 from specmd_sim.policies.prefetch.score_threshold import ScoreThresholdPrefetch
 from specmd_sim.policies.prefetch.top_k import TopKPrefetch
 from specmd_sim.scenario import RunObjects
+from specmd_sim.scenario.plugins import _Tapped
+
+
+def plans_unsupported(run: RunObjects) -> str | None:
+    """None when the run's prefetch plans can be computed in bulk, else why not (one phrase,
+    e.g. "prefetch 'oracle'")."""
+    prefetch = run.prefetch
+    if prefetch.lookahead == 0:
+        return None  # the engine never asks for a plan
+    if type(prefetch) not in (TopKPrefetch, ScoreThresholdPrefetch):
+        return f"prefetch {prefetch.kind!r}"
+    predictor = _predictor(run)
+    if type(predictor) not in (NoisyOraclePredictor, TracePredictor):
+        kind = getattr(predictor, "kind", None)
+        return f"predictor {kind!r}"
+    if run.scenario.training is not None:
+        return "a predictor fitted on training routing (fit_on)"
+    if type(run.eviction).on_scores is not EvictionPolicy.on_scores:
+        return f"eviction {run.eviction.kind!r}, which reads the predictor's scores"
+    return None
+
+
+def _predictor(run: RunObjects) -> object:
+    """The run's predictor itself, not the tap that shows its scores to the eviction policy."""
+    source = run.predictor
+    return source.inner if isinstance(source, _Tapped) else source
 
 
 class BulkPlans:
@@ -54,8 +81,10 @@ class BulkPlans:
 
     CHUNK_ROWS = 2048  # predictions per chunk: ~5 MB at 64 experts
 
-    def __init__(self, run: RunObjects, ahead_of_time: bool = True) -> None:
-        self.kernels = plan_kernels(ahead_of_time)  # (see specmd_sim.engine.fast.kernels)
+    def __init__(self, run: RunObjects, ahead_of_time: bool = False) -> None:
+        # the replay's kernels compiled ahead of time (which spare a replay numba), or numba's
+        # JIT (the timing engines load numba for their core anyway): see fast.kernels
+        self.kernels = plan_kernels(ahead_of_time)
         reason = plans_unsupported(run)
         if reason is not None:
             raise SpecmdError(
@@ -86,7 +115,7 @@ class BulkPlans:
             self.threshold = prefetch.config.threshold
             self.cap = prefetch.config.max_per_layer or self.num_experts
             self.probabilities = True
-        predictor = predictor_of(run)
+        predictor = _predictor(run)
         self.oracle = predictor if isinstance(predictor, NoisyOraclePredictor) else None
         self.recorded: RecordedScores | None = None
         if isinstance(predictor, TracePredictor):
