@@ -8,7 +8,7 @@ Run from the repository root (needs the ``fast`` extra and ``libcachesim``)::
 (a) **Whole process, classic policies.** On a synthetic OLMoE-shaped decode trace of
     ``--accesses`` accesses (the trace of ``replay_speed.py``), ``specmd replay`` with lru, fifo
     and belady (demand only, ``cache.pin_demand_set=false``, 256 slots), started as its own
-    process — Python start-up, imports, the compiled kernel's load from numba's cache, the trace
+    process — Python start-up, imports, the load of the kernels compiled ahead of time, the trace
     load, the scenario build, the replay and the run folder — against a process that imports
     libCacheSim, opens the same access sequence (an oracleGeneral file, written once, not timed)
     and runs the same policy on it. The two run in turn, ``--pairs`` times; the figure is the
@@ -69,9 +69,10 @@ def whole_process(trace: Path, ids_file: Path, n: int, policy: str, pairs: int,
     ref = [sys.executable, "-c", LCS_SCRIPT, str(ids_file), str(n), policy, str(SLOTS)]
     rows = []
     # Both kinds of process read their modules' bytecode from a folder of their own, written by
-    # a warm-up of each (which also fills numba's cache and the page cache): an installed
-    # package has its bytecode, but PYTHONDONTWRITEBYTECODE (set on some machines) would leave
-    # a working tree's modules to be compiled from source in every process (~0.5 s here).
+    # a warm-up of each (which also builds the kernels ahead of time and fills the page cache):
+    # an installed package has its bytecode, but PYTHONDONTWRITEBYTECODE (set on some machines)
+    # would leave a working tree's modules to be compiled from source in every process (~0.5 s
+    # here).
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(folder / "bytecode")
     timed([*specmd, "--set", "seed=1"], env)
