@@ -1,4 +1,4 @@
-"""The replay kernel compiled ahead of time: the same source, without numba in the process.
+"""The replay's kernels compiled ahead of time: the same source, without numba in the process.
 
 numba's just-in-time path costs every process that replays ~0.3-0.5 s before the first access
 (importing numba, loading the cached machine code into a fresh compiler context, and tearing
@@ -8,18 +8,20 @@ of the replay kernel (:mod:`.kernel`) and of the bulk prefetch plans (:mod:`.pla
 the very same functions, and a later process imports that module — numpy only, no numba.
 
 The module is built on first use, where numba, setuptools and a C compiler are present
-(~5 s), into ``__pycache__`` beside this file (or, where that is read-only, the user's cache
-folder), named by a digest of everything it is compiled from: the kernel's sources, numba's and
-numpy's versions, the interpreter and the machine. An edit of the kernel, or an upgrade, makes
-a new one; an old one is never loaded. It is compiled for the generic CPU of its architecture
-(a few per cent slower than numba's JIT for the host), so a folder shared by machines of one
+(~5-8 s), into ``__pycache__`` beside this file (or, where that is read-only, the user's cache
+folder), named by a digest of everything it is compiled from: the kernels' sources, numba's and
+numpy's versions, the interpreter and the machine. An edit of a kernel, or an upgrade, makes a
+new one; an old one is never loaded. It is compiled for the generic CPU of its architecture
+(measured no slower than numba's JIT for the host), so a folder shared by machines of one
 architecture never holds code one of them cannot run. Where the build fails (no compiler, a
 numba without ``pycc``), the reason is kept beside it and warned about once, and replays use
 numba's JIT as before. ``NUMBA_DISABLE_JIT=1`` (numba's switch for debugging kernels as plain
-Python) also turns this module off.
+Python) also turns this module off. The timing engines keep the JIT (they load numba for their
+core anyway).
 
 The compiled module and the JIT kernels are differential-tested against each other and against
-the Python engine (``tests/engine/test_fast_aot.py``).
+the Python engine (``tests/engine/test_fast_replay.py``, ``test_fast_plans.py``,
+``test_fast_aot.py``).
 """
 
 from __future__ import annotations
@@ -199,7 +201,7 @@ def _build(name: str, folder: Path) -> Path:
             with _output_to(log):
                 cc.compile()
         except Exception as exc:  # the compiler's last words say more than distutils' error
-            said = log.read_text(errors="replace").strip().splitlines()[-1:]
+            said = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []
             raise RuntimeError(f"{exc}" + "".join(f" ({line.strip()})" for line in said)) from exc
         built = next(work.glob(name + "*" + importlib.machinery.EXTENSION_SUFFIXES[0]))
         path = folder / built.name

@@ -18,9 +18,9 @@ run), so the bulk computation keeps every floating-point operation the reference
 - ``np.exp``, the row sums and the quotients stay in numpy, on C-contiguous ``[rows, experts]``
   arrays (numpy's vectorized ``exp`` and its summation order are its own; row-wise they equal
   the 1-D calls of the reference, which the tests check);
-- the kernels (:func:`specmd_sim.engine.jit.compiled`) do the index logic, the selection and
-  the logits, whose operations (``+ - * /``, max) are single and correctly rounded, so give
-  the same bits in numba as in numpy.
+- the kernels (:mod:`.plan_kernel`, compiled by numba, just in time or ahead of it) do the
+  index logic, the selection and the logits, whose operations (``+ - * /``, max) are single and
+  correctly rounded, so give the same bits in numba as in numpy.
 
 What it does not do: show the scores to the eviction policy (the run's tapped predictor does),
 so a run whose eviction reads them (``on_scores``) is not taken.
@@ -83,7 +83,7 @@ class BulkPlans:
 
     def __init__(self, run: RunObjects, ahead_of_time: bool = False) -> None:
         # the replay's kernels compiled ahead of time (which spare a replay numba), or numba's
-        # JIT (the timing engines load numba for their core anyway): see fast.kernels
+        # JIT (the timing engines load numba for their core anyway): see aot.kernels
         self.kernels = plan_kernels(ahead_of_time)
         reason = plans_unsupported(run)
         if reason is not None:
@@ -234,6 +234,3 @@ def _probabilities(scores: np.ndarray) -> np.ndarray:
         probabilities = np.where(total > 0, out / total, even)
     probabilities[~valid.any(axis=1)] = 1.0 / s.shape[1]
     return probabilities
-
-
-# --- the kernels -----------------------------------------------------------------------------
