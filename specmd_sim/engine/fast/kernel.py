@@ -25,12 +25,12 @@ The policies' data structures:
   deletion; a key's next use is its first position at or after the clock, read from its sorted
   positions and the number of its accesses so far.
 
-All state is one int64 array ``S`` (:func:`new_state`): a call between compiled functions
+All state is one int64 array ``S`` (:func:`.layout.new_state`): a call between compiled functions
 that numba does not inline costs an atomic reference count per array argument, several times a
 hit's own work, so the helpers take one array, and :func:`run_passes` calls only those small
 enough to be inlined on its hot path. ``S`` holds per-key rows (``K_*``; columns ``n .. n + 3``
 are the lists' sentinels), the scalars (row ``R_SC``, columns ``SC_*``), the counters (row
-``R_STATS``, ``ST_*`` in the order of :data:`STAT_NAMES`), the per-layer counts (rows
+``R_STATS``, ``ST_*`` in the order of :data:`.layout.STAT_NAMES`), the per-layer counts (rows
 ``R_BY_LAYER + AccessClass``) and the heap (rows ``R_HEAP``: priority, key) with a scratch copy
 (``R_HELD``). Belady's key positions are the second array, ``pos``.
 """
