@@ -46,5 +46,9 @@ def compiled_ahead():
         warnings.simplefilter("always")
         module = aot.load()
     if module is None:
-        pytest.skip(f"not compiled ahead of time here: {[str(w.message) for w in caught]}")
+        name = aot.module_name()
+        why = [str(w.message) for w in caught] or [
+            f"{p}: {p.read_text().strip()}" for f in aot.folders() for p in f.glob(f"{name}.failed")
+        ]
+        pytest.skip(f"not compiled ahead of time here: {why or 'numba disabled'}")
     return module
