@@ -1,7 +1,7 @@
 """The replay's kernels compiled ahead of time (:mod:`specmd_sim.engine.fast.aot`): a replay of
 built-in policies and prefetchers imports no numba; a failed build leaves the JIT to replay and
-says why once; its positions equal the JIT's. (``test_fast_replay.py`` checks it against the JIT
-on every policy and prefetcher, ``test_fast_plans.py`` its plan kernels, and the compiled path,
+says why once. (``test_fast_replay.py`` checks it against the JIT on every policy and
+prefetcher, ``test_fast_plans.py`` its plan kernels, and the compiled path,
 whichever module it runs, against the Python engine.)"""
 
 from __future__ import annotations
@@ -11,21 +11,11 @@ import subprocess
 import sys
 import warnings
 
-import numpy as np
 import pytest
 
 from specmd_sim import save_trace
-from specmd_sim.engine.fast import aot, kernels
+from specmd_sim.engine.fast import aot
 from specmd_sim.traces.synthetic import PRESETS, generate
-
-
-def test_positions_by_key_ahead_of_time_and_jit(compiled_ahead) -> None:
-    keys = np.random.default_rng(3).integers(0, 30, 500).astype(np.int32)
-    for module in (compiled_ahead, kernels(ahead_of_time=False)):
-        pos, start = module.positions_by_key(keys, 40)
-        assert np.array_equal(pos, np.argsort(keys, kind="stable"))
-        counts = np.bincount(keys, minlength=40)
-        assert np.array_equal(start, np.concatenate([[0], np.cumsum(counts)]))
 
 
 def test_a_replay_of_built_in_policies_imports_no_numba(compiled_ahead, tmp_path) -> None:

@@ -18,7 +18,6 @@ import yaml
 from specmd_sim import build_config, replay, save_trace
 from specmd_sim.engine import jit
 from specmd_sim.engine.fast import compiled_unsupported, kernels, replay_compiled
-from specmd_sim.engine.fast.kernel import positions_by_key
 from specmd_sim.errors import SpecmdError
 from specmd_sim.runtime.loader import runtime_dir
 from specmd_sim.scenario import build_run, build_scenario
@@ -173,9 +172,11 @@ def test_a_subclass_of_a_built_in_is_not_taken_for_it(traces) -> None:
     assert compiled_unsupported(run) == "eviction 'lru'"
 
 
-def test_positions_by_key() -> None:
-    keys = np.random.default_rng(3).integers(0, 30, 500).astype(np.int64)
-    pos, start = positions_by_key(keys, 40)
+@pytest.mark.parametrize("module", ["jit", "ahead of time"])
+def test_positions_by_key(request, module) -> None:
+    K = kernels(False) if module == "jit" else request.getfixturevalue("compiled_ahead")
+    keys = np.random.default_rng(3).integers(0, 30, 500).astype(np.int32)
+    pos, start = K.positions_by_key(keys, 40)
     assert np.array_equal(pos, np.argsort(keys, kind="stable"))
     assert np.array_equal(start, np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=40))]))
 
@@ -193,11 +194,10 @@ def test_the_default_replay_is_compiled_when_numba_is_installed(traces, monkeypa
     assert called and jit.available()
 
 
-def counters(data: dict, ahead_of_time: bool) -> dict:
-    """The compiled replay's counters of one config, with the kernel compiled ahead of time or
-    numba's JIT of it."""
-    run = build_run(build_scenario(build_config(data)))
-    return vars(replay_compiled(run, ahead_of_time=ahead_of_time))
+def counters(scenario, ahead_of_time: bool) -> dict:
+    """The compiled replay's counters of a scenario, with the kernels compiled ahead of time or
+    numba's JIT of them."""
+    return vars(replay_compiled(build_run(scenario), ahead_of_time=ahead_of_time))
 
 
 @pytest.mark.parametrize("eviction", EVICTIONS, ids=str)
@@ -216,7 +216,8 @@ def test_ahead_of_time_equals_the_jit(compiled_ahead, traces, eviction) -> None:
                 "seed": i,
             }
             data["cache"]["capacity"] = smallest(data) if capacity == "smallest" else capacity
-            ahead, jit_counts = counters(data, True), counters(data, False)
+            scenario = build_scenario(build_config(data))
+            ahead, jit_counts = counters(scenario, True), counters(scenario, False)
             assert ahead == jit_counts, (prefetch, capacity)
             seen_evictions |= ahead["evictions"] > 0
             seen_hits |= sum(row[0] for row in ahead["by_layer"]) > 0

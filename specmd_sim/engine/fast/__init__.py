@@ -94,9 +94,7 @@ def replay_compiled(
     offsets = np.ascontiguousarray(scenario.demand.offsets, dtype=np.int64)
     S, pos = kernel_state(run, keys, warm, K)
     total = scenario.passes.num_passes
-    plans = None
-    if run.prefetch.lookahead > 0:
-        plans = BulkPlans(run, ahead_of_time)
+    plans = BulkPlans(run, ahead_of_time) if run.prefetch.lookahead > 0 else None
     per_pass = max(1, keys.size // max(total, 1))
     scores_per_pass = layers * run.prefetch.lookahead * scenario.trace.num_experts
     block = max(1, min(_BLOCK_ACCESSES // per_pass, _BLOCK_SCORES // max(1, scores_per_pass)))
