@@ -67,22 +67,17 @@ def kernels(ahead_of_time: bool = True) -> ModuleType:
     module compiled ahead of time where it is available or can be built (no numba in the
     process), else :mod:`.kernel` itself (numba's JIT where numba is installed, plain Python
     otherwise)."""
-    module = _compiled_ahead() if ahead_of_time else None
-    if module is None:
-        from specmd_sim.engine.fast import kernel
-
-        module = kernel
-    return module
+    return _entry_points("kernel", ahead_of_time)
 
 
 def plan_kernels(ahead_of_time: bool = True) -> ModuleType:
-    """:mod:`.plan_kernel`' entry points, as :func:`kernels` gives the replay kernel's."""
-    module = _compiled_ahead() if ahead_of_time else None
-    if module is None:
-        from specmd_sim.engine.fast import plan_kernel as jit_module
+    """:mod:`.plan_kernel`'s entry points, as :func:`kernels` gives the replay kernel's."""
+    return _entry_points("plan_kernel", ahead_of_time)
 
-        module = jit_module
-    return module
+
+def _entry_points(module: str, ahead_of_time: bool) -> ModuleType:
+    ahead = _compiled_ahead() if ahead_of_time else None
+    return ahead or importlib.import_module(f"specmd_sim.engine.fast.{module}")
 
 
 @functools.cache
