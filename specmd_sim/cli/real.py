@@ -37,7 +37,7 @@ def _backend(name: str) -> str:
 
 def _link_bandwidth(value: str | None, backend: str) -> float:
     """``--link-bandwidth``: bytes/s of a throttle, or ``native`` (the default on cuda)."""
-    from specmd_sim.execute.calibrate import NATIVE
+    from specmd_sim.execute.copies import NATIVE
 
     if value is None:
         return NATIVE if backend == "cuda" else 2.0e9

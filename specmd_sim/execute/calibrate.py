@@ -46,7 +46,7 @@ import numpy as np
 
 from specmd_sim.engine.common import Progress
 from specmd_sim.errors import SpecmdError
-from specmd_sim.execute.copies import ThrottledLink
+from specmd_sim.execute.copies import NATIVE, ThrottledLink
 from specmd_sim.execute.device import Device, TorchDevice, make_device
 from specmd_sim.execute.model import (
     ATTENTION_KERNELS,
@@ -54,7 +54,6 @@ from specmd_sim.execute.model import (
     TOKEN_KERNELS,
     NoOps,
     Ops,
-    TorchOps,
     Weights,
     scaled_model,
 )
@@ -65,7 +64,6 @@ from specmd_sim.scenario import build_scenario
 
 TOKENS = (1, 2, 4, 8, 16, 32, 64)  # token counts of the expert-call curve
 NOISY = 0.10  # a spread (max - min over median) above this is reported as a noisy machine
-NATIVE = float("inf")  # no throttle: the device's own link
 LAUNCH_BOUND = 0.01  # the least fraction of a CUDA expert call taken as its kernels' time
 
 
@@ -185,7 +183,7 @@ def _dispatch(cal: Calibration, dev: Device, repeats: int, seed: int) -> float:
         "hidden_size": 1, "moe_intermediate_size": 1, "num_attention_heads": 1,
         "num_kv_heads": 1, "vocab_size": 1, "num_experts": 1, "moe_layers": 1,
     }), seed))  # fmt: skip
-    assert isinstance(tiny, Ops | TorchOps)
+    assert isinstance(tiny, Ops)
     x = dev.array(np.ones((1, 1), np.float32))
     w = dev.resident(tiny.w.slow[:1])[0]
 
@@ -206,7 +204,7 @@ def _dispatch(cal: Calibration, dev: Device, repeats: int, seed: int) -> float:
                            f"(the fastest of {len(times)})")).value  # fmt: skip
 
 
-def _expert_time(dev: Device, ops: Ops | TorchOps, experts: Any, tokens: int,
+def _expert_time(dev: Device, ops: Ops, experts: Any, tokens: int,
                  rounds: int = 2) -> float:  # fmt: skip
     """One expert call on ``tokens`` tokens (synchronised), cycling over ``experts``."""
     x = dev.array(np.random.default_rng(0).standard_normal((tokens, ops.h), dtype=np.float32))
@@ -226,7 +224,7 @@ def _expert_bytes(model: ModelSpec, tokens: int) -> float:
 def _bandwidth(
     cal: Calibration,
     dev: Device,
-    ops: Ops | TorchOps,
+    ops: Ops,
     experts: Any,
     dispatch: float,
     repeats: int,
@@ -244,7 +242,7 @@ def _bandwidth(
     ).value
 
 
-def _peak(cal: Calibration, dev: Device, ops: Ops | TorchOps, experts: Any, dispatch: float,
+def _peak(cal: Calibration, dev: Device, ops: Ops, experts: Any, dispatch: float,
           bandwidth: float, repeats: int) -> float:  # fmt: skip
     """The highest FLOP rate of expert calls on 1..64 tokens, and the bandwidth fraction each
     token count reaches (``memory_efficiency_by_tokens``): with both, the roofline gives every
@@ -276,7 +274,7 @@ def _busy(dev: Device, t: float, dispatch: float, tokens: int) -> float:
     roofline still gives the measured time back within that fraction. On a CPU, where calls
     run one after another, a call no longer than its dispatches means noise."""
     busy = t - EXPERT_KERNELS * dispatch
-    if isinstance(dev, TorchDevice) and dev.cuda:
+    if dev.cuda:
         return max(busy, LAUNCH_BOUND * t)
     if busy <= 0:
         raise SpecmdError(
@@ -370,7 +368,7 @@ def _copy_latency(cal: Calibration, dev: Device, weights: Weights, throttle: flo
                            "bandwidth")).value  # fmt: skip
 
 
-def _interference(cal: Calibration, dev: Device, ops: Ops | TorchOps, experts: Any,
+def _interference(cal: Calibration, dev: Device, ops: Ops, experts: Any,
                   weights: Weights, repeats: int) -> None:  # fmt: skip
     """An expert call on one token while one copy worker copies experts back to back, against
     the call alone: what the copies' host side (and, on a CPU, their memory traffic) costs the
@@ -465,33 +463,36 @@ def _q(value: float, measure: Measure | None = None, source: str = "", grade: st
 
 def _compute_worker(setup: _Setup) -> str:
     dev = setup.device
-    if isinstance(dev, TorchDevice) and dev.cuda:
+    if dev.cuda:
         return f"torch float32 on {dev.gpu_name}, every timed call synchronised"
-    return "torch float32 on this CPU" if isinstance(dev, TorchDevice) else "one numpy thread"
+    return "torch float32 on this CPU" if dev.name == "torch-cpu" else "one numpy thread"
 
 
 def _fast_tier_bytes(setup: _Setup) -> dict[str, Any]:
     dev = setup.device
-    if isinstance(dev, TorchDevice) and dev.cuda:
+    if isinstance(dev, TorchDevice) and dev.cuda:  # (the GPU's memory: torch's to tell)
         total = float(dev.torch.cuda.get_device_properties(dev.device).total_memory)
         return _q(total, source="torch.cuda.get_device_properties().total_memory")
-    ram = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    return _q(ram, source="the fast tier is process memory: this machine's RAM (os.sysconf)",
+    return _q(_ram(), source="the fast tier is process memory: this machine's RAM (os.sysconf)",
               grade="B")  # fmt: skip
+
+
+def _ram() -> float:
+    """This machine's RAM in bytes."""
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def _link(cal: Calibration, setup: _Setup, latency: float) -> dict[str, Any]:
     ms = cal.measures
+    # the kind is a label: on CUDA's own link PCIe's generation as nvidia-smi says (else gen 4);
+    # on a CPU, or throttled, the "link" is a copy in memory
+    kind = "emulated"
     if setup.native:
-        # the kind is a label: on CUDA PCIe's generation as nvidia-smi says (else gen 4); on a
-        # CPU the "link" is a copy in memory
-        kind = "emulated"
-        if isinstance(setup.device, TorchDevice) and setup.device.cuda:
+        if setup.device.cuda:
             gen = _pcie_generation()
             kind = f"pcie-gen{gen}" if gen in (3, 4, 5) else "pcie-gen4"
         bandwidth = _q(setup.link, ms["link_bandwidth_bytes_per_s"])
     else:
-        kind = "emulated"
         bandwidth = _q(setup.link, source="the executor's throttle setting (specmd calibrate "
                        "--link-bandwidth)", grade="B")  # fmt: skip
     return {
@@ -519,7 +520,7 @@ def _pcie_generation() -> int:
 def _hardware_profile(cal: Calibration, setup: _Setup, latency: float, bandwidth: float,
                       peak: float, host_bw: float) -> dict[str, Any]:  # fmt: skip
     ms, today = cal.measures, setup.today
-    ram = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    ram = _ram()
     cores = float(os.cpu_count() or 1)
     worker = _compute_worker(setup)
     link = ("its own link, measured" if setup.native
@@ -587,7 +588,7 @@ def _runtime_profile(cal: Calibration, setup: _Setup, dispatch: float, per_layer
     ms, today = cal.measures, setup.today
     counted = "counted in specmd_sim/execute/model.py (one numpy or torch call per kernel)"
     unused = "unused by the executor"
-    cuda = isinstance(setup.device, TorchDevice) and setup.device.cuda
+    cuda = setup.device.cuda
     return {
         "schema_version": 1,
         "id": f"calibrated-executor-{setup.device.name}",

@@ -29,6 +29,7 @@ from specmd_sim.engine.layer import Fetch
 from specmd_sim.execute.device import Copy, Device
 
 _ABSENT = int(State.ABSENT)
+NATIVE = float("inf")  # a link bandwidth without throttle: the device's own link
 
 
 class ThrottledLink:
@@ -50,7 +51,7 @@ class ThrottledLink:
 
     def start(self, nbytes: int) -> int:
         """A copy of ``nbytes`` joins the link; returns its flow id (0 on an unthrottled link)."""
-        if self.bandwidth == float("inf"):
+        if self.bandwidth == NATIVE:
             return 0
         with self._cond:
             self._advance(time.perf_counter())

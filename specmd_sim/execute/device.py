@@ -33,6 +33,7 @@ class NumpyDevice:
     """numpy float32 on this CPU."""
 
     name = "cpu"
+    cuda = False
     gpu_name = ""
 
     def place(self, weights: Weights) -> Weights:

@@ -186,14 +186,12 @@ class Ops:
         return x @ self.w.lm_head
 
 
-class TorchOps:
+class TorchOps(Ops):
     """:class:`Ops` in torch (on the weights' device), the same calls in the same order."""
 
     def __init__(self, weights: Weights, torch: Any) -> None:
-        m = weights.model
-        self.w, self.torch = weights, torch
-        self.heads, self.kv_heads, self.d = m.num_attention_heads, m.num_kv_heads, m.head_dim
-        self.h, self.f = m.hidden_size, m.moe_intermediate_size
+        super().__init__(weights)
+        self.torch = torch
 
     def attention(self, x: Any, layer: int, kv: KvCache, start: int) -> Any:
         torch = self.torch
@@ -224,9 +222,6 @@ class TorchOps:
         gate /= act  # 6: silu(gate)
         gate *= up  # 7
         return self.torch.matmul(gate, w[2].T)  # 8
-
-    def lm_head(self, x: Any) -> Any:
-        return x @ self.w.lm_head
 
 
 class NoOps:

@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from specmd_sim.atomic import write_text
+from specmd_sim.execute.device import DEVICES
 
 MARKER = "<!-- real execution: written by specmd validate real -->"
-PARTS = ("published", "cpu", "cuda", "torch-cpu")  # their order in the document
+PARTS = ("published", *DEVICES)  # their order in the document
 
 
 def marker(backend: str) -> str:

@@ -30,7 +30,7 @@ from specmd_sim.atomic import write_text
 from specmd_sim.config import SimConfig, build_config
 from specmd_sim.engine.sim.run import simulate
 from specmd_sim.execute import Backend, execute
-from specmd_sim.execute.calibrate import NATIVE
+from specmd_sim.execute.copies import NATIVE
 from specmd_sim.execute.device import make_device
 from specmd_sim.execute.model import Weights
 from specmd_sim.metrics import RunResult
@@ -170,7 +170,8 @@ def _config(setup: dict[str, Any], folder: Path, trace: Path, seed: int) -> SimC
 
 
 def _profile_path(folder: Path, bandwidth: float) -> Path:
-    return folder / f"hardware-{link_label(bandwidth).replace(' GB/s', 'GBps')}.yaml"
+    name = "native" if bandwidth == NATIVE else f"{bandwidth / 1e9:g}GBps"
+    return folder / f"hardware-{name}.yaml"
 
 
 def profile_at(folder: Path, bandwidth: float) -> Path:
@@ -201,18 +202,20 @@ def run_real_validation(
 ) -> RealValidation:
     """Run every cell on ``device`` (``folder`` holds ``model.yaml`` and the calibrated
     profiles). ``resume``: keep the cells an earlier run saved in the folder from the same
-    inputs (profiles, model, trace, repeats: :func:`inputs_digest`) and run only the others."""
+    inputs (profiles, model, trace, repeats, device: :func:`inputs_digest`) and run only the
+    others."""
     for bw in matrix.bandwidths:
         profile_at(folder, bw)
-    digest = inputs_digest(folder, trace, repeats)
+    digest = inputs_digest(folder, trace, repeats, device)
     saved = folder / "real-validation.json"
     rows: list[dict[str, Any]] = []
     if resume and saved.is_file():
         earlier = load_rows(saved).rows
         rows = [r for r in earlier if r.get("inputs") == digest]
         if progress is not None:
-            progress(f"resume: {len(rows)} of the {len(earlier)} saved cells are kept; the others "
-                     "were measured with other profiles, model, trace or repeats")  # fmt: skip
+            progress(f"resume: {len(rows)} of the {len(earlier)} saved cells are kept; the "
+                     "others were measured with other profiles, model, trace, repeats or "
+                     "device")  # fmt: skip
     done = {_key(r) for r in rows}
     setups = list(matrix.cells())
     weights: Weights | None = None
@@ -241,10 +244,10 @@ def _key(cell: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(cell[k] for k in ("bandwidth", "mode", "capacity", "prefetch", "policy"))
 
 
-def inputs_digest(folder: Path, trace: Path, repeats: int) -> str:
+def inputs_digest(folder: Path, trace: Path, repeats: int, device: str) -> str:
     """What a cell's figures depend on besides its setup: the calibrated profiles, the model,
-    the trace and the repeats (a SHA-256 of them)."""
-    h = hashlib.sha256(f"repeats={repeats}".encode())
+    the trace, the repeats and the device (a SHA-256 of them)."""
+    h = hashlib.sha256(f"repeats={repeats};device={device}".encode())
     for path in (folder / "hardware.yaml", folder / "runtime.yaml", folder / "model.yaml", trace):
         h.update(path.read_bytes())
     return h.hexdigest()[:16]

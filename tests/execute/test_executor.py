@@ -20,15 +20,14 @@ from typer.testing import CliRunner
 from specmd_sim import SimConfig, simulate
 from specmd_sim.cli import app
 from specmd_sim.execute import Backend, execute, scaled_model
-from specmd_sim.execute.calibrate import NATIVE
-from specmd_sim.execute.copies import ThrottledLink
+from specmd_sim.execute.copies import NATIVE, ThrottledLink
 from specmd_sim.execute.device import TorchDevice, make_device
 from specmd_sim.execute.model import KvCache, Ops, TorchOps, Weights
 from specmd_sim.execute.traces import synthetic_trace, write_model
 from specmd_sim.hardware import HardwareProfile
 from specmd_sim.scenario import build_scenario
 from specmd_sim.validate.document import MARKER, marker
-from specmd_sim.validate.real import _outcomes
+from specmd_sim.validate.real import _outcomes, inputs_digest
 
 RUNNER = CliRunner()
 
@@ -239,21 +238,29 @@ def test_calibrate_and_validate_real_in_process(tmp_path: Path) -> None:
                               "--quick", "--out", str(doc)], catch_exceptions=False)  # fmt: skip
     assert res.exit_code == 0, res.output
     assert doc.read_text() == text
+    # --resume keeps none of other inputs: other repeats, or another device, measure every cell again
+    res = RUNNER.invoke(app, ["validate", "real", "--folder", str(folder), "--quick", "--resume",
+                              "--repeats", "2", "--decode-tokens", "3", "--out", str(doc)],
+                        catch_exceptions=False)  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "resume: 0 of the 2 saved cells are kept" in res.output and "[2/2]" in res.output
+    model = folder / "model.yaml"
+    assert inputs_digest(folder, model, 1, "cpu") != inputs_digest(folder, model, 1, "torch-cpu")
+
+
+_LINK = "--link-bandwidth: expected a finite number of bytes/s > 0 or 'native', got "
+_CAL = ["calibrate", "--folder", "{tmp}/cal"]  # (where it would write, were it not refused)
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["calibrate", "--backend", "tpu"], "--backend: expected one of cpu, cuda, torch-cpu, "
-         "got 'tpu'"),
-        (["validate", "real", "--backend", "published"], "--backend: expected one of cpu, cuda, "
-         "torch-cpu, got 'published'"),
-        (["calibrate", "--link-bandwidth", "fast"], "--link-bandwidth: expected a finite number "
-         "of bytes/s > 0 or 'native', got fast"),
-        (["calibrate", "--link-bandwidth", "-1"], "--link-bandwidth: expected a finite number of "
-         "bytes/s > 0 or 'native', got -1"),
-        (["calibrate", "--link-bandwidth", "inf"], "--link-bandwidth: expected a finite number of "
-         "bytes/s > 0 or 'native', got inf"),
+        ([*_CAL, "--backend", "tpu"], "--backend: expected one of cpu, cuda, torch-cpu, got 'tpu'"),
+        (["validate", "real", "--folder", "{tmp}", "--backend", "published"],
+         "--backend: expected one of cpu, cuda, torch-cpu, got 'published'"),
+        ([*_CAL, "--link-bandwidth", "fast"], _LINK + "fast"),
+        ([*_CAL, "--link-bandwidth", "-1"], _LINK + "-1"),
+        ([*_CAL, "--link-bandwidth", "inf"], _LINK + "inf"),
         (["validate", "real", "--folder", "{tmp}"], "run specmd calibrate --folder"),
     ],
 )  # fmt: skip
