@@ -238,7 +238,7 @@ def test_calibrate_and_validate_real_in_process(tmp_path: Path) -> None:
                               "--quick", "--out", str(doc)], catch_exceptions=False)  # fmt: skip
     assert res.exit_code == 0, res.output
     assert doc.read_text() == text
-    # --resume keeps none of other inputs: other repeats, or another device, measure every cell again
+    # --resume keeps none of other inputs: other repeats (or device) measure every cell again
     res = RUNNER.invoke(app, ["validate", "real", "--folder", str(folder), "--quick", "--resume",
                               "--repeats", "2", "--decode-tokens", "3", "--out", str(doc)],
                         catch_exceptions=False)  # fmt: skip
