@@ -6,17 +6,16 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
-import yaml
-
 from specmd_sim.errors import SpecmdError
-from specmd_sim.hardware.loader import load_validated
+from specmd_sim.hardware.loader import load_validated, parse_yaml
 from specmd_sim.models.hf_config import load_hf_config
 from specmd_sim.models.spec import ModelSpec
 
 
 def _catalog() -> dict[str, ModelSpec]:
-    text = resources.files("specmd_sim.models").joinpath("catalog/models.yaml").read_text()
-    return {entry["id"]: ModelSpec.model_validate(entry) for entry in yaml.safe_load(text)}
+    path = resources.files("specmd_sim.models").joinpath("catalog/models.yaml")
+    entries = parse_yaml(path.read_text(), "the model catalog")
+    return {entry["id"]: ModelSpec.model_validate(entry) for entry in entries}  # type: ignore[attr-defined]
 
 
 def list_models() -> list[ModelSpec]:

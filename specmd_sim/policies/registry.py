@@ -20,7 +20,9 @@ and registers it with ``@EVICTION.register`` (or ``PREFETCH``, ``PREDICTORS``, `
         source = "classic"
 
 Modules of a family package are imported on first use, so adding a plug-in is adding one
-module.
+module. A kind is looked up in the module its name gives (``least-stale`` in
+``least_stale.py``) before the whole package is imported, so a run imports the plug-ins it uses,
+not the zoo; a module named otherwise is still found, by the import of the whole package.
 
 A plug-in outside the package is named in a config by its import path, ``kind:
 "my_module:MyEviction"``: :meth:`Registry.get` finds the class in the module (whose decorator
@@ -36,6 +38,7 @@ command line, ``plugins=[...]`` in the API); a config, a sweep spec or someone e
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 import re
 import sys
@@ -82,6 +85,8 @@ class Registry(Generic[P]):
             raise TypeError(
                 f"{self.family}: expected a subclass of {self.base.__name__}, got {cls.__name__}"
             )
+        if not plugin.__module__.startswith(f"{self.package}."):
+            self._load()  # the built-in kinds first, so that a plug-in cannot shadow one
         kind = plugin.kind
         if kind in self._entries and self._entries[kind] is not plugin:
             raise ValueError(f"{self.family} kind {kind!r} is registered twice")
@@ -106,8 +111,20 @@ class Registry(Generic[P]):
         self._load()
         return sorted(self._entries)
 
+    def _load_module_of(self, kind: str) -> None:
+        """Import the family's module named after ``kind``, if there is one."""
+        name = kind.replace("-", "_")
+        if self._loaded or not name.isidentifier() or name.startswith("_"):
+            return
+        module = f"{self.package}.{name}"
+        if module not in sys.modules and importlib.util.find_spec(module) is not None:
+            importlib.import_module(module)
+
     def get(self, kind: str) -> type[P]:
-        self._load()
+        if kind not in self._entries:
+            self._load_module_of(kind)
+        if kind not in self._entries:
+            self._load()
         if kind not in self._entries and ":" in kind:
             self.register(self._resolve(kind))
         if kind not in self._entries:

@@ -91,10 +91,30 @@ class Passes:
         return np.cumsum(change[:-1])
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class DemandSets(AccessSequence):
     """The run's access sequence (:class:`~specmd_sim.policies.context.AccessSequence`, which
-    offline plug-ins are given as it is), with the checks made before a run."""
+    offline plug-ins are given as it is), with the checks made before a run.
+
+    ``keys`` and ``offsets`` are built with it; ``tokens`` and ``gates`` on first use, from the
+    trace and passes it was built from (a compiled replay of a policy that reads neither never
+    builds them: two arrays of the access sequence's length, and the read of the trace's gates).
+    """
+
+    def __init__(self, keys: np.ndarray, offsets: np.ndarray, trace: Trace, passes: Passes) -> None:
+        fields = {"keys": keys, "offsets": offsets, "num_layers": trace.num_layers}
+        for name, value in (*fields.items(), ("_source", (trace, passes))):
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        # called only for what the instance does not hold: tokens and gates before first use
+        if name not in ("tokens", "gates"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        trace, passes = self.__dict__["_source"]
+        _, tokens, gates, _ = _assemble(trace, passes, values=True)
+        object.__setattr__(self, "tokens", tokens)
+        object.__setattr__(self, "gates", gates)
+        return tokens if name == "tokens" else gates
 
     def max_layer_demand(self) -> tuple[int, int, int]:
         """(size, pass, layer) of the largest demand set."""
@@ -324,27 +344,32 @@ length (large ones page in slowly, and would add to the demand sets' own memory)
 
 
 def build_demand(trace: Trace, passes: Passes) -> DemandSets:
-    """The demand sets of every (pass, layer), chunk by chunk of passes (:data:`_CHUNK`),
-    written into arrays sized for every entry of the passes' rows (unions only shrink them);
-    the access sequence is their first entries, views whose untouched tail takes no memory."""
+    """The demand sets of every (pass, layer): their keys now, their tokens and gates on first
+    use (:class:`DemandSets`)."""
+    keys, _, _, offsets = _assemble(trace, passes, values=False)
+    return DemandSets(keys, offsets, trace, passes)
+
+
+def _assemble(trace: Trace, passes: Passes, values: bool) -> _Sets:
+    """The demand sets' keys (and with ``values`` their tokens and gates; else empty arrays)
+    and offsets, chunk by chunk of passes (:data:`_CHUNK`), written into arrays sized for every
+    entry of the passes' rows (unions only shrink them); the results are their first entries,
+    views whose untouched tail takes no memory."""
     num_layers, k = trace.num_layers, trace.top_k
     bound = passes.rows.size * num_layers * k
-    keys, tokens = np.empty(bound, np.int32), np.empty(bound, np.int32)
-    gates = np.empty(bound, np.float32)
+    outs = [np.empty(bound if i == 0 or values else 0, dtype)
+            for i, dtype in enumerate((np.int32, np.int32, np.float32))]  # fmt: skip
     offsets = np.zeros(passes.num_passes * num_layers + 1, np.int64)  # the sizes, then summed
     end = 0
     for lo, hi in _chunks(passes, trace):
-        part = _chunk_sets(trace, passes, lo, hi)
+        part = _chunk_sets(trace, passes, lo, hi, values)
         n = part[0].size
-        for out, values in zip((keys, tokens, gates), part[:3], strict=True):
-            out[end : end + n] = values
+        for out, part_values in zip(outs[: 3 if values else 1], part, strict=False):
+            out[end : end + n] = part_values
         offsets[lo * num_layers + 1 : hi * num_layers + 1] = part[3]
         end += n
     np.cumsum(offsets, out=offsets)
-    return DemandSets(
-        keys=keys[:end], tokens=tokens[:end], gates=gates[:end], offsets=offsets,
-        num_layers=num_layers,
-    )  # fmt: skip
+    return outs[0][:end], outs[1][: end if values else 0], outs[2][: end if values else 0], offsets
 
 
 _Sets = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
@@ -365,16 +390,19 @@ def _chunks(passes: Passes, trace: Trace) -> Iterator[tuple[int, int]]:
         lo = hi
 
 
-def _chunk_sets(trace: Trace, passes: Passes, lo: int, hi: int) -> _Sets:
+def _chunk_sets(trace: Trace, passes: Passes, lo: int, hi: int, values: bool) -> _Sets:
     """The demand sets of passes ``[lo, hi)``: a single-token pass's are its rows as stored
-    (:func:`_row_sets`), a batched pass's the unions of its rows (:func:`_union_sets`)."""
+    (:func:`_row_sets`), a batched pass's the unions of its rows (:func:`_union_sets`).
+    Without ``values``, single-token passes' gates are not read (their order does not depend
+    on them) and their tokens and gates are placeholders."""
     rows = passes.rows[passes.start[lo] : passes.start[hi]]
     ids = trace.experts[rows]
-    gates = None if trace.gates is None else trace.gates[rows]
     sizes = np.diff(passes.start[lo : hi + 1])
     single = sizes == 1
     if single.all():
-        return _row_sets(ids, gates, trace.num_experts)
+        gates_read = None if trace.gates is None or not values else trace.gates[rows]
+        return _row_sets(ids, gates_read, trace.num_experts)
+    gates = None if trace.gates is None else trace.gates[rows]
     pass_of_row = np.repeat(np.arange(hi - lo), sizes)
     if not single.any():
         return _union_sets(ids, gates, pass_of_row, hi - lo, trace.num_experts)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -155,9 +156,32 @@ def test_non_finite_and_overflowing_numbers_are_refused(tmp_path) -> None:
         build_config({"workload": {"arrivals": "poisson", "arrival_rate_per_s": float("nan")}})
 
 
-def test_yaml_files_are_bounded_and_decoded_in_one_line(tmp_path) -> None:
-    from pathlib import Path
+@pytest.fixture(params=["libyaml", "pyyaml"])
+def yaml_parser(request, monkeypatch) -> str:
+    """Each parser :func:`~specmd_sim.hardware.loader.parse_yaml` may use."""
+    from specmd_sim.hardware import loader
 
+    if request.param == "pyyaml":
+        monkeypatch.setattr(loader, "_FastLoader", None)
+    elif loader._FastLoader is None:
+        pytest.skip("PyYAML without libyaml")
+    return request.param
+
+
+def test_both_parsers_read_every_bundled_file_alike(monkeypatch) -> None:
+    from specmd_sim.hardware import loader
+
+    if loader._FastLoader is None:
+        pytest.skip("PyYAML without libyaml")
+    root = Path(__file__).parents[2]
+    files = sorted({*root.glob("specmd_sim/**/*.yaml"), *root.glob("hardware_profiles/*.yaml")})
+    assert len(files) > 10
+    fast = [loader.parse_yaml(f.read_text(), str(f)) for f in files]
+    monkeypatch.setattr(loader, "_FastLoader", None)
+    assert fast == [loader.parse_yaml(f.read_text(), str(f)) for f in files]
+
+
+def test_yaml_files_are_bounded_and_decoded_in_one_line(tmp_path, yaml_parser) -> None:
     from specmd_sim.hardware.loader import load_yaml
 
     lines = ["a0: &a0 [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]
@@ -180,6 +204,13 @@ def test_yaml_files_are_bounded_and_decoded_in_one_line(tmp_path) -> None:
         load_yaml(deep, "config")
     assert str(info.value) == (
         f"config {deep}: expected at most 100 levels of nesting, got more at line 1, column 110"
+    )
+    deeper = tmp_path / "deeper.yaml"  # within libyaml's bound: refused by the composer
+    deeper.write_text("workload: " + "[" * 150 + "]" * 150 + "\n")
+    with pytest.raises(SpecmdError) as info:
+        load_yaml(deeper, "config")
+    assert str(info.value) == (
+        f"config {deeper}: expected at most 100 levels of nesting, got more at line 1, column 110"
     )
     nested = tmp_path / "nested.yaml"  # 100 levels: the mapping and 99 lists
     nested.write_text("a: " + "[" * 99 + "]" * 99 + "\n")

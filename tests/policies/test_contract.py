@@ -269,3 +269,19 @@ def test_a_plugin_checks_its_config_and_view() -> None:
         LRUEviction(FIFOConfig(), run.online)
     with pytest.raises(TypeError, match="BeladyEviction is offline: expected an OfflineContext"):
         BeladyEviction(BeladyConfig(), run.online)
+
+
+@pytest.mark.parametrize("registry", [EVICTION, PREFETCH, PREDICTORS, MISS], ids=lambda r: r.family)
+def test_every_built_in_kind_lives_in_the_module_its_name_gives(registry) -> None:
+    """So that a run imports the plug-ins it uses (Registry.get looks there first)."""
+    for cls in registry.entries():
+        assert cls.__module__ == f"{registry.package}.{cls.kind.replace('-', '_')}", cls
+
+
+def test_a_plugin_cannot_take_a_built_in_kind() -> None:
+    class Shadow(EvictionPolicy[LRUConfig]):
+        description = source = "tests"
+
+    with pytest.raises(ValueError, match="eviction kind 'lru' is registered twice"):
+        EVICTION.register(Shadow)
+    assert EVICTION.get("lru") is LRUEviction

@@ -11,6 +11,7 @@ inside runs of single-token and batched passes.
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from collections import deque
 
 import numpy as np
@@ -294,6 +295,22 @@ def test_passes_and_demand_sets_equal_the_references(seed: int, monkeypatch) -> 
             demand = build_demand(trace, passes)
             got = {n: getattr(demand, n) for n in ("keys", "tokens", "gates", "offsets")}
             assert_identical(got, reference_sets(trace, passes))
+
+
+def test_tokens_and_gates_are_built_on_first_use() -> None:
+    """A demand set's keys are built with it, its tokens and gates when first read (also in a
+    copy sent to another process): what a compiled replay never reads is never built."""
+    trace = awkward_trace(5)
+    passes = build_passes(trace, WorkloadConfig(batch_size=2))
+    demand = build_demand(trace, passes)
+    assert not {"tokens", "gates"} & set(vars(demand))
+    want = reference_sets(trace, passes)
+    for sets in (pickle.loads(pickle.dumps(demand)), demand):
+        got = {n: getattr(sets, n) for n in ("keys", "tokens", "gates", "offsets")}
+        assert_identical(got, want)
+    assert {"tokens", "gates"} <= set(vars(demand))
+    with pytest.raises(AttributeError, match="no attribute 'token'"):
+        demand.token  # noqa: B018 (only the two arrays are built on demand)
 
 
 def test_union_of_a_batched_pass_by_hand() -> None:
