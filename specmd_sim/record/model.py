@@ -80,8 +80,7 @@ def _config(ref: str, transformers: Any) -> Any:
     model_type = data.pop("model_type")
     if model_type not in FAMILIES:
         raise SpecmdError(
-            f"--model: {ref}: model_type expected one of {', '.join(FAMILIES)}, "
-            f"got {model_type!r}"
+            f"--model: {ref}: model_type expected one of {', '.join(FAMILIES)}, got {model_type!r}"
         )
     for key in ("architectures", "transformers_version", "_name_or_path"):
         data.pop(key, None)

@@ -127,7 +127,6 @@ def test_the_timeline_draws_the_capacity_as_it_shrinks(write_trace, tmp_path) ->
     assert samples["time"][0] == 0.0 and np.all(np.diff(samples["time"]) > 0)
 
 
-
 def test_prefetching_replay_counts_the_same_forced_evictions(write_trace, tmp_path) -> None:
     """Prefetches fill the cache too; the KV cache still takes one expert per slot lost
     (replay: nothing is loading when the capacity shrinks)."""

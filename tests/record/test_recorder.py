@@ -176,7 +176,8 @@ def test_ids_and_gates_equal_the_routers_own(family: str) -> None:
     assert trace.num_tokens == sum(lengths) + NEW * len(PROMPTS)
     steps = (NEW + 1) * len(PROMPTS)  # each prompt's prefill and its decode steps
     assert trace.meta["checked_steps"] == {
-        "forward_steps": steps, "checked_against_router_logits": steps
+        "forward_steps": steps,
+        "checked_against_router_logits": steps,
     }
     assert trace.num_layers == len(routers) and trace.num_experts == 8
     for number, prompt in enumerate(PROMPTS):

@@ -79,8 +79,14 @@ def _score_rows(effect_on_control: float) -> list[dict[str, Any]]:
         for seed in range(5):
             for predictor in ("oracle", "oracle-uniform", "transition-fitted"):
                 for engine in ("replay", "simulate"):
-                    base = {"experiment": "score", "control": control, "seed": seed,
-                            "predictor": predictor, "engine": engine, "bytes_moved": 100}
+                    base = {
+                        "experiment": "score",
+                        "control": control,
+                        "seed": seed,
+                        "predictor": predictor,
+                        "engine": engine,
+                        "bytes_moved": 100,
+                    }
                     rows.append(base | {"prefetch": "top-k", "accuracy": 0.9, "hit_rate": 0.8})
                     rows.append(base | {"prefetch": "score-threshold", "accuracy": 0.8,
                                         "hit_rate": 0.8 + gain})  # fmt: skip

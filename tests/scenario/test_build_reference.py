@@ -274,10 +274,19 @@ WORKLOADS = [
     {"scheduler": "continuous"},
     {"scheduler": "continuous", "batch_size": 2, "prefill_chunk_tokens": 0},
     {"scheduler": "continuous", "batch_size": 3, "max_tokens_per_step": 2},
-    {"scheduler": "continuous", "batch_size": 4, "max_tokens_per_step": 5,
-     "prefill_chunk_tokens": 2},
-    {"scheduler": "continuous", "batch_size": 8, "max_tokens_per_step": 3,
-     "prefill_chunk_tokens": 0, "max_requests": 3},
+    {
+        "scheduler": "continuous",
+        "batch_size": 4,
+        "max_tokens_per_step": 5,
+        "prefill_chunk_tokens": 2,
+    },
+    {
+        "scheduler": "continuous",
+        "batch_size": 8,
+        "max_tokens_per_step": 3,
+        "prefill_chunk_tokens": 0,
+        "max_requests": 3,
+    },
 ]
 
 
