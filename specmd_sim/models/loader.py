@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from importlib import resources
 from pathlib import Path
+from typing import Any, cast
 
 from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware.loader import load_validated, parse_yaml
@@ -14,8 +15,8 @@ from specmd_sim.models.spec import ModelSpec
 
 def _catalog() -> dict[str, ModelSpec]:
     path = resources.files("specmd_sim.models").joinpath("catalog/models.yaml")
-    entries = parse_yaml(path.read_text(), "the model catalog")
-    return {entry["id"]: ModelSpec.model_validate(entry) for entry in entries}  # type: ignore[attr-defined]
+    entries = cast("list[dict[str, Any]]", parse_yaml(path.read_text(), "the model catalog"))
+    return {entry["id"]: ModelSpec.model_validate(entry) for entry in entries}
 
 
 def list_models() -> list[ModelSpec]:

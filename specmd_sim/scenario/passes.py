@@ -355,21 +355,27 @@ def _assemble(trace: Trace, passes: Passes, values: bool) -> _Sets:
     and offsets, chunk by chunk of passes (:data:`_CHUNK`), written into arrays sized for every
     entry of the passes' rows (unions only shrink them); the results are their first entries,
     views whose untouched tail takes no memory."""
-    num_layers, k = trace.num_layers, trace.top_k
-    bound = passes.rows.size * num_layers * k
-    outs = [np.empty(bound if i == 0 or values else 0, dtype)
-            for i, dtype in enumerate((np.int32, np.int32, np.float32))]  # fmt: skip
+    num_layers = trace.num_layers
+    bound = passes.rows.size * num_layers * trace.top_k
+    kept = bound if values else 0
+    keys, tokens, gates = (
+        np.empty(bound, np.int32),
+        np.empty(kept, np.int32),
+        np.empty(kept, np.float32),
+    )
     offsets = np.zeros(passes.num_passes * num_layers + 1, np.int64)  # the sizes, then summed
     end = 0
     for lo, hi in _chunks(passes, trace):
-        part = _chunk_sets(trace, passes, lo, hi, values)
-        n = part[0].size
-        for out, part_values in zip(outs[: 3 if values else 1], part, strict=False):
-            out[end : end + n] = part_values
-        offsets[lo * num_layers + 1 : hi * num_layers + 1] = part[3]
+        part_keys, part_tokens, part_gates, sizes = _chunk_sets(trace, passes, lo, hi, values)
+        n = part_keys.size
+        keys[end : end + n] = part_keys
+        if values:
+            tokens[end : end + n], gates[end : end + n] = part_tokens, part_gates
+        offsets[lo * num_layers + 1 : hi * num_layers + 1] = sizes
         end += n
     np.cumsum(offsets, out=offsets)
-    return outs[0][:end], outs[1][: end if values else 0], outs[2][: end if values else 0], offsets
+    kept = end if values else 0
+    return keys[:end], tokens[:kept], gates[:kept], offsets
 
 
 _Sets = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
