@@ -1,5 +1,5 @@
 """``python -m specmd_sim`` is the ``specmd`` command."""
 
-from specmd_sim.cli import main
+from specmd_sim.cli import process_main
 
-main()
+process_main()

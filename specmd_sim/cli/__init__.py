@@ -6,6 +6,7 @@ Each module of this package registers its commands on :data:`app`.
 
 from __future__ import annotations
 
+import gc
 import sys
 
 import typer
@@ -25,7 +26,7 @@ from specmd_sim.cli import (  # noqa: F401  (they register their commands)
 from specmd_sim.cli.app import app
 from specmd_sim.errors import SpecmdError
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "process_main"]
 
 # click's UsageError (a bad option value, an unknown option or command), as the click that typer
 # uses (typer >= 0.2x vendors its own) defines it: the base of BadParameter of that name
@@ -50,6 +51,17 @@ def main() -> None:
     if code == 130:
         print("interrupted", file=sys.stderr)
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def process_main() -> None:
+    """The ``specmd`` process (the console script, ``python -m specmd_sim``): :func:`main`, and
+    then, as the process ends, its objects frozen, so that the cycle collection at exit does not
+    walk every object only to free what the exit frees anyway (~0.05 s of a replay). Callers in
+    a longer-lived process call :func:`main`, which leaves the collector as it was."""
+    try:
+        main()
+    finally:
+        gc.freeze()
 
 
 def _fail(message: str) -> None:

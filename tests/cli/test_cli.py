@@ -88,6 +88,24 @@ def test_run_and_replay_leave_the_cycle_collector_as_they_found_it(tmp_path: Pat
     assert proc.returncode == 2
 
 
+@pytest.mark.parametrize(
+    ("args", "code"), [(("policies", "list"), 0), (("replay", "--cache", "-1"), 2)]
+)
+def test_the_process_ends_with_its_exit_code_and_its_objects_frozen(args, code) -> None:
+    """``process_main`` (the console script, ``python -m specmd_sim``) exits as ``main`` does,
+    with what it made frozen for the exit (so the last cycle collection skips it)."""
+    script = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 10_000))\n"
+        "from specmd_sim.cli import process_main\n"
+        f"sys.argv = ['specmd', *{list(args)!r}]\n"
+        "process_main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == code, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "frozen True", proc.stdout
+
+
 def test_same_config_gives_byte_identical_results(tmp_path: Path) -> None:
     for name in ("a", "b"):
         proc = specmd("run", *SMALL, "--seed", "5", "--out", str(tmp_path / name))
