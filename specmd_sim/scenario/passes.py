@@ -111,7 +111,7 @@ class DemandSets(AccessSequence):
         if name not in ("tokens", "gates"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         trace, passes = self.__dict__["_source"]
-        _, tokens, gates, _ = _assemble(trace, passes, values=True)
+        _, tokens, gates, _ = _assemble(trace, passes, values=True)  # (the keys are not rebuilt)
         object.__setattr__(self, "tokens", tokens)
         object.__setattr__(self, "gates", gates)
         return tokens if name == "tokens" else gates
@@ -351,31 +351,28 @@ def build_demand(trace: Trace, passes: Passes) -> DemandSets:
 
 
 def _assemble(trace: Trace, passes: Passes, values: bool) -> _Sets:
-    """The demand sets' keys (and with ``values`` their tokens and gates; else empty arrays)
-    and offsets, chunk by chunk of passes (:data:`_CHUNK`), written into arrays sized for every
-    entry of the passes' rows (unions only shrink them); the results are their first entries,
-    views whose untouched tail takes no memory."""
+    """The demand sets' keys, or with ``values`` their tokens and gates (the keys are built
+    by then), and their offsets; the arrays not asked for are empty. Chunk by chunk of passes
+    (:data:`_CHUNK`), written into arrays sized for every entry of the passes' rows (unions only
+    shrink them); the results are their first entries, views whose untouched tail takes no
+    memory."""
     num_layers = trace.num_layers
     bound = passes.rows.size * num_layers * trace.top_k
-    kept = bound if values else 0
-    keys, tokens, gates = (
-        np.empty(bound, np.int32),
-        np.empty(kept, np.int32),
-        np.empty(kept, np.float32),
-    )
+    lengths = (0, bound, bound) if values else (bound, 0, 0)
+    dtypes = (np.int32, np.int32, np.float32)
+    outs = [np.empty(n, dtype) for n, dtype in zip(lengths, dtypes, strict=True)]
     offsets = np.zeros(passes.num_passes * num_layers + 1, np.int64)  # the sizes, then summed
     end = 0
     for lo, hi in _chunks(passes, trace):
-        part_keys, part_tokens, part_gates, sizes = _chunk_sets(trace, passes, lo, hi, values)
-        n = part_keys.size
-        keys[end : end + n] = part_keys
-        if values:
-            tokens[end : end + n], gates[end : end + n] = part_tokens, part_gates
-        offsets[lo * num_layers + 1 : hi * num_layers + 1] = sizes
+        part = _chunk_sets(trace, passes, lo, hi, values)
+        n = part[0].size
+        for out, got in zip(outs, part[:3], strict=True):
+            if out.size:
+                out[end : end + n] = got
+        offsets[lo * num_layers + 1 : hi * num_layers + 1] = part[3]
         end += n
     np.cumsum(offsets, out=offsets)
-    kept = end if values else 0
-    return keys[:end], tokens[:kept], gates[:kept], offsets
+    return outs[0][:end], outs[1][:end], outs[2][:end], offsets
 
 
 _Sets = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
