@@ -36,6 +36,7 @@ was written, and records the point as failed when it cannot read it).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import multiprocessing
@@ -207,9 +208,12 @@ class LocalExecutor:
                             suspects.append(task)
         except BaseException:
             _stop_workers(pool)
+            # a stop that landed inside submit, while the pool started its manager thread,
+            # leaves a thread that join refuses: what propagates is the stop, not that refusal
+            with contextlib.suppress(RuntimeError):
+                pool.shutdown(wait=True, cancel_futures=True)
             raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _collect(

@@ -10,6 +10,7 @@ from specmd_sim.errors import SpecmdError
 from specmd_sim.sweep.executors import (
     LocalExecutor,
     RayExecutor,
+    Task,
     describe,
     make_executor,
     run_point,
@@ -41,3 +42,21 @@ def test_describe_is_one_line() -> None:
     assert describe(SpecmdError("trace: bad\nmore")) == "trace: bad"
     assert describe(ValueError("boom")) == "ValueError: boom"
     assert describe(MemoryError()) == "MemoryError"
+
+
+def test_a_stop_while_the_pool_starts_its_manager_thread_propagates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A SIGTERM (raised as KeyboardInterrupt) that lands inside the pool's first ``submit``,
+    while it starts its manager thread, is what propagates: closing the pool (whose ``join``
+    refuses a thread never started) must not replace it (``specmd sweep`` would exit 1 with a
+    traceback instead of 143)."""
+    from concurrent.futures import process
+
+    def interrupted(self: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(process._ExecutorManagerThread, "start", interrupted)
+    tasks = [Task(0, "replay", {"seed": 0})]
+    with pytest.raises(KeyboardInterrupt):
+        LocalExecutor(1).run(tasks, lambda task, outcome: None)
