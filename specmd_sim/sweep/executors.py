@@ -36,7 +36,6 @@ was written, and records the point as failed when it cannot read it).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import multiprocessing
@@ -45,9 +44,10 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -183,7 +183,8 @@ class LocalExecutor:
                         break
                     task = queue.popleft()
                     try:
-                        future = pool.submit(run_point, *task.args)
+                        with _stops_held():
+                            future = pool.submit(run_point, *task.args)
                         inflight[future] = task
                     except BrokenProcessPool:  # a worker died since the last wait
                         queue.appendleft(task)
@@ -208,12 +209,26 @@ class LocalExecutor:
                             suspects.append(task)
         except BaseException:
             _stop_workers(pool)
-            # a stop that landed inside submit, while the pool started its manager thread,
-            # leaves a thread that join refuses: what propagates is the stop, not that refusal
-            with contextlib.suppress(RuntimeError):
-                pool.shutdown(wait=True, cancel_futures=True)
             raise
-        pool.shutdown(wait=True, cancel_futures=True)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextmanager
+def _stops_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held in this thread while the block runs, and delivered as it ends.
+    A pool's ``submit`` may start its manager thread and its workers: a stop raised inside it
+    (``specmd sweep`` raises SIGTERM as KeyboardInterrupt) would leave a thread that the pool's
+    shutdown cannot join, so the sweep would end in a traceback instead of stopping. (Python's
+    own resource tracker holds them so while it starts.)"""
+    if threading.current_thread() is not threading.main_thread():  # signals go to the main one
+        yield
+        return
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _collect(

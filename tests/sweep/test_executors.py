@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 
 import pytest
@@ -44,19 +46,29 @@ def test_describe_is_one_line() -> None:
     assert describe(MemoryError()) == "MemoryError"
 
 
-def test_a_stop_while_the_pool_starts_its_manager_thread_propagates(
+def test_a_stop_while_the_pool_starts_is_delivered_once_it_has_started(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A SIGTERM (raised as KeyboardInterrupt) that lands inside the pool's first ``submit``,
-    while it starts its manager thread, is what propagates: closing the pool (whose ``join``
-    refuses a thread never started) must not replace it (``specmd sweep`` would exit 1 with a
-    traceback instead of 143)."""
+    """A SIGTERM that comes while the pool's first ``submit`` starts its manager thread (here
+    sent by that start itself, before the thread runs) stops the run once ``submit`` is done,
+    as ``specmd sweep`` raises it (KeyboardInterrupt): delivered inside, it left a thread the
+    pool's shutdown could not join, and the sweep ended in a traceback (exit 1) instead."""
     from concurrent.futures import process
 
-    def interrupted(self: object) -> None:
+    start = process._ExecutorManagerThread.start
+
+    def signalled(self: object) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        start(self)
+
+    def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(process._ExecutorManagerThread, "start", interrupted)
-    tasks = [Task(0, "replay", {"seed": 0})]
-    with pytest.raises(KeyboardInterrupt):
-        LocalExecutor(1).run(tasks, lambda task, outcome: None)
+    monkeypatch.setattr(process._ExecutorManagerThread, "start", signalled)
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            LocalExecutor(1).run([Task(0, "replay", {"seed": 0})], lambda task, outcome: None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == set()  # nothing left held
