@@ -28,3 +28,14 @@ def compiled(fn: F) -> F:
     except ImportError:
         return fn
     return numba.njit(cache=True, nogil=True)(fn)  # type: ignore[return-value]
+
+
+def compiled_inline(fn: F) -> F:
+    """:func:`compiled`, and inlined into its compiled callers by numba itself: a call between
+    compiled functions that LLVM does not inline (one with a loop, say) costs an atomic
+    reference count per array argument, more than a small helper's own work."""
+    try:
+        import numba
+    except ImportError:
+        return fn
+    return numba.njit(cache=True, nogil=True, inline="always")(fn)  # type: ignore[return-value]

@@ -173,12 +173,17 @@ def test_a_subclass_of_a_built_in_is_not_taken_for_it(traces) -> None:
 
 
 @pytest.mark.parametrize("module", ["jit", "ahead of time"])
-def test_positions_by_key(request, module) -> None:
+def test_next_uses(request, module) -> None:
     K = kernels(False) if module == "jit" else request.getfixturevalue("compiled_ahead")
     keys = np.random.default_rng(3).integers(0, 30, 500).astype(np.int32)
-    pos, start = K.positions_by_key(keys, 40)
-    assert np.array_equal(pos, np.argsort(keys, kind="stable"))
-    assert np.array_equal(start, np.concatenate([[0], np.cumsum(np.bincount(keys, minlength=40))]))
+    after, first = K.next_uses(keys, 40)
+    never = keys.size
+    for i, key in enumerate(keys.tolist()):  # the definition, by a scan
+        later = np.flatnonzero(keys[i + 1 :] == key)
+        assert after[i] == (i + 1 + later[0] if later.size else never)
+    for key in range(40):
+        where = np.flatnonzero(keys == key)
+        assert first[key] == (where[0] if where.size else never)
 
 
 def test_the_default_replay_is_compiled_when_numba_is_installed(traces, monkeypatch) -> None:

@@ -92,7 +92,7 @@ def replay_compiled(
     layers = scenario.trace.num_layers
     keys = np.ascontiguousarray(scenario.demand.keys, dtype=np.int32)  # (as built: no copy)
     offsets = np.ascontiguousarray(scenario.demand.offsets, dtype=np.int64)
-    S, pos = kernel_state(run, keys, warm, K)
+    S, after = kernel_state(run, keys, warm, K)
     total = scenario.passes.num_passes
     plans = BulkPlans(run, ahead_of_time) if run.prefetch.lookahead > 0 else None
     per_pass = max(1, keys.size // max(total, 1))
@@ -105,7 +105,7 @@ def replay_compiled(
             plan_offsets, plan_keys = np.zeros((hi - lo) * layers + 1, np.int64), empty
         else:
             plan_offsets, plan_keys = plans.block(lo, hi)  # (int64, contiguous)
-        outcome = K.run_passes(S, pos, keys, offsets, lo, hi, plan_offsets, plan_keys)
+        outcome = K.run_passes(S, after, keys, offsets, lo, hi, plan_offsets, plan_keys)
         if outcome == L.NO_SPACE:
             raise RuntimeError("replay: WaitForSpace cannot happen without time")
         report_progress(progress, hi, total)
@@ -119,7 +119,8 @@ def kernel_state(
     K: ModuleType | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The kernel's state ``S`` for ``run`` (covered: :func:`compiled_unsupported` is None)
-    over the access sequence ``keys``, and Belady's positions: the cache holds the GPU's own
+    over the access sequence ``keys``, and Belady's next uses (:func:`.kernel.next_uses`' ``after``;
+    empty for the other policies): the cache holds the GPU's own
     shard (resident and pinned, outside its capacity), the policy's initial contents and then
     ``warm``, placed in that order, as the run's cache was built. ``K``: the kernel's entry
     points (:func:`kernels` by default)."""
@@ -131,10 +132,9 @@ def kernel_state(
     assert code is not None, "the kernel called on an uncovered run"
     S = L.new_state(n, layers)
     S[L.K_NBYTES, :n] = cache.nbytes
-    pos = np.zeros(0, np.int64)
+    after = np.zeros(0, np.int64)
     if code >= L.BELADY:
-        pos, start = K.positions_by_key(np.ascontiguousarray(keys, np.int32), n)
-        S[L.K_START, : n + 1] = start
+        after, S[L.K_NEXT_USE, :n] = K.next_uses(np.ascontiguousarray(keys, np.int32), n)
     sc = S[L.R_SC]
     sc[L.SC_CAPACITY] = cache.capacity_bytes
     sc[L.SC_POLICY] = code
@@ -147,9 +147,9 @@ def kernel_state(
     home = np.flatnonzero(np.frombuffer(cache.home, np.uint8))  # ExpertCache.add_home
     S[L.K_STATE, home], S[L.K_EVER, home], S[L.K_PINS, home] = L.RESIDENT, 1, 1
     placed = np.array(run.eviction.initial_contents() + list(warm or []), np.int64)
-    if not K.preload(S, pos, placed):  # build_run placed them: they fit
+    if not K.preload(S, placed):  # build_run placed them: they fit
         raise RuntimeError("the preloaded experts do not fit")
-    return S, pos
+    return S, after
 
 
 def kernel_stats(S: np.ndarray, layers: int) -> CacheStats:

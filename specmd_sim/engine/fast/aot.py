@@ -50,9 +50,9 @@ SOURCES = ("kernel.py", "layout.py", "plan_kernel.py", "aot.py")
 _S, _A, _KEYS, _F, _M = "i8[:, ::1]", "i8[::1]", "i4[::1]", "f8[::1]", "f8[:, :]"
 ENTRY_POINTS = {  # module of this package -> its functions compiled, with their signatures
     "kernel": {
-        "preload": f"b1({_S}, {_A}, {_A})",
+        "preload": f"b1({_S}, {_A})",
         "run_passes": f"i8({_S}, {_A}, {_KEYS}, {_A}, i8, i8, {_A}, {_A})",
-        "positions_by_key": f"UniTuple({_A}, 2)({_KEYS}, i8)",
+        "next_uses": f"UniTuple({_A}, 2)({_KEYS}, i8)",
     },
     "plan_kernel": {
         "oracle_logits": f"void({_F}, {_A}, {_KEYS}, i8, i8, {_A}, f8, f8, f8, f8[:, ::1])",

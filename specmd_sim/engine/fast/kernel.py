@@ -19,11 +19,12 @@ The policies' data structures:
 - ``least-stale``: two lists, *stale* (queue 0) and *current* (queue 1); a key is in *current*
   exactly when it was touched in this pass (``TOUCHED == pass``), so moving *current* to the
   tail of *stale* at a pass start is one splice;
-- ``lfu``: a binary heap of (count, stamp) with lazy deletion; the stamp orders a count
-  bucket by arrival, as the Python class's buckets are ordered;
-- ``belady``, ``belady-bypass``: a heap of (farthest next use, smallest key) with lazy
-  deletion; a key's next use is its first position at or after the clock, read from its sorted
-  positions and the number of its accesses so far.
+- ``lfu``: a binary heap of (count, stamp) over the keys in the cache, each key's entry updated
+  in place (``K_HEAP_AT`` is its index); the stamp orders a count bucket by arrival, as the
+  Python class's buckets are ordered;
+- ``belady``, ``belady-bypass``: the same heap of (farthest next use, smallest key); a key's
+  next use (``K_NEXT_USE``) is its first position at or after the clock, moved on at each of its
+  accesses through ``after`` (each position's next position of the same key, the second array).
 
 All state is one int64 array ``S`` (:func:`.layout.new_state`): a call between compiled functions
 that numba does not inline costs an atomic reference count per array argument, several times a
@@ -31,8 +32,8 @@ hit's own work, so the helpers take one array, and :func:`run_passes` calls only
 enough to be inlined on its hot path. ``S`` holds per-key rows (``K_*``; columns ``n .. n + 3``
 are the lists' sentinels), the scalars (row ``R_SC``, columns ``SC_*``), the counters (row
 ``R_STATS``, ``ST_*`` in the order of :data:`.layout.STAT_NAMES`), the per-layer counts (rows
-``R_BY_LAYER + AccessClass``) and the heap (rows ``R_HEAP``: priority, key) with a scratch copy
-(``R_HELD``). Belady's key positions are the second array, ``pos``.
+``R_BY_LAYER + AccessClass``) and the heap (rows ``R_HEAP``: priority, key) with a scratch row
+(``R_HELD``, the victim search's stack).
 """
 
 from __future__ import annotations
@@ -53,12 +54,12 @@ from specmd_sim.engine.fast.layout import (
     K_EVER,
     K_EVICTED,
     K_FREQ,
+    K_HEAP_AT,
     K_NBYTES,
     K_NEXT,
+    K_NEXT_USE,
     K_PINS,
     K_PREV,
-    K_SEEN,
-    K_START,
     K_STATE,
     K_TOUCHED,
     K_UNUSED,
@@ -78,7 +79,6 @@ from specmd_sim.engine.fast.layout import (
     R_STATS,
     RESIDENT,
     SC_CAPACITY,
-    SC_CLOCK,
     SC_HEAP_N,
     SC_KEYS,
     SC_LAYER,
@@ -104,7 +104,7 @@ from specmd_sim.engine.fast.layout import (
     ST_PF_USED,
     ST_PF_WASTED,
 )
-from specmd_sim.engine.jit import compiled
+from specmd_sim.engine.jit import compiled, compiled_inline
 
 # --- doubly linked lists: queue q's head sentinel is column n + 2q, its tail n + 2q + 1 -------
 
@@ -171,28 +171,27 @@ def pick_by_layer(S: np.ndarray, n: int, q: int) -> int:
     return best
 
 
-# --- the heap of (priority, key), smallest on top; lazily deleted ------------------------------
+# --- the heap of (priority, key), smallest on top: one entry per key in the cache -------------
 
 
-@compiled
-def heap_push(S: np.ndarray, value: int, key: int) -> None:
-    i = S[R_SC, SC_HEAP_N]
-    S[R_SC, SC_HEAP_N] = i + 1
+@compiled_inline
+def heap_sift_up(S: np.ndarray, i: int, value: int, key: int) -> None:
+    """Place (``value``, ``key``) at ``i`` or above it. (The moves are written out, here and
+    below: a helper called in a loop would not be inlined.)"""
     while i > 0:
         parent = (i - 1) >> 1
         if S[R_HEAP, parent] <= value:
             break
-        S[R_HEAP, i], S[R_HEAP + 1, i] = S[R_HEAP, parent], S[R_HEAP + 1, parent]
+        moved = S[R_HEAP + 1, parent]
+        S[R_HEAP, i], S[R_HEAP + 1, i], S[K_HEAP_AT, moved] = S[R_HEAP, parent], moved, i
         i = parent
-    S[R_HEAP, i], S[R_HEAP + 1, i] = value, key
+    S[R_HEAP, i], S[R_HEAP + 1, i], S[K_HEAP_AT, key] = value, key, i
 
 
-@compiled
-def heap_pop(S: np.ndarray) -> None:
-    size = S[R_SC, SC_HEAP_N] - 1
-    S[R_SC, SC_HEAP_N] = size
-    value, key = S[R_HEAP, size], S[R_HEAP + 1, size]
-    i = 0
+@compiled_inline
+def heap_sift_down(S: np.ndarray, i: int, value: int, key: int) -> None:
+    """Place (``value``, ``key``) at ``i`` or below it."""
+    size = S[R_SC, SC_HEAP_N]
     while True:
         child = 2 * i + 1
         if child >= size:
@@ -201,10 +200,40 @@ def heap_pop(S: np.ndarray) -> None:
             child += 1
         if S[R_HEAP, child] >= value:
             break
-        S[R_HEAP, i], S[R_HEAP + 1, i] = S[R_HEAP, child], S[R_HEAP + 1, child]
+        moved = S[R_HEAP + 1, child]
+        S[R_HEAP, i], S[R_HEAP + 1, i], S[K_HEAP_AT, moved] = S[R_HEAP, child], moved, i
         i = child
-    if size > 0:
-        S[R_HEAP, i], S[R_HEAP + 1, i] = value, key
+    S[R_HEAP, i], S[R_HEAP + 1, i], S[K_HEAP_AT, key] = value, key, i
+
+
+@compiled_inline
+def heap_set(S: np.ndarray, key: int, value: int) -> None:
+    """``key``'s entry takes the priority ``value`` (added if the key has none)."""
+    i = S[K_HEAP_AT, key]
+    if i < 0:
+        i = S[R_SC, SC_HEAP_N]
+        S[R_SC, SC_HEAP_N] = i + 1
+        heap_sift_up(S, i, value, key)
+    elif value < S[R_HEAP, i]:
+        heap_sift_up(S, i, value, key)
+    else:
+        heap_sift_down(S, i, value, key)
+
+
+@compiled_inline
+def heap_remove(S: np.ndarray, key: int) -> None:
+    """``key``'s entry leaves the heap (the policy's on_remove)."""
+    i = S[K_HEAP_AT, key]
+    S[K_HEAP_AT, key], S[K_AUX, key] = -1, -1
+    size = S[R_SC, SC_HEAP_N] - 1
+    S[R_SC, SC_HEAP_N] = size
+    if i == size:
+        return
+    value, last = S[R_HEAP, size], S[R_HEAP + 1, size]
+    if value < S[R_HEAP, i]:
+        heap_sift_up(S, i, value, last)
+    else:
+        heap_sift_down(S, i, value, last)
 
 
 @compiled
@@ -215,67 +244,73 @@ def priority(S: np.ndarray, key: int, value: int, count: int) -> int:
     return (S[R_SC, SC_NEVER] - value) * S[R_SC, SC_KEYS] + key
 
 
-@compiled
-def entry_current(S: np.ndarray, value: int, key: int) -> bool:
-    """Whether a heap entry is the key's latest (AUX: its stamp or next use; -1 once gone)."""
-    if S[R_SC, SC_POLICY] == LFU:
-        return S[K_AUX, key] == value % S[R_SC, SC_STAMP_SPAN]
-    return S[K_AUX, key] == S[R_SC, SC_NEVER] - value // S[R_SC, SC_KEYS]
-
-
-@compiled
-def heap_compact(S: np.ndarray) -> None:
-    """Rebuild a full heap from the keys' latest entries (the order is the same: only outdated
-    entries go)."""
-    S[R_SC, SC_HEAP_N] = 0
-    for key in range(S[R_SC, SC_KEYS]):
-        if S[K_AUX, key] >= 0:
-            heap_push(S, priority(S, key, S[K_AUX, key], S[K_FREQ, key]), key)
-
-
-@compiled
+@compiled_inline
 def heap_victim(S: np.ndarray) -> int:
-    """The top current entry that is evictable, or -1; outdated entries on the way are dropped,
-    current pinned ones put back."""
-    count, victim = 0, -1
-    while S[R_SC, SC_HEAP_N] > 0:
-        value, key = S[R_HEAP, 0], S[R_HEAP + 1, 0]
-        if not entry_current(S, value, key):
-            heap_pop(S)
+    """The evictable key of smallest priority, or -1; the heap is left as it is.
+
+    Only a key whose every ancestor is not evictable can be it (an evictable ancestor would come
+    first), so the search descends below the keys that are not evictable (pinned or loading),
+    a few, and stops at the first evictable key of each branch; ``R_HELD`` is its stack."""
+    size = S[R_SC, SC_HEAP_N]
+    if size == 0:
+        return -1
+    key = S[R_HEAP + 1, 0]
+    if S[K_STATE, key] == RESIDENT and S[K_PINS, key] == 0:
+        return key
+    best, best_value = -1, 0
+    S[R_HELD, 0] = 0
+    top = 1
+    while top > 0:
+        top -= 1
+        i = S[R_HELD, top]
+        value, key = S[R_HEAP, i], S[R_HEAP + 1, i]
+        if best >= 0 and value >= best_value:
             continue
         if S[K_STATE, key] == RESIDENT and S[K_PINS, key] == 0:
-            victim = key
-            break
-        S[R_HELD, count], S[R_HELD + 1, count] = value, key
-        count += 1
-        heap_pop(S)
-    for i in range(count):
-        heap_push(S, S[R_HELD, i], S[R_HELD + 1, i])
-    return victim
+            best, best_value = key, value
+            continue
+        for child in range(2 * i + 1, min(2 * i + 3, size)):
+            S[R_HELD, top] = child
+            top += 1
+    return best
 
 
 @compiled
-def next_use(S: np.ndarray, pos: np.ndarray, key: int) -> int:
-    """The first position >= the clock at which ``key`` is used, or never (SEEN counts the
-    key's accesses so far, which are exactly its positions before the clock)."""
-    i = S[K_START, key] + S[K_SEEN, key]
-    return pos[i] if i < S[K_START, key + 1] else S[R_SC, SC_NEVER]
+def next_uses(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Belady's next uses: ``after[i]``, the next position of ``keys[i]`` after ``i``, and
+    ``first[k]``, key ``k``'s first position; ``keys.size`` (never) where there is none."""
+    never = keys.size
+    first = np.full(n, never, np.int64)
+    after = np.empty(never, np.int64)
+    for i in range(never - 1, -1, -1):
+        key = keys[i]
+        after[i] = first[key]
+        first[key] = i
+    return after, first
 
 
-@compiled
-def heap_update(S: np.ndarray, pos: np.ndarray, key: int,
-                count: int) -> None:  # fmt: skip
+@compiled_inline
+def heap_update(S: np.ndarray, key: int, count: int) -> None:
     """LFU: ``key``'s count becomes ``count``, with a new stamp; Belady: its next use is
-    read again. The heap has room (:func:`run_passes` compacts it before a layer that could
-    fill it): so this calls only helpers that are inlined, and is inlined itself."""
+    read again (``K_NEXT_USE``, which each access of the key moves on)."""
     if S[R_SC, SC_POLICY] == LFU:
         value = S[R_SC, SC_STAMP]
         S[R_SC, SC_STAMP] = value + 1
         S[K_FREQ, key] = count
     else:
-        value = next_use(S, pos, key)
+        value = S[K_NEXT_USE, key]
     S[K_AUX, key] = value
-    heap_push(S, priority(S, key, value, count), key)
+    heap_set(S, key, priority(S, key, value, count))
+
+
+@compiled
+def advance(S: np.ndarray, after: np.ndarray, key: int) -> None:
+    """An access of ``key``: for Belady, its next use moves past it (accesses of a key come in
+    the order of its positions, so its next use is the position being accessed)."""
+    if S[R_SC, SC_POLICY] >= BELADY:
+        use = S[K_NEXT_USE, key]
+        if use < S[R_SC, SC_NEVER]:
+            S[K_NEXT_USE, key] = after[use]
 
 
 # --- the policy's hooks ------------------------------------------------------------------------
@@ -299,7 +334,7 @@ def touch(S: np.ndarray, key: int) -> None:
 
 
 @compiled
-def on_insert(S: np.ndarray, pos: np.ndarray, key: int, reason: int) -> None:
+def on_insert(S: np.ndarray, key: int, reason: int) -> None:
     policy, n = S[R_SC, SC_POLICY], S[R_SC, SC_KEYS]
     if policy in (FIFO, LRU):
         if policy == LRU and reason == PREFETCH and S[R_SC, SC_LRU_END]:
@@ -307,15 +342,14 @@ def on_insert(S: np.ndarray, pos: np.ndarray, key: int, reason: int) -> None:
         else:
             list_append(S, n, 0, key)
     elif policy == LFU or policy >= BELADY:
-        heap_update(S, pos, key, 1)
+        heap_update(S, key, 1)
     else:
         touch(S, key)
 
 
 @compiled
-def preload(S: np.ndarray, pos: np.ndarray, keys: np.ndarray) -> bool:
+def preload(S: np.ndarray, keys: np.ndarray) -> bool:
     """ExpertCache.preload; False if the keys do not fit."""
-    heap_compact(S)  # room for a push per key (at most n are placed)
     for key in keys:
         if S[K_STATE, key] != ABSENT:
             continue
@@ -324,33 +358,15 @@ def preload(S: np.ndarray, pos: np.ndarray, keys: np.ndarray) -> bool:
         S[K_STATE, key] = RESIDENT
         S[K_EVER, key] = 1
         S[R_SC, SC_USED] += S[K_NBYTES, key]
-        on_insert(S, pos, key, PRELOAD)
+        on_insert(S, key, PRELOAD)
     return True
-
-
-@compiled
-def positions_by_key(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Each key's positions in the access sequence, ascending: ``pos[start[k]:start[k+1]]``
-    (Belady's next uses), by a counting sort."""
-    start = np.zeros(n + 1, np.int64)
-    for key in keys:
-        start[key + 1] += 1
-    for k in range(n):
-        start[k + 1] += start[k]
-    fill = start[:n].copy()
-    pos = np.empty(keys.size, np.int64)
-    for i in range(keys.size):
-        key = keys[i]
-        pos[fill[key]] = i
-        fill[key] += 1
-    return pos, start
 
 
 # --- the layer step ------------------------------------------------------------------------------
 
 
 @compiled
-def run_passes(S: np.ndarray, pos: np.ndarray, keys: np.ndarray, offsets: np.ndarray,  # noqa: C901
+def run_passes(S: np.ndarray, after: np.ndarray, keys: np.ndarray, offsets: np.ndarray,  # noqa: C901
                pass_lo: int, pass_hi: int, plan_offsets: np.ndarray,
                plan_keys: np.ndarray) -> int:  # fmt: skip
     """Passes ``pass_lo .. pass_hi - 1``: every layer's demand set (``keys`` between
@@ -359,9 +375,10 @@ def run_passes(S: np.ndarray, pos: np.ndarray, keys: np.ndarray, offsets: np.nda
 
     One loop over a layer's steps, so that each of the cache's operations is written once (a
     compiled call to a helper that is not inlined costs more than the operation): with ``m``
-    demanded keys, steps ``0 .. 2m - 1`` are *accesses* and *resolutions* of the demand set —
-    pinned (default): all m accesses, then the m resolutions in gate order; one at a time:
-    access then resolve each key — and the steps after them fetch the plan's keys.
+    demanded keys, the first steps *access* and *resolve* the demand set — pinned (default):
+    m accesses, then m resolutions in gate order; one at a time: m steps, each an access and, for
+    a miss, its resolution (the key's pin is left out: it would keep only the key itself from
+    being a victim, and an absent key is none) — and the steps after them fetch the plan's keys.
     ExpertCache.access, reserve, complete and _evict, LayerStep._fetch and the policies' hooks
     are inlined here, in that order of operations.
     """
@@ -370,6 +387,7 @@ def run_passes(S: np.ndarray, pos: np.ndarray, keys: np.ndarray, offsets: np.nda
     least_stale = policy >= LS_FIFO and policy <= LS_LAYER
     heaped = policy == LFU or policy >= BELADY
     lru_end = policy == LRU and sc[SC_LRU_END]
+    belady = policy >= BELADY
     for p in range(pass_lo, pass_hi):
         sc[SC_PASS] = p
         if least_stale:
@@ -380,28 +398,21 @@ def run_passes(S: np.ndarray, pos: np.ndarray, keys: np.ndarray, offsets: np.nda
             m = hi - lo
             r = (p - pass_lo) * layers + layer
             plan_lo = plan_offsets[r]
-            # a layer pushes at most 2 m + its plan's length heap entries (an access and an
-            # insert per demanded key, an insert per planned one); compacted, the heap holds at
-            # most n entries, of 4 n + 64
-            if heaped and sc[SC_HEAP_N] + 2 * m + plan_offsets[r + 1] - plan_lo > S.shape[1]:
-                heap_compact(S)
             if pinned:
                 for i in range(lo, hi):
                     S[K_PINS, keys[i]] += 1
-            for step in range(2 * m + plan_offsets[r + 1] - plan_lo):
-                if step < 2 * m:
-                    if pinned:
-                        i, resolve = (step, False) if step < m else (step - m, True)
-                    else:
-                        i, resolve = step >> 1, (step & 1) == 1
-                    key = keys[lo + i]
-                    if not resolve:  # ExpertCache.access
-                        if not pinned:
-                            S[K_PINS, key] += 1
-                        sc[SC_CLOCK] += 1
-                        S[K_SEEN, key] += 1
+            demand = 2 * m if pinned else m
+            for step in range(demand + plan_offsets[r + 1] - plan_lo):
+                if step < demand:
+                    resolve = pinned and step >= m
+                    key = keys[lo + step - m] if resolve else keys[lo + step]
+                    if resolve:
+                        if S[K_STATE, key] != ABSENT:  # a hit: nothing to resolve
+                            continue
+                    else:  # ExpertCache.access
+                        if belady:
+                            advance(S, after, key)
                         if S[K_STATE, key] != ABSENT:
-                            klass = HIT
                             if S[K_UNUSED, key]:
                                 S[K_UNUSED, key] = 0
                                 S[R_STATS, ST_PF_USED] += 1
@@ -409,24 +420,23 @@ def run_passes(S: np.ndarray, pos: np.ndarray, keys: np.ndarray, offsets: np.nda
                                 list_remove(S, key)
                                 list_append(S, n, 0, key)
                             elif heaped:
-                                heap_update(S, pos, key, S[K_FREQ, key] + 1)
+                                heap_update(S, key, S[K_FREQ, key] + 1)
                             elif least_stale:
                                 touch(S, key)
-                        elif not S[K_EVER, key]:
+                            S[R_BY_LAYER + HIT, layer] += 1
+                            continue
+                        if not S[K_EVER, key]:
                             klass = COMPULSORY
                         elif S[K_EVICTED, key] == p:
                             klass = COLLISION
                         else:
                             klass = CAPACITY
                         S[R_BY_LAYER + klass, layer] += 1
-                        continue
-                    if S[K_STATE, key] != ABSENT:  # a hit: nothing to resolve
-                        if not pinned:
-                            S[K_PINS, key] -= 1
-                        continue
+                        if pinned:  # resolved once the whole set is accessed
+                            continue
                     reason = DEMAND
                 else:
-                    key = plan_keys[plan_lo + step - 2 * m]
+                    key = plan_keys[plan_lo + step - demand]
                     if S[K_STATE, key] != ABSENT:  # a hint: only Least-Stale counts it
                         if least_stale:
                             touch(S, key)
@@ -434,14 +444,12 @@ def run_passes(S: np.ndarray, pos: np.ndarray, keys: np.ndarray, offsets: np.nda
                     reason = PREFETCH
                 need = S[K_NBYTES, key]
                 if (policy == BELADY_BYPASS and sc[SC_CAPACITY] - sc[SC_USED] < need
-                        and not bypass_admits(S, pos, key)):  # fmt: skip
+                        and not bypass_admits(S, key)):  # fmt: skip
                     if reason == PREFETCH:
                         S[R_STATS, ST_PF_DROPPED] += 1
                         continue
                     S[R_STATS, ST_BYPASSED] += 1  # streamed past the cache
                     S[R_STATS, ST_BYTES_DEMAND] += need
-                    if not pinned:
-                        S[K_PINS, key] -= 1
                     continue
                 while sc[SC_CAPACITY] - sc[SC_USED] < need:  # ExpertCache.reserve
                     if policy in (FIFO, LRU):
@@ -469,7 +477,7 @@ def run_passes(S: np.ndarray, pos: np.ndarray, keys: np.ndarray, offsets: np.nda
                         S[K_UNUSED, victim] = 0
                         S[R_STATS, ST_PF_WASTED] += 1
                     if heaped:  # the policy's on_remove
-                        S[K_AUX, victim] = -1
+                        heap_remove(S, victim)
                     else:
                         list_remove(S, victim)
                         S[K_TOUCHED, victim] = OUTSIDE
@@ -493,12 +501,10 @@ def run_passes(S: np.ndarray, pos: np.ndarray, keys: np.ndarray, offsets: np.nda
                     else:
                         list_append(S, n, 0, key)
                 elif heaped:
-                    heap_update(S, pos, key, 1)
+                    heap_update(S, key, 1)
                 else:
                     touch(S, key)
                 S[K_EVER, key] = 1
-                if reason == DEMAND and not pinned:
-                    S[K_PINS, key] -= 1
             if pinned:
                 for i in range(lo, hi):
                     S[K_PINS, keys[i]] -= 1
@@ -506,8 +512,8 @@ def run_passes(S: np.ndarray, pos: np.ndarray, keys: np.ndarray, offsets: np.nda
 
 
 @compiled
-def bypass_admits(S: np.ndarray, pos: np.ndarray, key: int) -> bool:
+def bypass_admits(S: np.ndarray, key: int) -> bool:
     """``belady-bypass`` admits a key (the cache being full) unless its next use is not
     nearer than its victim's, or nothing is evictable."""
     victim = heap_victim(S)
-    return victim < 0 or next_use(S, pos, key) < S[K_AUX, victim]
+    return victim < 0 or S[K_NEXT_USE, key] < S[K_AUX, victim]

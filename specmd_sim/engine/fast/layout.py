@@ -13,15 +13,15 @@ FIFO, LRU, LFU, LS_FIFO, LS_TOUCH, LS_LAYER, BELADY, BELADY_BYPASS = range(8)
 
 # rows of S: per key, then the scalars, counters, per-layer counts and the heap
 K_STATE, K_PINS, K_EVER, K_EVICTED, K_UNUSED, K_PREV, K_NEXT = range(7)
-K_TOUCHED, K_AUX, K_FREQ, K_SEEN, K_NBYTES, K_START = range(7, 13)
+K_TOUCHED, K_AUX, K_FREQ, K_NEXT_USE, K_NBYTES, K_HEAP_AT = range(7, 13)
 R_SC, R_STATS, R_BY_LAYER = 13, 14, 15  # R_BY_LAYER + AccessClass: 5 rows
-R_HEAP, R_HELD = 20, 22  # 2 rows each
-ROWS = 24
+R_HEAP, R_HELD = 20, 22  # the heap: 2 rows (priority, key); a scratch row
+ROWS = 23
 
 # scalars (columns of row R_SC)
-SC_USED, SC_CAPACITY, SC_CLOCK, SC_PASS, SC_LAYER, SC_POLICY, SC_LRU_END = range(7)
-SC_WRITE_BACK, SC_PINNED, SC_HEAP_N, SC_STAMP, SC_STAMP_SPAN, SC_NEVER = range(7, 13)
-SC_NUM_EXPERTS, SC_NUM_LAYERS, SC_KEYS = range(13, 16)
+SC_USED, SC_CAPACITY, SC_PASS, SC_LAYER, SC_POLICY, SC_LRU_END = range(6)
+SC_WRITE_BACK, SC_PINNED, SC_HEAP_N, SC_STAMP, SC_STAMP_SPAN, SC_NEVER = range(6, 12)
+SC_NUM_EXPERTS, SC_NUM_LAYERS, SC_KEYS = range(12, 15)
 
 # counters (columns of row R_STATS): the CacheStats attributes of the same names
 STAT_NAMES = (
@@ -61,10 +61,10 @@ OUTSIDE = -2  # TOUCHED of a key in no queue
 
 
 def new_state(n: int, layers: int) -> np.ndarray:
-    """``S`` for ``n`` keys over ``layers`` layers: an empty cache, both queues empty, room for
-    a heap of ``4 n + 64`` entries (compacted when full)."""
-    S = np.zeros((ROWS, max(4 * n + 64, layers)), np.int64)
-    S[K_EVICTED], S[K_TOUCHED], S[K_AUX] = -1, OUTSIDE, -1
+    """``S`` for ``n`` keys over ``layers`` layers: an empty cache, both queues empty, an empty
+    heap (room for every key)."""
+    S = np.zeros((ROWS, max(n + 4, layers)), np.int64)
+    S[K_EVICTED], S[K_TOUCHED], S[K_AUX], S[K_HEAP_AT] = -1, OUTSIDE, -1, -1
     S[R_SC, SC_PASS] = -1
     S[R_SC, SC_KEYS], S[R_SC, SC_NUM_LAYERS] = n, layers
     for q in range(2):  # both queues empty: each head sentinel next to its tail

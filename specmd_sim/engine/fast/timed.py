@@ -244,12 +244,11 @@ def _sample(out: np.ndarray, IG: np.ndarray, counter: int, time: float, value: f
 
 
 @compiled
-def _access(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, key: int, layer: int, p: int) -> int:
+def _access(S: np.ndarray, after: np.ndarray, KR: np.ndarray, key: int, layer: int, p: int) -> int:
     """ExpertCache.access."""
     sc = S[L.R_SC]
     policy = sc[L.SC_POLICY]
-    sc[L.SC_CLOCK] += 1
-    S[L.K_SEEN, key] += 1
+    K.advance(S, after, key)
     state = S[L.K_STATE, key]
     if KR[KR_HOME, key]:
         S[L.R_STATS, L.ST_HITS_HOME] += 1
@@ -263,7 +262,7 @@ def _access(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, key: int, layer: int
             K.list_remove(S, key)
             K.list_append(S, sc[L.SC_KEYS], 0, key)
         elif policy == L.LFU or policy >= L.BELADY:
-            K.heap_update(S, pos, key, S[L.K_FREQ, key] + 1)
+            K.heap_update(S, key, S[L.K_FREQ, key] + 1)
         elif policy >= L.LS_FIFO:
             K.touch(S, key)
     elif not S[L.K_EVER, key]:
@@ -295,14 +294,14 @@ def _victim(S: np.ndarray) -> int:
 def _on_remove(S: np.ndarray, key: int) -> None:
     policy = S[L.R_SC, L.SC_POLICY]
     if policy == L.LFU or policy >= L.BELADY:
-        S[L.K_AUX, key] = -1
+        K.heap_remove(S, key)
     else:
         K.list_remove(S, key)
         S[L.K_TOUCHED, key] = L.OUTSIDE
 
 
 @compiled
-def _reserve(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, key: int, prefetch: bool, p: int,
+def _reserve(S: np.ndarray, KR: np.ndarray, key: int, prefetch: bool, p: int,
              now: float, record: bool, used_out: np.ndarray, IG: np.ndarray, IS: np.ndarray,
              WB: np.ndarray, g: int) -> bool:  # fmt: skip
     """ExpertCache.reserve: evict until it fits, then LOADING (False: not admitted, or nothing
@@ -312,7 +311,7 @@ def _reserve(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, key: int, prefetch:
     policy = sc[L.SC_POLICY]
     need = S[L.K_NBYTES, key]
     if prefetch and (policy == L.BELADY_BYPASS and sc[L.SC_CAPACITY] - sc[L.SC_USED] < need
-                     and not K.bypass_admits(S, pos, key)):  # fmt: skip
+                     and not K.bypass_admits(S, key)):  # fmt: skip
         S[L.R_STATS, L.ST_PF_DROPPED] += 1
         return False
     while sc[L.SC_CAPACITY] - sc[L.SC_USED] < need:
@@ -350,7 +349,7 @@ def _reserve(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, key: int, prefetch:
         S[L.R_STATS, L.ST_BYTES_PREFETCH] += need
     else:
         S[L.R_STATS, L.ST_BYTES_DEMAND] += need
-    K.on_insert(S, pos, key, L.PREFETCH if prefetch else L.DEMAND)
+    K.on_insert(S, key, L.PREFETCH if prefetch else L.DEMAND)
     return True
 
 
@@ -746,7 +745,7 @@ def _begin(IG: np.ndarray, FG: np.ndarray, hT: np.ndarray, hI: np.ndarray, job: 
 
 
 @compiled
-def _resolve(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray,
+def _resolve(S: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray,
              IS: np.ndarray, IG: np.ndarray, hT: np.ndarray, hI: np.ndarray, free: np.ndarray,
              qb: int, key: int, klass: int, p: int, layer: int, now: float, record: bool,
              used_out: np.ndarray, retry: bool, free_back: np.ndarray, WB: np.ndarray,
@@ -769,14 +768,14 @@ def _resolve(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfr
     sc = S[L.R_SC]
     need = S[L.K_NBYTES, key]
     if not retry and (sc[L.SC_POLICY] == L.BELADY_BYPASS and sc[L.SC_CAPACITY] - sc[L.SC_USED]
-                      < need and not K.bypass_admits(S, pos, key)):  # fmt: skip
+                      < need and not K.bypass_admits(S, key)):  # fmt: skip
         S[L.R_STATS, L.ST_BYPASSED] += 1  # cache.stream
         S[L.R_STATS, L.ST_BYTES_DEMAND] += need
         job = _new_job(JB, jfree, IG, KR, key, need, True, True, p, layer, g)
         _submit(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, job, now, record, used_out, g)
         return job
     while True:
-        reserved = _reserve(S, pos, KR, key, False, p, now, record, used_out, IG, IS, WB, g)
+        reserved = _reserve(S, KR, key, False, p, now, record, used_out, IG, IS, WB, g)
         if back >= 0:  # the write-backs of its evictions start
             _dispatch_back(JB, jfree, IS, IG, hT, hI, free_back, WB, back, now, g)
         if reserved:
@@ -790,7 +789,7 @@ def _resolve(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfr
 
 
 @compiled
-def _plan(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray,
+def _plan(S: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray,
           IS: np.ndarray, IG: np.ndarray, hT: np.ndarray, hI: np.ndarray, free: np.ndarray,
           qb: int, plan_keys: np.ndarray, lo: int, hi: int, p: int, now: float, record: bool,
           used_out: np.ndarray, free_back: np.ndarray, WB: np.ndarray, back: int,
@@ -806,7 +805,7 @@ def _plan(S: np.ndarray, pos: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree:
             if least_stale and not KR[KR_HOME, key]:
                 K.touch(S, key)
         else:
-            reserved = _reserve(S, pos, KR, key, True, p, now, record, used_out, IG, IS, WB, g)
+            reserved = _reserve(S, KR, key, True, p, now, record, used_out, IG, IS, WB, g)
             if back >= 0:
                 _dispatch_back(JB, jfree, IS, IG, hT, hI, free_back, WB, back, now, g)
             if not reserved:
@@ -980,12 +979,11 @@ def run_block(  # noqa: C901
     resume = g >= 0
     cur = g if resume else 0  # the GPU whose arrays are in hand
     while True:  # (each GPU's arrays taken once per run of its events, not per event)
-        S, pos, KR, IS, FS, free, run_i, run_t, held, TL, free_back, WB = _views(
+        S, after, KR, IS, FS, free, run_i, run_t, held, TL, free_back, WB = _views(
             cur, S3, pos2, KR3, IS2, FS2, free2, run_i3, run_t2, held2, TL3, free_back2, WB3
         )
         sc = S[L.R_SC]
         k0, o0, row0, qb, lane, t_shift, p_lo, back = _block_of(B, cur)
-        heaped = sc[L.SC_POLICY] == L.LFU or sc[L.SC_POLICY] >= L.BELADY
         while True:
             if resume:
                 resume = False
@@ -1038,15 +1036,11 @@ def run_block(  # noqa: C901
                             offsets[o0 + p * layers + layer],
                             offsets[o0 + p * layers + layer + 1],
                         )
-                        r = B[g, B_POFF] + (p - p_lo) * layers + layer
-                        planned = plan_offsets[r + 1] - plan_offsets[r]
                         IS[I_STAMP] += 1  # Decide: the position and demand set prefetches see
                         for i in range(lo, hi):
                             KR[KR_DEMANDED, keys[k0 + i]] = IS[I_STAMP]
                         IS[I_DEC_PASS], IS[I_DEC_LAYER] = p, layer
                         sc[L.SC_LAYER] = layer  # cache.begin_layer
-                        if heaped and sc[L.SC_HEAP_N] + 2 * (hi - lo) + planned > S.shape[1]:
-                            K.heap_compact(S)
                         IS[I_RETRY] = 0  # set while a key's reservation waits for space
                         if not pinned:
                             IS[I_ONE] = lo
@@ -1056,7 +1050,7 @@ def run_block(  # noqa: C901
                             S[L.K_PINS, keys[k0 + i]] += 1
                         ready = 0
                         for i in range(lo, hi):  # classify the demand set
-                            klass = _access(S, pos, KR, keys[k0 + i], layer, p)
+                            klass = _access(S, after, KR, keys[k0 + i], layer, p)
                             run_i[i - lo, 3] = klass  # (rows are filled below: classes apart)
                             held[i - lo] = keys[k0 + i]
                             if klass == L.HIT:
@@ -1079,7 +1073,7 @@ def run_block(  # noqa: C901
                                 IS[I_NREADY] += 1
                             else:
                                 retry = IS[I_RETRY] == 1
-                                job = _resolve(S, pos, KR, JB, jfree, IS, IG, hT, hI, free, qb,
+                                job = _resolve(S, KR, JB, jfree, IS, IG, hT, hI, free, qb,
                                                key, klass, p, layer, now, record, used_out, retry,
                                                free_back, WB, back, g)  # fmt: skip
                                 if job == -3:
@@ -1095,7 +1089,7 @@ def run_block(  # noqa: C901
                         if prefetching:
                             r = B[g, B_POFF] + (p - p_lo) * layers + layer
                             a, b = plan_offsets[r], plan_offsets[r + 1]
-                            _plan(S, pos, KR, JB, jfree, IS, IG, hT, hI, free, qb, plan_keys,
+                            _plan(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, plan_keys,
                                   B[g, B_PKOFF] + a, B[g, B_PKOFF] + b, p, now, record, used_out,
                                   free_back, WB, back, g)  # fmt: skip
                         IS[I_NHELD] = IS[I_NRUN] = hi - lo
@@ -1109,7 +1103,7 @@ def run_block(  # noqa: C901
                             if prefetching:
                                 r = B[g, B_POFF] + (p - p_lo) * layers + layer
                                 a, b = plan_offsets[r], plan_offsets[r + 1]
-                                _plan(S, pos, KR, JB, jfree, IS, IG, hT, hI, free, qb, plan_keys,
+                                _plan(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, plan_keys,
                                       B[g, B_PKOFF] + a, B[g, B_PKOFF] + b, p, now, record,
                                       used_out, free_back, WB, back, g)  # fmt: skip
                             IS[I_LAYER] += 1
@@ -1117,7 +1111,7 @@ def run_block(  # noqa: C901
                             continue
                         key = keys[k0 + i]
                         S[L.K_PINS, key] += 1
-                        klass = _access(S, pos, KR, key, layer, p)
+                        klass = _access(S, after, KR, key, layer, p)
                         run_i[0, 3] = klass
                         held[0] = key
                         IS[I_NHELD] = IS[I_NRUN] = 1
@@ -1132,7 +1126,7 @@ def run_block(  # noqa: C901
                         layer = IS[I_LAYER]
                         i = IS[I_ONE]
                         key, klass = keys[k0 + i], run_i[0, 3]
-                        job = _resolve(S, pos, KR, JB, jfree, IS, IG, hT, hI, free, qb, key, klass,
+                        job = _resolve(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, key, klass,
                                        p, layer, now, record, used_out, IS[I_RETRY] == 1,
                                        free_back, WB, back, g)  # fmt: skip
                         if job == -3:
