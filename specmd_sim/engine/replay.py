@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specmd_sim.cache import CacheStats
 from specmd_sim.config import DramCacheConfig, SimConfig
@@ -19,13 +19,15 @@ from specmd_sim.engine import jit
 from specmd_sim.engine.common import Progress, finish_result, report_progress
 from specmd_sim.engine.dram import JOIN, READ, WAIT, DramLevel, dram_metrics
 from specmd_sim.engine.fast import compiled_unsupported, replay_compiled
-from specmd_sim.engine.layer import Fetch, Join, LayerStep, Step, WaitForSpace
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
 from specmd_sim.policies.context import AccessSequence
 from specmd_sim.policies.registry import EVICTION
 from specmd_sim.scenario import RunObjects, Scenario, build_run, build_scenario
 from specmd_sim.scenario.dram import needs_sequence
+
+if TYPE_CHECKING:
+    from specmd_sim.engine.layer import Step
 
 
 def replay(
@@ -85,6 +87,9 @@ def _replay_python(
 ) -> DramLevel | None:
     """Drive the run's layer steps (and its DRAM level, returned; ``record``: recording its
     accesses)."""
+    from specmd_sim.engine.layer import LayerStep  # (the Python path's: a compiled replay's
+    # process does not import the layer step and the plug-ins it names)
+
     cache, step = run.cache, LayerStep(run, timed=False)
     dram = read = None
     if run.dram is not None:
@@ -141,6 +146,8 @@ def _fulfil(
     """Drive one layer step: a fetch lands at once; nothing else takes time (the step is
     untimed, so it asks neither to run experts nor to wait). ``read``: with a DRAM cache, each
     fetch (streamed ones too) first reads its expert from DRAM."""
+    from specmd_sim.engine.layer import Fetch, Join, WaitForSpace
+
     for request in step:
         match request:
             case Fetch(key, bypass=bypass) if read is not None:

@@ -101,9 +101,12 @@ class DemandSets(AccessSequence):
     builds them: two arrays of the access sequence's length, and the read of the trace's gates).
     """
 
-    def __init__(self, keys: np.ndarray, offsets: np.ndarray, trace: Trace, passes: Passes) -> None:
+    _largest: int  # the index of the (first) largest demand set
+
+    def __init__(self, keys: np.ndarray, offsets: np.ndarray, trace: Trace, passes: Passes,
+                 largest: int) -> None:  # fmt: skip
         fields = {"keys": keys, "offsets": offsets, "num_layers": trace.num_layers}
-        for name, value in (*fields.items(), ("_source", (trace, passes))):
+        for name, value in (*fields.items(), ("_source", (trace, passes)), ("_largest", largest)):
             object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str) -> np.ndarray:
@@ -111,16 +114,16 @@ class DemandSets(AccessSequence):
         if name not in ("tokens", "gates"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         trace, passes = self.__dict__["_source"]
-        _, tokens, gates, _ = _assemble(trace, passes, values=True)  # (the keys are not rebuilt)
+        _, tokens, gates, _, _ = _assemble(trace, passes, values=True)  # (not the keys again)
         object.__setattr__(self, "tokens", tokens)
         object.__setattr__(self, "gates", gates)
         return tokens if name == "tokens" else gates
 
     def max_layer_demand(self) -> tuple[int, int, int]:
-        """(size, pass, layer) of the largest demand set."""
-        sizes = np.diff(self.offsets)
-        i = int(np.argmax(sizes))
-        return int(sizes[i]), i // self.num_layers, i % self.num_layers
+        """(size, pass, layer) of the largest demand set (the first of them)."""
+        i = self._largest
+        size = int(self.offsets[i + 1] - self.offsets[i])
+        return size, i // self.num_layers, i % self.num_layers
 
 
 def build_passes(
@@ -346,13 +349,16 @@ length (large ones page in slowly, and would add to the demand sets' own memory)
 def build_demand(trace: Trace, passes: Passes) -> DemandSets:
     """The demand sets of every (pass, layer): their keys now, their tokens and gates on first
     use (:class:`DemandSets`)."""
-    keys, _, _, offsets = _assemble(trace, passes, values=False)
-    return DemandSets(keys, offsets, trace, passes)
+    keys, _, _, offsets, largest = _assemble(trace, passes, values=False)
+    return DemandSets(keys, offsets, trace, passes, largest)
 
 
-def _assemble(trace: Trace, passes: Passes, values: bool) -> _Sets:
+def _assemble(
+    trace: Trace, passes: Passes, values: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The demand sets' keys, or with ``values`` their tokens and gates (the keys are built
-    by then), and their offsets; the arrays not asked for are empty. Chunk by chunk of passes
+    by then), their offsets, and the index of the (first) largest set; the arrays not asked for
+    are empty. Chunk by chunk of passes
     (:data:`_CHUNK`), written into arrays sized for every entry of the passes' rows (unions only
     shrink them); the results are their first entries, views whose untouched tail takes no
     memory."""
@@ -371,8 +377,10 @@ def _assemble(trace: Trace, passes: Passes, values: bool) -> _Sets:
                 out[end : end + n] = got
         offsets[lo * num_layers + 1 : hi * num_layers + 1] = part[3]
         end += n
+    # (before the sizes are summed: no array of them is made)
+    largest = int(np.argmax(offsets[1:])) if offsets.size > 1 else 0
     np.cumsum(offsets, out=offsets)
-    return outs[0][:end], outs[1][:end], outs[2][:end], offsets
+    return outs[0][:end], outs[1][:end], outs[2][:end], offsets, largest
 
 
 _Sets = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]

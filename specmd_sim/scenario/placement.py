@@ -21,7 +21,7 @@ empty with ``memory.dram_cache.warm: false``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -98,20 +98,35 @@ class ExpertSizes(_Sized):
 
     dtype: tuple[str, ...]
     nbytes: np.ndarray  # int64 [keys]
-    counts: np.ndarray  # int64 [keys]: how often the trace routes each key
     num_experts: int
     dtype_hot: str
     expert_bytes: int  # of one expert at the model's expert dtype
+    trace: Trace = field(repr=False)
+    _counts: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def counts(self) -> np.ndarray:
+        """How often the trace routes each key (int64 [keys]); counted on first use (a pass
+        over the trace), as only a ranking reads them."""
+        if self._counts is None:
+            object.__setattr__(self, "_counts", routing_counts(self.trace))
+        assert self._counts is not None
+        return self._counts
 
 
 def expert_sizes(config: SimConfig, model: ModelSpec, trace: Trace) -> ExpertSizes:
     layers, experts = trace.num_layers, trace.num_experts
-    counts = routing_counts(trace)
-    dtype = _dtypes(config, model, counts.reshape(layers, experts))
+    cold = config.precision.cold_dtype
+    counts = None
+    if cold is None or cold == model.expert_dtype:
+        dtype = [model.expert_dtype] * (layers * experts)
+    else:
+        counts = routing_counts(trace)
+        dtype = _dtypes(config, model, counts.reshape(layers, experts))
     sizes = {d: model.expert_bytes_at(d) for d in set(dtype)}
     nbytes = np.array([sizes[d] for d in dtype], np.int64)
     return ExpertSizes(
-        tuple(dtype), nbytes, counts, experts, model.expert_dtype, model.expert_bytes
+        tuple(dtype), nbytes, experts, model.expert_dtype, model.expert_bytes, trace, counts
     )
 
 
@@ -128,7 +143,7 @@ def place(
     """Assign each key its tier. ``parity``: the bytes of the GPU cache when the runtime keeps
     memory parity (the host holds only the experts the cache does not, so they need that much
     less DRAM); then nothing may spill to NVMe."""
-    counts, nbytes = sizes.counts, sizes.nbytes
+    nbytes = sizes.nbytes
     tier = np.zeros(nbytes.size, np.uint8)
     memory = config.memory
     host = profile.hosts[0]
@@ -160,10 +175,14 @@ def place(
                 "lower-precision model"
             )
         budget += parity
-    if memory.placement == "hot-first":
-        order = np.lexsort((np.arange(counts.size), -counts))
+    # the order decides which keys DRAM holds only where not all of them fit, and what a DRAM
+    # cache starts with
+    if memory.placement == "hot-first" and (
+        memory.dram_cache is not None or sizes.routed_bytes > budget
+    ):
+        order = np.lexsort((np.arange(nbytes.size), -sizes.counts))
     else:
-        order = np.arange(counts.size)
+        order = np.arange(nbytes.size)
     fits = np.cumsum(nbytes[order]) <= budget
     if memory.dram_cache is not None:
         return _dram_cache(config, profile, sizes, int(budget), order[fits])
@@ -199,10 +218,10 @@ def _dram_cache(
 
 
 def _dtypes(config: SimConfig, model: ModelSpec, counts: np.ndarray) -> list[str]:
+    """Mixed precision: per layer, the most often routed keep the model's dtype."""
     cold = config.precision.cold_dtype
+    assert cold is not None
     layers, experts = counts.shape
-    if cold is None or cold == model.expert_dtype:
-        return [model.expert_dtype] * (layers * experts)
     hot = round(config.precision.hot_fraction * experts)
     out: list[str] = [cold] * (layers * experts)
     for layer in range(layers):

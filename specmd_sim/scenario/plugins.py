@@ -124,21 +124,21 @@ def expert_sources(scenario: Scenario, g: int) -> tuple[tuple[TransferPath, ...]
 def _arrivals(scenario: Scenario, rng: np.random.Generator) -> np.ndarray | None:
     """Arrival time of every request in admission order (all GPUs), or None (closed loop)."""
     workload = scenario.config.workload
+    if workload.arrivals == "closed-loop":
+        return None
     # every request of every GPU (several may join in one pass)
     requests = sum(np.unique(p.row_request).size for p, _ in scenario.shards)
     if workload.arrivals == "poisson":
         assert workload.arrival_rate_per_s is not None  # the config requires it for poisson
         gaps = rng.exponential(1.0 / workload.arrival_rate_per_s, requests)
         return np.cumsum(gaps)
-    if workload.arrivals == "trace":
-        recorded = scenario.trace.request_arrivals()
-        if recorded is None:
-            raise SpecmdError(
-                f"workload.arrivals: expected a trace with arrival_s for 'trace', got "
-                f"{scenario.config.trace!r} without it; use closed-loop or poisson"
-            )
-        return recorded[:requests]
-    return None
+    recorded = scenario.trace.request_arrivals()  # arrivals: trace
+    if recorded is None:
+        raise SpecmdError(
+            f"workload.arrivals: expected a trace with arrival_s for 'trace', got "
+            f"{scenario.config.trace!r} without it; use closed-loop or poisson"
+        )
+    return recorded[:requests]
 
 
 def _build_gpu(

@@ -34,17 +34,20 @@ def test_a_replay_imports_no_numba_nor_what_it_does_not_use(compiled_ahead, tmp_
         "    assert not {'tokens', 'gates'} & set(vars(scenario.demand))  # (never read)\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numba', 'llvmlite')))\n"
         "print(sorted(m for m in sys.modules if m.startswith('specmd_sim.policies.eviction.')))\n"
+        "print(sorted({'specmd_sim.engine.layer', 'specmd_sim.traces.synthetic', 'numpy.ma'}\n"
+        "             & set(sys.modules)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    jit, eviction = out.stdout.splitlines()
+    jit, eviction, others = out.stdout.splitlines()
     assert jit == "[]", jit
     # the plug-ins a replay uses are imported, not the zoo: lru and the defaults' least-stale,
-    # the policies the kernel covers (named by the module mapping them to its codes) and random
-    # (named by the layer step)
-    covered = {"base", "belady", "belady_bypass", "fifo", "least_stale", "lfu", "lru", "random"}
+    # and the policies the kernel covers (named by the module mapping them to its codes)
+    covered = {"base", "belady", "belady_bypass", "fifo", "least_stale", "lfu", "lru"}
     loaded = {m.rsplit(".", 1)[1] for m in ast.literal_eval(eviction)}
     assert loaded == covered, loaded
+    # nor the Python path's layer step, the trace generator, numpy's masked arrays
+    assert others == "[]", others
 
 
 def test_a_failed_build_warns_once_and_leaves_the_jit(tmp_path, monkeypatch, capfd) -> None:

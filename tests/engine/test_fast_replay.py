@@ -17,7 +17,14 @@ import yaml
 
 from specmd_sim import build_config, replay, save_trace
 from specmd_sim.engine import jit
-from specmd_sim.engine.fast import compiled_unsupported, kernels, replay_compiled
+from specmd_sim.engine.fast import (
+    compiled_unsupported,
+    kernel_state,
+    kernel_stats,
+    kernels,
+    replay_compiled,
+)
+from specmd_sim.engine.fast import layout as L
 from specmd_sim.errors import SpecmdError
 from specmd_sim.runtime.loader import runtime_dir
 from specmd_sim.scenario import build_run, build_scenario
@@ -227,3 +234,78 @@ def test_ahead_of_time_equals_the_jit(compiled_ahead, traces, eviction) -> None:
             seen_evictions |= ahead["evictions"] > 0
             seen_hits |= sum(row[0] for row in ahead["by_layer"]) > 0
     assert seen_evictions and seen_hits
+
+
+CLASSIC = ["fifo", "lru", {"kind": "lru", "prefetch_insert": "lru"}]
+
+
+@pytest.mark.parametrize("module", ["jit", "ahead of time"])
+def test_the_classic_loop_equals_the_layer_steps(request, module, tmp_path, traces) -> None:
+    """``run_classic`` (fifo and lru one key at a time, no prefetch) leaves the kernel's state
+    as ``run_passes`` does, in every capacity regime, with mixed precision, write-backs, warm
+    starts and batches: counters, per-layer counts, every key's state and the queue's order."""
+    K = kernels(False) if module == "jit" else request.getfixturevalue("compiled_ahead")
+    data = yaml.safe_load((runtime_dir() / "roofline.yaml").read_text())
+    data["memory_parity"]["value"] = True  # evictions are written back
+    parity = tmp_path / "parity.yaml"
+    parity.write_text(yaml.safe_dump(data))
+    rows = [
+        L.K_STATE,
+        L.K_EVER,
+        L.K_EVICTED,
+        L.K_PREV,
+        L.K_NEXT,
+        L.R_STATS,
+        *range(L.R_BY_LAYER, L.R_BY_LAYER + 5),
+    ]
+    seen = set()
+    for i, (eviction, capacity) in enumerate(
+        (e, c) for e in CLASSIC for c in ("smallest", "smallest+3", "30%", "100%")
+    ):
+        config = {"trace": traces[i % 2], "eviction": eviction, "prefetch": "none",
+                  "cache": {"capacity": capacity, "pin_demand_set": False},
+                  "workload": {"batch_size": 1 + i % 3, "prefill_chunk_tokens": 4}}  # fmt: skip
+        if i % 2:
+            config |= {"runtime": str(parity),
+                       "precision": {"cold_dtype": "int4", "hot_fraction": 0.3}}  # fmt: skip
+        if capacity.startswith("smallest"):
+            extra = int(capacity.partition("+")[2] or 0)
+            config["cache"]["capacity"] = smallest(config) + extra
+        run = build_run(build_scenario(build_config(config)))
+        keys = np.ascontiguousarray(run.scenario.demand.keys, np.int32)
+        offsets = np.ascontiguousarray(run.scenario.demand.offsets, np.int64)
+        warm = list(range(3, keys.max(), 97))[: 2 + i % 3]  # what fits the smallest cache
+        passes, layers = run.scenario.passes.num_passes, run.scenario.trace.num_layers
+        (a, after), (b, _) = (kernel_state(run, keys, warm, K) for _ in range(2))
+        for lo, hi in ((0, passes // 3), (passes // 3, passes)):  # in two blocks, as replays
+            plan = np.zeros((hi - lo) * layers + 1, np.int64)
+            assert K.run_passes(a, after, keys, offsets, lo, hi, plan, plan[:0]) == L.OK
+            assert K.run_classic(b, keys, offsets, lo, hi) == L.OK
+        assert np.array_equal(a[rows], b[rows]), config
+        assert a[L.R_SC, L.SC_USED] == b[L.R_SC, L.SC_USED]
+        stats = kernel_stats(b, layers)
+        seen |= {"evictions"} if stats.evictions else set()
+        seen |= {"written back"} if stats.bytes_written_back else set()
+        seen |= {"collisions"} if sum(r[4] for r in stats.by_layer) else set()
+    assert seen == {"evictions", "written back", "collisions"}
+
+
+def test_a_classic_replay_takes_the_classic_loop(traces, monkeypatch) -> None:
+    """An unpinned fifo or lru replay without prefetches runs ``run_classic`` (and equals the
+    Python engine); anything else runs the layer steps."""
+    K = kernels(False)
+    calls = []
+    module = type(K)("counting")
+    for name in ("preload", "next_uses", "run_passes", "run_classic"):
+        real = getattr(K, name)
+        setattr(module, name, lambda *a, _n=name, _f=real: calls.append(_n) or _f(*a))
+    monkeypatch.setattr("specmd_sim.engine.fast.kernels", lambda ahead_of_time=True: module)
+    for eviction in CLASSIC:
+        for pinned, prefetch, loop in ((False, "none", "run_classic"), (True, "none", "run_passes"),
+                                       (False, "top-k", "run_passes")):  # fmt: skip
+            calls.clear()
+            data = {"trace": traces[0], "eviction": eviction, "prefetch": prefetch,
+                    "cache": {"capacity": "40%", "pin_demand_set": pinned}}  # fmt: skip
+            ref, fast = both(data)
+            assert fast == ref
+            assert set(calls) - {"preload"} == {loop}, (eviction, pinned, prefetch)

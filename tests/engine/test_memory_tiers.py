@@ -21,6 +21,7 @@ from specmd_sim.config import build_config
 from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware import load_profile
 from specmd_sim.models import load_model
+from specmd_sim.scenario import placement as placement_module
 from specmd_sim.scenario.placement import TIER_DRAM, TIER_NVME, build_placement, routing_counts
 from specmd_sim.traces.io import load_trace
 
@@ -117,6 +118,34 @@ def test_hot_first_keeps_the_most_routed_experts_in_dram() -> None:
     assert in_dram.sum() == LAYERS * EXPERTS // 4
     assert counts[in_dram].min() >= counts[placement.tier == TIER_NVME].max()
     assert placement.nvme is not None and placement.nvme.id == "nvme0"
+
+
+@pytest.mark.parametrize(
+    ("memory", "counted"),
+    [
+        ({}, False),  # every expert fits DRAM: no order decides anything
+        ({"placement": "layer-order", "dram_capacity": "25%"}, False),
+        ({"dram_capacity": "25%"}, True),
+        ({"dram_cache": {}, "dram_capacity": "25%"}, True),  # what the DRAM cache starts with
+    ],
+)
+def test_the_trace_is_counted_only_where_a_ranking_decides(monkeypatch, memory, counted) -> None:
+    """Placement reads the routing counts (a pass over the trace) only where the hot-first
+    order decides what DRAM holds; where every expert fits, none is on NVMe whatever the order."""
+    config = build_config({"memory": memory})
+    trace = load_trace(config.trace)
+    calls = []
+    real = placement_module.routing_counts
+    monkeypatch.setattr(placement_module, "routing_counts",
+                        lambda t: calls.append(t) or real(t))  # fmt: skip
+    got = build_placement(config, load_profile(config.hardware), load_model(trace.model), trace)
+    assert bool(calls) == counted
+    if not memory:
+        assert (got.tier == TIER_DRAM).all()
+    if "dram_cache" in memory:  # it starts with the most routed
+        counts = real(trace)
+        warm = np.array(got.dram_warm)
+        assert warm.size and counts[warm].min() >= np.delete(counts, warm).max()
 
 
 @pytest.mark.parametrize(

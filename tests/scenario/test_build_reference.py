@@ -302,8 +302,13 @@ def test_passes_and_demand_sets_equal_the_references(seed: int, monkeypatch) -> 
             passes = build_passes(trace, workload, share)
             assert_identical(fields_of(passes), fields_of(reference_passes(trace, workload, share)))
             demand = build_demand(trace, passes)
+            want = reference_sets(trace, passes)
             got = {n: getattr(demand, n) for n in ("keys", "tokens", "gates", "offsets")}
-            assert_identical(got, reference_sets(trace, passes))
+            assert_identical(got, want)
+            if want["keys"].size:  # the first largest set
+                sizes = np.diff(want["offsets"])
+                i, layers = int(np.argmax(sizes)), trace.num_layers
+                assert demand.max_layer_demand() == (sizes[i], i // layers, i % layers)
 
 
 def test_tokens_and_gates_are_built_on_first_use() -> None:

@@ -11,13 +11,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import typer
 
 from specmd_sim.cli import main
 
 
-def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: str):
-    """Run ``specmd ARGS`` in this process: (exit code, stdout, stderr)."""
+def cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture, *args: str,
+        app: typer.Typer | None = None):  # fmt: skip
+    """Run ``specmd ARGS`` in this process: (exit code, stdout, stderr); with ``app``, typer
+    is given that app instead of the one ``main`` builds for the command line."""
     monkeypatch.setattr(sys, "argv", ["specmd", *args])
+    if app is not None:
+        monkeypatch.setattr("specmd_sim.cli.app_for", lambda args: app)
     with pytest.raises(SystemExit) as info:
         main()
     out, err = capsys.readouterr()

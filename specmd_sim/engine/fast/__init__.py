@@ -99,13 +99,18 @@ def replay_compiled(
     scores_per_pass = layers * run.prefetch.lookahead * scenario.trace.num_experts
     block = max(1, min(_BLOCK_ACCESSES // per_pass, _BLOCK_SCORES // max(1, scores_per_pass)))
     empty = np.zeros(0, np.int64)
+    classic = (plans is None and not scenario.config.cache.pin_demand_set
+               and S[L.R_SC, L.SC_POLICY] in (L.FIFO, L.LRU))  # fmt: skip
     for lo in range(0, total, block):
         hi = min(total, lo + block)
-        if plans is None:
-            plan_offsets, plan_keys = np.zeros((hi - lo) * layers + 1, np.int64), empty
+        if classic:
+            outcome = K.run_classic(S, keys, offsets, lo, hi)
         else:
-            plan_offsets, plan_keys = plans.block(lo, hi)  # (int64, contiguous)
-        outcome = K.run_passes(S, after, keys, offsets, lo, hi, plan_offsets, plan_keys)
+            if plans is None:
+                plan_offsets, plan_keys = np.zeros((hi - lo) * layers + 1, np.int64), empty
+            else:
+                plan_offsets, plan_keys = plans.block(lo, hi)  # (int64, contiguous)
+            outcome = K.run_passes(S, after, keys, offsets, lo, hi, plan_offsets, plan_keys)
         if outcome == L.NO_SPACE:
             raise RuntimeError("replay: WaitForSpace cannot happen without time")
         report_progress(progress, hi, total)

@@ -52,6 +52,7 @@ ENTRY_POINTS = {  # module of this package -> its functions compiled, with their
     "kernel": {
         "preload": f"b1({_S}, {_A})",
         "run_passes": f"i8({_S}, {_A}, {_KEYS}, {_A}, i8, i8, {_A}, {_A})",
+        "run_classic": f"i8({_S}, {_KEYS}, {_A}, i8, i8)",
         "next_uses": f"UniTuple({_A}, 2)({_KEYS}, i8)",
     },
     "plan_kernel": {

@@ -512,6 +512,73 @@ def run_passes(S: np.ndarray, after: np.ndarray, keys: np.ndarray, offsets: np.n
 
 
 @compiled
+def run_classic(S: np.ndarray, keys: np.ndarray, offsets: np.ndarray, pass_lo: int,
+                pass_hi: int) -> int:  # fmt: skip
+    """:func:`run_passes` for ``fifo`` and ``lru`` resolving each key at its access
+    (``cache.pin_demand_set: false``) with no prefetch plan — the classic cache — without the
+    steps' dispatch: the same operations in the same order, a layer's per-layer counts added
+    at its end (a quarter faster on ten million accesses; ``tests/engine/test_fast_replay.py``
+    checks it against :func:`run_passes`). No key is ever an unused prefetch here, and the
+    queues' touch stamps are left alone (only Least-Stale reads them)."""
+    sc = S[R_SC]
+    n, layers, lru = sc[SC_KEYS], sc[SC_NUM_LAYERS], sc[SC_POLICY] == LRU
+    state, pins, ever, evicted = S[K_STATE], S[K_PINS], S[K_EVER], S[K_EVICTED]
+    prev, after, nbytes, stats = S[K_PREV], S[K_NEXT], S[K_NBYTES], S[R_STATS]
+    head, tail = n, n + 1  # queue 0's sentinels
+    capacity, used, write_back = sc[SC_CAPACITY], sc[SC_USED], sc[SC_WRITE_BACK]
+    for p in range(pass_lo, pass_hi):
+        for layer in range(layers):
+            lo, hi = offsets[p * layers + layer], offsets[p * layers + layer + 1]
+            compulsory = collisions = 0  # the layer's counts (capacity misses: the rest)
+            hits = hi - lo
+            for i in range(lo, hi):
+                key = keys[i]
+                if state[key] != ABSENT:
+                    if lru:  # to the tail
+                        before, behind = prev[key], after[key]
+                        after[before], prev[behind] = behind, before
+                        last = prev[tail]
+                        after[last], prev[key], after[key], prev[tail] = key, last, tail, key
+                    continue
+                hits -= 1
+                if not ever[key]:
+                    compulsory += 1
+                elif evicted[key] == p:
+                    collisions += 1
+                need = nbytes[key]
+                while capacity - used < need:
+                    victim = after[head]  # the first evictable from the head
+                    while victim < n and (state[victim] != RESIDENT or pins[victim] != 0):
+                        victim = after[victim]
+                    if victim >= n:
+                        break
+                    state[victim] = ABSENT
+                    used -= nbytes[victim]
+                    evicted[victim] = p
+                    stats[ST_EVICTIONS] += 1
+                    if write_back:
+                        stats[ST_BYTES_WRITTEN_BACK] += nbytes[victim]
+                    before, behind = prev[victim], after[victim]
+                    after[before], prev[behind] = behind, before
+                if capacity - used < need:  # nothing evictable
+                    sc[SC_USED] = used
+                    return NO_SPACE
+                used += need
+                stats[ST_BYTES_DEMAND] += need
+                state[key] = RESIDENT
+                last = prev[tail]  # to the tail
+                after[last], prev[key], after[key], prev[tail] = key, last, tail, key
+                ever[key] = 1
+            S[R_BY_LAYER + HIT, layer] += hits
+            S[R_BY_LAYER + COMPULSORY, layer] += compulsory
+            S[R_BY_LAYER + COLLISION, layer] += collisions
+            S[R_BY_LAYER + CAPACITY, layer] += hi - lo - hits - compulsory - collisions
+        sc[SC_PASS] = p
+    sc[SC_USED] = used
+    return OK
+
+
+@compiled
 def bypass_admits(S: np.ndarray, key: int) -> bool:
     """``belady-bypass`` admits a key (the cache being full) unless its next use is not
     nearer than its victim's, or nothing is evictable."""
