@@ -33,10 +33,9 @@ import gzip
 import itertools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +43,9 @@ import numpy.typing as npt
 from specmd_sim.atomic import atomic_file
 from specmd_sim.cache.states import AccessClass
 from specmd_sim.packed_rows import SPILL_BYTES, PackedRows, SpillBudget
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 KINDS = (
     "attention", "expert", "lm_head", "stall", "demand_fetch", "prefetch", "cpu_expert",
@@ -795,6 +797,8 @@ def write_chrome_trace(
     at a time: a ``.json.gz`` that ui.perfetto.dev and chrome://tracing open as it is, and whose
     writing holds one chunk's text, not the trace's (a long run's is hundreds of MB). The gzip
     header names no file and no time, so the same inputs give the same bytes."""
+    from concurrent.futures import ThreadPoolExecutor  # (here: a replay writes no trace)
+
     with (
         atomic_file(path) as tmp,
         open(tmp, "wb") as raw,

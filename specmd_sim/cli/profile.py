@@ -10,8 +10,6 @@ phases' shares, not their seconds, are the figure to read.
 
 from __future__ import annotations
 
-import cProfile
-import pstats
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -50,6 +48,9 @@ class RunProfile:
 
     def profiled(self, name: str, fn: Callable[[], T]) -> T:
         """Run ``fn`` as the phase ``name`` under cProfile; its self time split by part."""
+        import cProfile  # (here: only a run with --profile needs them)
+        import pstats
+
         profiler = cProfile.Profile()
         with self.phase(name):
             result = profiler.runcall(fn)

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from specmd_sim.cli.app import app
@@ -38,19 +38,27 @@ from specmd_sim.units import format_bytes
 
 if TYPE_CHECKING:
     from specmd_sim.config import SimConfig
+    from specmd_sim.engine.common import Progress as EngineProgress
 
 
-def _progress_bar() -> Progress:
-    """A transient progress bar on stderr, shown only on a terminal."""
-    return Progress(
+@contextlib.contextmanager
+def _progress_bar(engine: str, total: int) -> Iterator[EngineProgress | None]:
+    """A transient progress bar of the run's ``total`` passes on stderr, shown only on a
+    terminal (elsewhere there is none, and rich's live display is not imported)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
         TextColumn("{task.completed}/{task.total} passes"),
         TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
-        disable=not sys.stderr.isatty(),
     )
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(engine, total=total)
+        yield lambda done, _total: bar.update(task, completed=done)
 
 
 def _execute(
@@ -72,11 +80,7 @@ def _execute(
         scenario = build_scenario(cfg)
     gc.freeze()  # the set-up's objects stay to the end: the run's collections skip them
     gc.enable()
-    with _progress_bar() as bar:
-        task = bar.add_task(engine, total=scenario.num_passes)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done)
+    with _progress_bar(engine, scenario.num_passes) as progress:
 
         def go() -> Any:
             return run_engine(scenario, progress)

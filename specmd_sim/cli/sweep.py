@@ -20,14 +20,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from specmd_sim.cli.app import app
 from specmd_sim.cli.common import PluginOpt, console
@@ -102,6 +94,15 @@ def sweep(
                 "is every file of that folder)"
             )
     loaded = load_spec(spec)  # run_sweep loads it again, naming the file in its errors
+    from rich.progress import (  # (here: the other commands' processes do not need it)
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     bar = Progress(
         TextColumn("[progress.description]{task.description}"),

@@ -411,7 +411,9 @@ def _chunk_sets(trace: Trace, passes: Passes, lo: int, hi: int, values: bool) ->
     sizes = np.diff(passes.start[lo : hi + 1])
     single = sizes == 1
     if single.all():
-        gates_read = None if trace.gates is None or not values else trace.gates[rows]
+        if not values:  # the keys alone
+            return _row_sets(ids, None, trace.num_experts, values=False)
+        gates_read = None if trace.gates is None else trace.gates[rows]
         return _row_sets(ids, gates_read, trace.num_experts)
     gates = None if trace.gates is None else trace.gates[rows]
     pass_of_row = np.repeat(np.arange(hi - lo), sizes)
@@ -448,18 +450,27 @@ def _rows(gates: np.ndarray | None, which: np.ndarray) -> np.ndarray | None:
     return None if gates is None else gates[which]
 
 
-def _row_sets(ids: np.ndarray, gates: np.ndarray | None, num_experts: int) -> _Sets:
-    """The demand sets of single-token passes (``ids`` [passes, L, k]): each row as stored."""
+def _row_sets(
+    ids: np.ndarray, gates: np.ndarray | None, num_experts: int, values: bool = True
+) -> _Sets:
+    """The demand sets of single-token passes (``ids`` [passes, L, k]): each row as stored;
+    without ``values``, their tokens and gates are left empty."""
     num_layers, k = ids.shape[1], ids.shape[2]
     keys = ids + (np.arange(num_layers, dtype=np.int32) * num_experts)[:, None]
-    gate = np.full(ids.shape, np.nan, np.float32) if gates is None else gates
+    gate = None
+    if values:
+        gate = np.full(ids.shape, np.nan, np.float32) if gates is None else gates
     valid = ids >= 0
     if valid.all():  # no padding: the rows as they are, without a copy
         counts = np.full(ids.shape[0] * num_layers, k, np.int64)
-        keys, gate = keys.reshape(-1), gate.reshape(-1)
+        keys = keys.reshape(-1)
+        gate = None if gate is None else gate.reshape(-1)
     else:
         counts = valid.sum(axis=2, dtype=np.int64).reshape(-1)
-        keys, gate = keys[valid], gate[valid]
+        keys = keys[valid]
+        gate = None if gate is None else gate[valid]
+    if gate is None:
+        return keys, np.zeros(0, np.int32), np.zeros(0, np.float32), counts
     return keys, np.ones(keys.size, np.int32), gate, counts
 
 
