@@ -15,7 +15,7 @@ Run from the repository root (needs the ``fast`` extra and ``libcachesim``)::
     median of the pair ratios *libCacheSim wall / specmd wall* (>= 1.0: specmd is no slower).
     Their miss counts must be equal (exit 1 otherwise). Peak RSS of each process from
     ``os.wait4``.
-(c) **The stack's ceiling**, which says why (a) is below 1.0: a process that only imports what
+(c) **The stack's ceiling**, the most (a) could reach: a process that only imports what
     the CLI and its config stand on (numpy, pydantic with a model built, typer's command
     machinery, PyYAML, rich), timed in each of
     (a)'s pairs, plus each policy's replay of a built scenario in one process (best of 3): no
@@ -64,8 +64,11 @@ ratio, _ = cls(slots, hashpower=16).process_trace(reader)
 print(round(ratio * n))
 """
 # what the CLI and its config stand on, as they use it: typer's command machinery (a pydantic
-# adapter per option), pydantic's with one model built, rich's tables
+# adapter per option), pydantic's with one model built (without its plug-ins, as the CLI's
+# process: cli.process_main), rich's tables
 FLOOR_SCRIPT = """
+import os
+os.environ["PYDANTIC_DISABLE_PLUGINS"] = "__all__"
 import numpy, yaml, rich.table, typer.main, typer._adapters
 from pydantic import BaseModel
 class M(BaseModel):

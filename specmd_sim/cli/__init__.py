@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import os
 import sys
 
 import typer
@@ -82,7 +83,15 @@ def process_main() -> None:
     """The ``specmd`` process (the console script, ``python -m specmd_sim``): :func:`main`, and
     then, as the process ends, its objects frozen, so that the cycle collection at exit does not
     walk every object only to free what the exit frees anyway (~0.05 s of a replay). Callers in
-    a longer-lived process call :func:`main`, which leaves the collector as it was."""
+    a longer-lived process call :func:`main`, which leaves the collector and the environment as
+    they were.
+
+    Pydantic's plug-ins are not loaded (``PYDANTIC_DISABLE_PLUGINS=__all__``, pydantic's own
+    switch, unless the environment sets it: an empty value loads them): finding them reads the
+    metadata of every installed distribution at the first model built, 20-40 ms of every command
+    in an environment with torch and its kin, for hooks that would only observe the validation
+    of the command's inputs. The setting reaches the process's children (a sweep's workers)."""
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     try:
         main()
     finally:

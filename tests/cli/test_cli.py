@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import gc
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -104,6 +105,26 @@ def test_the_process_ends_with_its_exit_code_and_its_objects_frozen(args, code) 
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert proc.returncode == code, proc.stderr
     assert proc.stdout.splitlines()[-1] == "frozen True", proc.stdout
+
+
+@pytest.mark.parametrize(("setting", "loaded"), [(None, False), ("", True), ("logfire", True)])
+def test_the_process_loads_no_pydantic_plugins_unless_told_to(setting, loaded) -> None:
+    """``process_main`` sets pydantic's own switch off unless the environment sets it (an empty
+    value, or naming the plug-ins to skip, loads the others); pydantic then looks for none."""
+    script = (
+        "import atexit, os, sys\n"
+        "import pydantic.plugin._loader as plugins\n"
+        "atexit.register(lambda: print(plugins._plugins is not None))\n"
+        "from specmd_sim.cli import process_main\n"
+        "sys.argv = ['specmd', 'models', 'list', '--json']\n"
+        "process_main()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    if setting is not None:
+        env["PYDANTIC_DISABLE_PLUGINS"] = setting
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == str(loaded), proc.stdout
 
 
 def test_same_config_gives_byte_identical_results(tmp_path: Path) -> None:
