@@ -55,6 +55,10 @@ class AccessSequence:
     offsets: np.ndarray  # int64 [P * L + 1]: (p, l) is keys[offsets[p * L + l] : ... + 1]]
     num_layers: int
 
+    @property
+    def num_accesses(self) -> int:
+        return int(self.offsets[-1])
+
     def span(self, p: int, layer: int) -> tuple[int, int]:
         i = p * self.num_layers + layer
         return int(self.offsets[i]), int(self.offsets[i + 1])

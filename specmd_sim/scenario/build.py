@@ -305,14 +305,14 @@ def _check_capacity(
         )
     if budget.kv_mode == "evict":  # the capacity at the KV cache's peak
         low = min(cap, budget.available - budget.kv_cache)
-        if low // eb < max(1, demand.max_layer_demand()[0] if demand.keys.size else 1):
+        if low // eb < max(1, demand.max_layer_demand()[0] if demand.num_accesses else 1):
             raise SpecmdError(
                 f"workload.kv_cache: evict: expected the expert cache to keep room for the "
                 f"largest demand set of one layer when the KV cache peaks ({budget.describe()} "
                 f"on {profile.id}), got {format_bytes(max(low, 0))} = {max(low, 0) // eb} expert "
                 f"slots; lower workload.batch_size or use a larger GPU"
             )
-    if demand.keys.size:
+    if demand.num_accesses:
         size, p, layer = demand.max_layer_demand()
         if size > slots:
             raise SpecmdError(

@@ -96,28 +96,48 @@ class DemandSets(AccessSequence):
     """The run's access sequence (:class:`~specmd_sim.policies.context.AccessSequence`, which
     offline plug-ins are given as it is), with the checks made before a run.
 
-    ``keys`` and ``offsets`` are built with it; ``tokens`` and ``gates`` on first use, from the
-    trace and passes it was built from (a compiled replay of a policy that reads neither never
-    builds them: two arrays of the access sequence's length, and the read of the trace's gates).
+    ``offsets`` are built with it; ``tokens`` and ``gates`` on first use, from the trace and
+    passes it was built from, and so are ``keys`` where every pass has one token (a decode
+    trace: each set is its row's routed experts, so the sizes are known without the keys). A
+    compiled replay reads the keys a block of passes at a time (:meth:`keys_of_passes`) and a
+    policy that reads no tokens or gates never builds them: arrays of the access sequence's
+    length not allocated, and the trace's gates not read.
     """
 
     _largest: int  # the index of the (first) largest demand set
 
-    def __init__(self, keys: np.ndarray, offsets: np.ndarray, trace: Trace, passes: Passes,
-                 largest: int) -> None:  # fmt: skip
-        fields = {"keys": keys, "offsets": offsets, "num_layers": trace.num_layers}
+    def __init__(self, keys: np.ndarray | None, offsets: np.ndarray, trace: Trace,
+                 passes: Passes, largest: int) -> None:  # fmt: skip
+        """``keys``: None to build them on first use."""
+        fields = {"offsets": offsets, "num_layers": trace.num_layers}
+        if keys is not None:
+            fields["keys"] = keys
         for name, value in (*fields.items(), ("_source", (trace, passes)), ("_largest", largest)):
             object.__setattr__(self, name, value)
 
     def __getattr__(self, name: str) -> np.ndarray:
-        # called only for what the instance does not hold: tokens and gates before first use
-        if name not in ("tokens", "gates"):
+        # called only for what the instance does not hold: keys, tokens and gates before first
+        # use
+        if name not in ("keys", "tokens", "gates"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         trace, passes = self.__dict__["_source"]
+        if name == "keys":
+            keys = _assemble(trace, passes, values=False)[0]
+            object.__setattr__(self, "keys", keys)
+            return keys
         _, tokens, gates, _, _ = _assemble(trace, passes, values=True)  # (not the keys again)
         object.__setattr__(self, "tokens", tokens)
         object.__setattr__(self, "gates", gates)
         return tokens if name == "tokens" else gates
+
+    def keys_of_passes(self, lo: int, hi: int) -> np.ndarray:
+        """The keys of passes ``[lo, hi)`` (int32, contiguous): a view of :attr:`keys` where
+        they are built, else built for these passes alone."""
+        a, b = self.offsets[lo * self.num_layers], self.offsets[hi * self.num_layers]
+        if "keys" in self.__dict__:
+            return self.keys[a:b]
+        trace, passes = self._source
+        return _assemble(trace, passes, values=False, passes_range=(lo, hi))[0]
 
     def max_layer_demand(self) -> tuple[int, int, int]:
         """(size, pass, layer) of the largest demand set (the first of them)."""
@@ -347,35 +367,55 @@ length (large ones page in slowly, and would add to the demand sets' own memory)
 
 
 def build_demand(trace: Trace, passes: Passes) -> DemandSets:
-    """The demand sets of every (pass, layer): their keys now, their tokens and gates on first
-    use (:class:`DemandSets`)."""
+    """The demand sets of every (pass, layer): their offsets now, and their keys too unless
+    every pass has one token; their tokens and gates on first use (:class:`DemandSets`)."""
+    if passes.rows.size == passes.num_passes:  # one token a pass: sizes from the routed ids
+        offsets, largest = _row_offsets(trace, passes)
+        return DemandSets(None, offsets, trace, passes, largest)
     keys, _, _, offsets, largest = _assemble(trace, passes, values=False)
     return DemandSets(keys, offsets, trace, passes, largest)
 
 
+def _row_offsets(trace: Trace, passes: Passes) -> tuple[np.ndarray, int]:
+    """The offsets of single-token passes' demand sets (each its row's routed ids) and the
+    index of the (first) largest, counted without building the sets."""
+    num_layers = trace.num_layers
+    sizes = np.zeros(passes.num_passes * num_layers + 1, np.int64)  # the sizes, then summed
+    for lo, hi in _chunks(passes, trace):
+        routed = trace.experts[passes.rows[lo:hi]] >= 0
+        into = sizes[lo * num_layers + 1 : hi * num_layers + 1]
+        if routed.all():
+            into[:] = trace.top_k
+        else:
+            routed.sum(axis=2, out=into.reshape(hi - lo, num_layers))
+    largest = int(np.argmax(sizes[1:])) if sizes.size > 1 else 0
+    return np.cumsum(sizes, out=sizes), largest
+
+
 def _assemble(
-    trace: Trace, passes: Passes, values: bool
+    trace: Trace, passes: Passes, values: bool, passes_range: tuple[int, int] | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The demand sets' keys, or with ``values`` their tokens and gates (the keys are built
-    by then), their offsets, and the index of the (first) largest set; the arrays not asked for
-    are empty. Chunk by chunk of passes
+    by then), their offsets, and the index of the (first) largest set, of every pass or those
+    of ``passes_range``; the arrays not asked for are empty. Chunk by chunk of passes
     (:data:`_CHUNK`), written into arrays sized for every entry of the passes' rows (unions only
     shrink them); the results are their first entries, views whose untouched tail takes no
     memory."""
     num_layers = trace.num_layers
-    bound = passes.rows.size * num_layers * trace.top_k
+    first, last = passes_range or (0, passes.num_passes)
+    bound = int(passes.start[last] - passes.start[first]) * num_layers * trace.top_k
     lengths = (0, bound, bound) if values else (bound, 0, 0)
     dtypes = (np.int32, np.int32, np.float32)
     outs = [np.empty(n, dtype) for n, dtype in zip(lengths, dtypes, strict=True)]
-    offsets = np.zeros(passes.num_passes * num_layers + 1, np.int64)  # the sizes, then summed
+    offsets = np.zeros((last - first) * num_layers + 1, np.int64)  # the sizes, then summed
     end = 0
-    for lo, hi in _chunks(passes, trace):
+    for lo, hi in _chunks(passes, trace, first, last):
         part = _chunk_sets(trace, passes, lo, hi, values)
         n = part[0].size
         for out, got in zip(outs, part[:3], strict=True):
             if out.size:
                 out[end : end + n] = got
-        offsets[lo * num_layers + 1 : hi * num_layers + 1] = part[3]
+        offsets[(lo - first) * num_layers + 1 : (hi - first) * num_layers + 1] = part[3]
         end += n
     # (before the sizes are summed: no array of them is made)
     largest = int(np.argmax(offsets[1:])) if offsets.size > 1 else 0
@@ -387,17 +427,21 @@ _Sets = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 """Demand sets of consecutive (pass, layer)s: keys, tokens, gates, and each one's size."""
 
 
-def _chunks(passes: Passes, trace: Trace) -> Iterator[tuple[int, int]]:
-    """Runs ``[lo, hi)`` of consecutive passes of about :data:`_CHUNK` entries and cells (one
-    pass at least): a batched pass counts its dense table of experts per layer too."""
-    rows = np.diff(passes.start)
+def _chunks(
+    passes: Passes, trace: Trace, first: int = 0, last: int | None = None
+) -> Iterator[tuple[int, int]]:
+    """Runs ``[lo, hi)`` of consecutive passes (of ``[first, last)``; default all) of about
+    :data:`_CHUNK` entries and cells (one pass at least): a batched pass counts its dense table
+    of experts per layer too."""
+    last = passes.num_passes if last is None else last
+    rows = np.diff(passes.start[first : last + 1])
     k, num_experts = trace.top_k, trace.num_experts
     work = np.where(rows == 1, k, np.maximum(rows * k, num_experts)) * trace.num_layers
     total = np.concatenate(([0], np.cumsum(work)))
     lo = 0
-    while lo < passes.num_passes:
+    while lo < last - first:
         hi = max(lo + 1, int(np.searchsorted(total, total[lo] + _CHUNK, "right")) - 1)
-        yield lo, hi
+        yield first + lo, first + hi
         lo = hi
 
 

@@ -266,6 +266,7 @@ def fields_of(passes: Passes) -> dict[str, np.ndarray]:
 
 WORKLOADS = [
     {"batch_size": 1},
+    {"batch_size": 1, "prefill_chunk_tokens": 1},  # one token a pass: keys built on first use
     {"batch_size": 1, "prefill_chunk_tokens": 0},
     {"batch_size": 2, "prefill_chunk_tokens": 2},
     {"batch_size": 3, "prefill_chunk_tokens": 0},
@@ -325,6 +326,38 @@ def test_tokens_and_gates_are_built_on_first_use() -> None:
     assert {"tokens", "gates"} <= set(vars(demand))
     with pytest.raises(AttributeError, match="no attribute 'token'"):
         demand.token  # noqa: B018 (only the two arrays are built on demand)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_keys_of_one_token_passes_are_built_on_first_use_or_a_block_at_a_time(
+    seed: int, monkeypatch
+) -> None:
+    """Where every pass has one token the offsets are counted without the keys; the keys of a
+    run of passes are built for it alone (a compiled replay's blocks), or sliced from the keys
+    once these are built; the sizes, their count and the largest set agree with the reference."""
+    monkeypatch.setattr(passes_module, "_CHUNK", 1 + 5 * (seed % 3))
+    trace = awkward_trace(seed, gates=seed % 2 == 0)
+    passes = build_passes(trace, WorkloadConfig(batch_size=1, prefill_chunk_tokens=1))
+    want = reference_sets(trace, passes)
+    demand = build_demand(trace, passes)
+    assert "keys" not in vars(demand)
+    assert_identical({"offsets": demand.offsets}, {"offsets": want["offsets"]})
+    assert demand.num_accesses == want["keys"].size
+    sizes = np.diff(want["offsets"])
+    i, layers = int(np.argmax(sizes)), trace.num_layers
+    assert demand.max_layer_demand() == (sizes[i], i // layers, i % layers)
+    rng = np.random.default_rng(seed)
+    ranges = [(0, passes.num_passes), *(sorted(rng.integers(0, passes.num_passes + 1, 2))
+                                        for _ in range(6))]  # fmt: skip
+    for lo, hi in ranges:
+        a, b = want["offsets"][lo * layers], want["offsets"][hi * layers]
+        got = demand.keys_of_passes(lo, hi)
+        assert got.dtype == np.int32 and np.array_equal(got, want["keys"][a:b])
+    assert "keys" not in vars(demand)
+    assert np.array_equal(demand.keys, want["keys"])  # built whole on first use
+    for lo, hi in ranges:
+        a, b = want["offsets"][lo * layers], want["offsets"][hi * layers]
+        assert np.shares_memory(demand.keys_of_passes(lo, hi), demand.keys) or a == b
 
 
 def test_union_of_a_batched_pass_by_hand() -> None:

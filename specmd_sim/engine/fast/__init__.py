@@ -69,7 +69,7 @@ def compiled_unsupported(run: RunObjects, home: bool = False) -> str | None:
         return "a capacity that follows the KV cache"
     if type(cache) is not ExpertCache or cache.listeners or cache.occupancy_hook is not None:
         return "a cache observed during the run"  # (a subclass's overrides would not run)
-    if run.eviction.kind == "lfu" and run.scenario.demand.keys.size >= _MAX_ACCESSES:
+    if run.eviction.kind == "lfu" and run.scenario.demand.num_accesses >= _MAX_ACCESSES:
         return f"lfu over {_MAX_ACCESSES} accesses or more"
     return plans_unsupported(run)
 
@@ -89,13 +89,12 @@ def replay_compiled(
     """
     K = kernels(ahead_of_time)
     scenario = run.scenario
-    layers = scenario.trace.num_layers
-    keys = np.ascontiguousarray(scenario.demand.keys, dtype=np.int32)  # (as built: no copy)
-    offsets = np.ascontiguousarray(scenario.demand.offsets, dtype=np.int64)
-    S, after = kernel_state(run, keys, warm, K)
+    demand, layers = scenario.demand, scenario.trace.num_layers
+    offsets = np.ascontiguousarray(demand.offsets, dtype=np.int64)
+    S, after = kernel_state(run, warm, K)
     total = scenario.passes.num_passes
     plans = BulkPlans(run, ahead_of_time) if run.prefetch.lookahead > 0 else None
-    per_pass = max(1, keys.size // max(total, 1))
+    per_pass = max(1, demand.num_accesses // max(total, 1))
     scores_per_pass = layers * run.prefetch.lookahead * scenario.trace.num_experts
     block = max(1, min(_BLOCK_ACCESSES // per_pass, _BLOCK_SCORES // max(1, scores_per_pass)))
     empty = np.zeros(0, np.int64)
@@ -103,14 +102,18 @@ def replay_compiled(
                and S[L.R_SC, L.SC_POLICY] in (L.FIFO, L.LRU))  # fmt: skip
     for lo in range(0, total, block):
         hi = min(total, lo + block)
+        # the block's keys (built for it alone where the demand sets have not built them all)
+        # and its offsets, from its first access
+        keys = np.ascontiguousarray(demand.keys_of_passes(lo, hi), dtype=np.int32)
+        at = offsets[lo * layers : hi * layers + 1] - offsets[lo * layers]
         if classic:
-            outcome = K.run_classic(S, keys, offsets, lo, hi)
+            outcome = K.run_classic(S, keys, at, lo, hi)
         else:
             if plans is None:
                 plan_offsets, plan_keys = np.zeros((hi - lo) * layers + 1, np.int64), empty
             else:
                 plan_offsets, plan_keys = plans.block(lo, hi)  # (int64, contiguous)
-            outcome = K.run_passes(S, after, keys, offsets, lo, hi, plan_offsets, plan_keys)
+            outcome = K.run_passes(S, after, keys, at, lo, hi, plan_offsets, plan_keys)
         if outcome == L.NO_SPACE:
             raise RuntimeError("replay: WaitForSpace cannot happen without time")
         report_progress(progress, hi, total)
@@ -119,12 +122,11 @@ def replay_compiled(
 
 def kernel_state(
     run: RunObjects,
-    keys: np.ndarray,
     warm: list[int] | None = None,
     K: ModuleType | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The kernel's state ``S`` for ``run`` (covered: :func:`compiled_unsupported` is None)
-    over the access sequence ``keys``, and Belady's next uses (:func:`.kernel.next_uses`' ``after``;
+    over its access sequence, and Belady's next uses (:func:`.kernel.next_uses`' ``after``;
     empty for the other policies): the cache holds the GPU's own
     shard (resident and pinned, outside its capacity), the policy's initial contents and then
     ``warm``, placed in that order, as the run's cache was built. ``K``: the kernel's entry
@@ -138,8 +140,9 @@ def kernel_state(
     S = L.new_state(n, layers)
     S[L.K_NBYTES, :n] = cache.nbytes
     after = np.zeros(0, np.int64)
-    if code >= L.BELADY:
-        after, S[L.K_NEXT_USE, :n] = K.next_uses(np.ascontiguousarray(keys, np.int32), n)
+    if code >= L.BELADY:  # (over the whole access sequence: its keys are built)
+        keys = np.ascontiguousarray(scenario.demand.keys, np.int32)
+        after, S[L.K_NEXT_USE, :n] = K.next_uses(keys, n)
     sc = S[L.R_SC]
     sc[L.SC_CAPACITY] = cache.capacity_bytes
     sc[L.SC_POLICY] = code
@@ -147,7 +150,7 @@ def kernel_state(
     sc[L.SC_WRITE_BACK] = cache.write_back is not None
     sc[L.SC_PINNED] = scenario.config.cache.pin_demand_set
     sc[L.SC_STAMP_SPAN] = _STAMP_SPAN
-    sc[L.SC_NEVER] = keys.size
+    sc[L.SC_NEVER] = scenario.demand.num_accesses
     sc[L.SC_NUM_EXPERTS] = experts
     home = np.flatnonzero(np.frombuffer(cache.home, np.uint8))  # ExpertCache.add_home
     S[L.K_STATE, home], S[L.K_EVER, home], S[L.K_PINS, home] = L.RESIDENT, 1, 1

@@ -369,9 +369,10 @@ def preload(S: np.ndarray, keys: np.ndarray) -> bool:
 def run_passes(S: np.ndarray, after: np.ndarray, keys: np.ndarray, offsets: np.ndarray,  # noqa: C901
                pass_lo: int, pass_hi: int, plan_offsets: np.ndarray,
                plan_keys: np.ndarray) -> int:  # fmt: skip
-    """Passes ``pass_lo .. pass_hi - 1``: every layer's demand set (``keys`` between
-    ``offsets``, as in :class:`~specmd_sim.policies.context.AccessSequence`), then the layer's
-    prefetch plan (``plan_keys`` between ``plan_offsets``, indexed from ``pass_lo``).
+    """Passes ``pass_lo .. pass_hi - 1``: every layer's demand set (the passes' ``keys``
+    between ``offsets``, as in :class:`~specmd_sim.policies.context.AccessSequence`, both
+    indexed from ``pass_lo``), then the layer's prefetch plan (``plan_keys`` between
+    ``plan_offsets``, likewise).
 
     One loop over a layer's steps, so that each of the cache's operations is written once (a
     compiled call to a helper that is not inlined costs more than the operation): with ``m``
@@ -394,9 +395,9 @@ def run_passes(S: np.ndarray, after: np.ndarray, keys: np.ndarray, offsets: np.n
             list_move_all(S, n, 1, 0)  # current joins the tail of stale
         for layer in range(layers):
             sc[SC_LAYER] = layer
-            lo, hi = offsets[p * layers + layer], offsets[p * layers + layer + 1]
-            m = hi - lo
             r = (p - pass_lo) * layers + layer
+            lo, hi = offsets[r], offsets[r + 1]
+            m = hi - lo
             plan_lo = plan_offsets[r]
             if pinned:
                 for i in range(lo, hi):
@@ -514,12 +515,13 @@ def run_passes(S: np.ndarray, after: np.ndarray, keys: np.ndarray, offsets: np.n
 @compiled
 def run_classic(S: np.ndarray, keys: np.ndarray, offsets: np.ndarray, pass_lo: int,
                 pass_hi: int) -> int:  # fmt: skip
-    """:func:`run_passes` for ``fifo`` and ``lru`` resolving each key at its access
-    (``cache.pin_demand_set: false``) with no prefetch plan — the classic cache — without the
-    steps' dispatch: the same operations in the same order, a layer's per-layer counts added
-    at its end (a quarter faster on ten million accesses; ``tests/engine/test_fast_replay.py``
-    checks it against :func:`run_passes`). No key is ever an unused prefetch here, and the
-    queues' touch stamps are left alone (only Least-Stale reads them)."""
+    """:func:`run_passes` (its arrays indexed likewise) for ``fifo`` and ``lru`` resolving each
+    key at its access (``cache.pin_demand_set: false``) with no prefetch plan — the classic
+    cache — without the steps' dispatch: the same operations in the same order, a layer's
+    per-layer counts added at its end (a quarter faster on ten million accesses;
+    ``tests/engine/test_fast_replay.py`` checks it against :func:`run_passes`). No key is ever
+    an unused prefetch here, and the queues' touch stamps are left alone (only Least-Stale
+    reads them)."""
     sc = S[R_SC]
     n, layers, lru = sc[SC_KEYS], sc[SC_NUM_LAYERS], sc[SC_POLICY] == LRU
     state, pins, ever, evicted = S[K_STATE], S[K_PINS], S[K_EVER], S[K_EVICTED]
@@ -528,7 +530,8 @@ def run_classic(S: np.ndarray, keys: np.ndarray, offsets: np.ndarray, pass_lo: i
     capacity, used, write_back = sc[SC_CAPACITY], sc[SC_USED], sc[SC_WRITE_BACK]
     for p in range(pass_lo, pass_hi):
         for layer in range(layers):
-            lo, hi = offsets[p * layers + layer], offsets[p * layers + layer + 1]
+            r = (p - pass_lo) * layers + layer
+            lo, hi = offsets[r], offsets[r + 1]
             compulsory = collisions = 0  # the layer's counts (capacity misses: the rest)
             hits = hi - lo
             for i in range(lo, hi):

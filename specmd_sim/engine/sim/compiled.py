@@ -134,7 +134,7 @@ class _Core:
         self.all_keys = keys[0] if G == 1 else np.concatenate(keys)
         self.all_offsets = offsets[0] if G == 1 else np.concatenate(offsets)
         # (numba is loaded for the core anyway: its JIT, not the replay's module built ahead)
-        states = [kernel_state(g.objs, k, K=kernel) for g, k in zip(gpus, keys, strict=True)]
+        states = [kernel_state(g.objs, K=kernel) for g in gpus]
         self.S3 = np.stack([s for s, _ in states])
         self.pos2 = np.zeros((G, max(1, max(p.size for _, p in states))), np.int64)
         for g, (_, pos) in enumerate(states):
