@@ -136,8 +136,8 @@ class DemandSets(AccessSequence):
         a, b = self.offsets[lo * self.num_layers], self.offsets[hi * self.num_layers]
         if "keys" in self.__dict__:
             return self.keys[a:b]
-        trace, passes = self._source
-        return _assemble(trace, passes, values=False, passes_range=(lo, hi))[0]
+        trace, passes = self._source  # (one token a pass: pass p's set is row p's ids)
+        return _row_keys(trace, passes.rows[lo:hi])
 
     def max_layer_demand(self) -> tuple[int, int, int]:
         """(size, pass, layer) of the largest demand set (the first of them)."""
@@ -392,30 +392,40 @@ def _row_offsets(trace: Trace, passes: Passes) -> tuple[np.ndarray, int]:
     return np.cumsum(sizes, out=sizes), largest
 
 
+def _row_keys(trace: Trace, rows: np.ndarray) -> np.ndarray:
+    """The keys of single-token passes' demand sets, of the trace's ``rows`` (the passes'):
+    each row's routed ids as stored (:func:`_row_sets`' keys, in one pass for a block)."""
+    ids = trace.experts[rows]
+    keys = np.empty(ids.shape, np.int32)
+    np.add(ids, (np.arange(trace.num_layers, dtype=np.int32) * trace.num_experts)[:, None],
+           out=keys)  # fmt: skip
+    routed = ids.reshape(-1) >= 0
+    return keys.reshape(-1) if routed.all() else keys.reshape(-1)[routed]
+
+
 def _assemble(
-    trace: Trace, passes: Passes, values: bool, passes_range: tuple[int, int] | None = None
+    trace: Trace, passes: Passes, values: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The demand sets' keys, or with ``values`` their tokens and gates (the keys are built
-    by then), their offsets, and the index of the (first) largest set, of every pass or those
-    of ``passes_range``; the arrays not asked for are empty. Chunk by chunk of passes
+    by then), their offsets, and the index of the (first) largest set; the arrays not asked for
+    are empty. Chunk by chunk of passes
     (:data:`_CHUNK`), written into arrays sized for every entry of the passes' rows (unions only
     shrink them); the results are their first entries, views whose untouched tail takes no
     memory."""
     num_layers = trace.num_layers
-    first, last = passes_range or (0, passes.num_passes)
-    bound = int(passes.start[last] - passes.start[first]) * num_layers * trace.top_k
+    bound = passes.rows.size * num_layers * trace.top_k
     lengths = (0, bound, bound) if values else (bound, 0, 0)
     dtypes = (np.int32, np.int32, np.float32)
     outs = [np.empty(n, dtype) for n, dtype in zip(lengths, dtypes, strict=True)]
-    offsets = np.zeros((last - first) * num_layers + 1, np.int64)  # the sizes, then summed
+    offsets = np.zeros(passes.num_passes * num_layers + 1, np.int64)  # the sizes, then summed
     end = 0
-    for lo, hi in _chunks(passes, trace, first, last):
+    for lo, hi in _chunks(passes, trace):
         part = _chunk_sets(trace, passes, lo, hi, values)
         n = part[0].size
         for out, got in zip(outs, part[:3], strict=True):
             if out.size:
                 out[end : end + n] = got
-        offsets[(lo - first) * num_layers + 1 : (hi - first) * num_layers + 1] = part[3]
+        offsets[lo * num_layers + 1 : hi * num_layers + 1] = part[3]
         end += n
     # (before the sizes are summed: no array of them is made)
     largest = int(np.argmax(offsets[1:])) if offsets.size > 1 else 0
@@ -427,21 +437,17 @@ _Sets = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 """Demand sets of consecutive (pass, layer)s: keys, tokens, gates, and each one's size."""
 
 
-def _chunks(
-    passes: Passes, trace: Trace, first: int = 0, last: int | None = None
-) -> Iterator[tuple[int, int]]:
-    """Runs ``[lo, hi)`` of consecutive passes (of ``[first, last)``; default all) of about
-    :data:`_CHUNK` entries and cells (one pass at least): a batched pass counts its dense table
-    of experts per layer too."""
-    last = passes.num_passes if last is None else last
-    rows = np.diff(passes.start[first : last + 1])
+def _chunks(passes: Passes, trace: Trace) -> Iterator[tuple[int, int]]:
+    """Runs ``[lo, hi)`` of consecutive passes of about :data:`_CHUNK` entries and cells (one
+    pass at least): a batched pass counts its dense table of experts per layer too."""
+    rows = np.diff(passes.start)
     k, num_experts = trace.top_k, trace.num_experts
     work = np.where(rows == 1, k, np.maximum(rows * k, num_experts)) * trace.num_layers
     total = np.concatenate(([0], np.cumsum(work)))
     lo = 0
-    while lo < last - first:
+    while lo < passes.num_passes:
         hi = max(lo + 1, int(np.searchsorted(total, total[lo] + _CHUNK, "right")) - 1)
-        yield first + lo, first + hi
+        yield lo, hi
         lo = hi
 
 
