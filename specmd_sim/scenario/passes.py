@@ -381,12 +381,12 @@ def _row_offsets(trace: Trace, passes: Passes) -> tuple[np.ndarray, int]:
     index of the (first) largest, counted without building the sets."""
     num_layers = trace.num_layers
     sizes = np.zeros(passes.num_passes * num_layers + 1, np.int64)  # the sizes, then summed
-    for lo, hi in _chunks(passes, trace):
-        routed = trace.experts[passes.rows[lo:hi]] >= 0
-        into = sizes[lo * num_layers + 1 : hi * num_layers + 1]
-        if routed.all():
-            into[:] = trace.top_k
-        else:
+    if not trace.padded:  # every set has top-k keys
+        sizes[1:] = trace.top_k
+    else:
+        for lo, hi in _chunks(passes, trace):
+            routed = trace.experts[passes.rows[lo:hi]] >= 0
+            into = sizes[lo * num_layers + 1 : hi * num_layers + 1]
             routed.sum(axis=2, out=into.reshape(hi - lo, num_layers))
     largest = int(np.argmax(sizes[1:])) if sizes.size > 1 else 0
     return np.cumsum(sizes, out=sizes), largest
@@ -399,8 +399,7 @@ def _row_keys(trace: Trace, rows: np.ndarray) -> np.ndarray:
     keys = np.empty(ids.shape, np.int32)
     np.add(ids, (np.arange(trace.num_layers, dtype=np.int32) * trace.num_experts)[:, None],
            out=keys)  # fmt: skip
-    routed = ids.reshape(-1) >= 0
-    return keys.reshape(-1) if routed.all() else keys.reshape(-1)[routed]
+    return keys.reshape(-1)[ids.reshape(-1) >= 0] if trace.padded else keys.reshape(-1)
 
 
 def _assemble(

@@ -21,6 +21,7 @@ Rows are in generation order; within one request, prefill rows precede decode ro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,12 @@ class Trace:
     @property
     def model(self) -> str:
         return str(self.meta["model"])
+
+    @cached_property
+    def padded(self) -> bool:
+        """Whether some token's layer routes fewer than ``top_k`` experts (ids -1 pad the
+        rest); known from the validation of a trace loaded or made."""
+        return bool((self.experts < 0).any())
 
     @property
     def lookahead(self) -> int:
@@ -186,7 +193,7 @@ def validate_trace(arrays: dict[str, Any], meta: Any, source: str) -> Trace:
             f"shape {list(experts.shape)}",
         )
     num_experts = meta["num_experts"]
-    _check_expert_ids(experts, num_experts, source)
+    lowest = _check_expert_ids(experts, num_experts, source)
 
     request = _as(source, "request", arrays["request"], "iu", np.int32, 1)
     phase = _as(source, "phase", arrays["phase"], "iu", np.uint8, 1)
@@ -219,11 +226,14 @@ def validate_trace(arrays: dict[str, Any], meta: Any, source: str) -> Trace:
     arrival = arrays.get("arrival_s")
     if arrival is not None:
         arrival = _check_arrivals(arrival, request, source)
-    return Trace(experts, request, phase, meta, gates, pred, arrival)
+    trace = Trace(experts, request, phase, meta, gates, pred, arrival)
+    trace.__dict__["padded"] = lowest < 0  # (where cached_property keeps what it computed)
+    return trace
 
 
-def _check_expert_ids(experts: np.ndarray, num_experts: int, source: str) -> None:
-    """Ids in ``[-1, num_experts - 1]``, distinct within a row, and at least one routed."""
+def _check_expert_ids(experts: np.ndarray, num_experts: int, source: str) -> int:
+    """Ids in ``[-1, num_experts - 1]``, distinct within a row, and at least one routed; the
+    lowest id."""
     lo, hi = int(experts.min()), int(experts.max())
     if lo < -1 or hi >= num_experts:
         bad = (experts < -1) | (experts >= num_experts)
@@ -248,6 +258,7 @@ def _check_expert_ids(experts: np.ndarray, num_experts: int, source: str) -> Non
                 "distinct expert ids within a token's layer",
                 f"{experts[tok, layer].tolist()} at token {tok}, layer {layer}",
             )
+    return lo
 
 
 _CHECK_ENTRIES = 1 << 16

@@ -18,7 +18,7 @@ from specmd_sim import build_config
 from specmd_sim.errors import SpecmdError
 from specmd_sim.scenario.build import build_scenario
 from specmd_sim.traces.io import load_trace, save_trace
-from specmd_sim.traces.trace import make_trace
+from specmd_sim.traces.trace import Trace, make_trace
 
 META = {"format": "specmd-trace", "version": 1, "model": "mixtral-8x7b", "num_layers": 2,
         "num_experts": 8, "top_k": 2}  # fmt: skip
@@ -174,6 +174,13 @@ def test_padding_with_minus_one_loads(tmp_path: Path, compress: bool) -> None:
     np.testing.assert_array_equal(trace.experts, experts)
     saved = save_trace(trace, tmp_path / "again.npz", compress=compress)
     np.testing.assert_array_equal(load_trace(saved).experts, experts)
+    assert trace.padded and load_trace(saved).padded  # (known from the validation)
+    unpadded = np.tile(np.array([0, 1], np.int16), (3, 2, 1))
+    full = write_npz(tmp_path / "full.npz", members(unpadded), compress=compress)
+    assert not load_trace(full).padded
+    for routed in (experts, unpadded):  # a Trace made by hand works it out
+        made = Trace(routed, trace.request, trace.phase, trace.meta)
+        assert made.padded == bool((routed < 0).any())
 
 
 def test_make_trace_refuses_ragged_lists() -> None:
