@@ -407,10 +407,9 @@ def _assemble(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The demand sets' keys, or with ``values`` their tokens and gates (the keys are built
     by then), their offsets, and the index of the (first) largest set; the arrays not asked for
-    are empty. Chunk by chunk of passes
-    (:data:`_CHUNK`), written into arrays sized for every entry of the passes' rows (unions only
-    shrink them); the results are their first entries, views whose untouched tail takes no
-    memory."""
+    are empty. Chunk by chunk of passes (:data:`_CHUNK`), written into arrays sized for every
+    entry of the passes' rows (unions only shrink them); the results are their first entries,
+    views whose untouched tail takes no memory."""
     num_layers = trace.num_layers
     bound = passes.rows.size * num_layers * trace.top_k
     lengths = (0, bound, bound) if values else (bound, 0, 0)

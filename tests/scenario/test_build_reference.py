@@ -354,6 +354,8 @@ def test_keys_of_one_token_passes_are_built_on_first_use_or_a_block_at_a_time(
         got = demand.keys_of_passes(lo, hi)
         assert got.dtype == np.int32 and np.array_equal(got, want["keys"][a:b])
     assert "keys" not in vars(demand)
+    copy = pickle.loads(pickle.dumps(demand))  # (as sent to another process: still lazy)
+    assert "keys" not in vars(copy) and np.array_equal(copy.keys, want["keys"])
     assert np.array_equal(demand.keys, want["keys"])  # built whole on first use
     for lo, hi in ranges:
         a, b = want["offsets"][lo * layers], want["offsets"][hi * layers]

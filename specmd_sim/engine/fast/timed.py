@@ -863,12 +863,12 @@ def _entry(run_i: np.ndarray, run_t: np.ndarray, JB: np.ndarray, row: int, key: 
 
 @compiled
 def _views(
-    g: int, S3: np.ndarray, pos2: np.ndarray, KR3: np.ndarray, IS2: np.ndarray,
+    g: int, S3: np.ndarray, after2: np.ndarray, KR3: np.ndarray, IS2: np.ndarray,
     FS2: np.ndarray, free2: np.ndarray, run_i3: np.ndarray, run_t2: np.ndarray,
     held2: np.ndarray, TL3: np.ndarray, free_back2: np.ndarray, WB3: np.ndarray,
 ) -> tuple[np.ndarray, ...]:  # fmt: skip
     """GPU ``g``'s arrays."""
-    return (S3[g], pos2[g], KR3[g], IS2[g], FS2[g], free2[g], run_i3[g], run_t2[g], held2[g],
+    return (S3[g], after2[g], KR3[g], IS2[g], FS2[g], free2[g], run_i3[g], run_t2[g], held2[g],
             TL3[g], free_back2[g], WB3[g])  # fmt: skip
 
 
@@ -940,7 +940,7 @@ def _block_of(B: np.ndarray, g: int) -> tuple[int, int, int, int, int, int, int,
 
 @compiled
 def run_block(  # noqa: C901
-    S3: np.ndarray, pos2: np.ndarray, keys: np.ndarray, offsets: np.ndarray, t_exp: np.ndarray,
+    S3: np.ndarray, after2: np.ndarray, keys: np.ndarray, offsets: np.ndarray, t_exp: np.ndarray,
     plan_offsets: np.ndarray, plan_keys: np.ndarray, B: np.ndarray, PF: np.ndarray,
     PI: np.ndarray, X: np.ndarray, lanes2: np.ndarray, PR: np.ndarray, PL: np.ndarray,
     PLAT: np.ndarray, PCAP: np.ndarray, PREQ: np.ndarray, DTAB: np.ndarray,
@@ -980,7 +980,7 @@ def run_block(  # noqa: C901
     cur = g if resume else 0  # the GPU whose arrays are in hand
     while True:  # (each GPU's arrays taken once per run of its events, not per event)
         S, after, KR, IS, FS, free, run_i, run_t, held, TL, free_back, WB = _views(
-            cur, S3, pos2, KR3, IS2, FS2, free2, run_i3, run_t2, held2, TL3, free_back2, WB3
+            cur, S3, after2, KR3, IS2, FS2, free2, run_i3, run_t2, held2, TL3, free_back2, WB3
         )
         sc = S[L.R_SC]
         k0, o0, row0, qb, lane, t_shift, p_lo, back = _block_of(B, cur)

@@ -136,9 +136,10 @@ class _Core:
         # (numba is loaded for the core anyway: its JIT, not the replay's module built ahead)
         states = [kernel_state(g.objs, K=kernel) for g in gpus]
         self.S3 = np.stack([s for s, _ in states])
-        self.pos2 = np.zeros((G, max(1, max(p.size for _, p in states))), np.int64)
-        for g, (_, pos) in enumerate(states):
-            self.pos2[g, : pos.size] = pos
+        # each GPU's next uses (Belady's; empty otherwise), padded to the longest
+        self.after2 = np.zeros((G, max(1, max(a.size for _, a in states))), np.int64)
+        for g, (_, after) in enumerate(states):
+            self.after2[g, : after.size] = after
         tables = [_pass_tables(g.objs, g.cost, g.tally) for g in gpus]
         self.PF = np.concatenate([t[0] for t in tables])
         self.PI = np.concatenate([t[1] for t in tables])
@@ -248,7 +249,7 @@ class _Core:
             self.spans.enabled,
         )  # fmt: skip
         outcome = T.run_block(
-            self.S3, self.pos2, self.all_keys, self.all_offsets, t_exp, plan_offsets, plan_keys,
+            self.S3, self.after2, self.all_keys, self.all_offsets, t_exp, plan_offsets, plan_keys,
             B, self.PF, self.PI, self.X, self.lanes2, self.PR, self.PL, self.PLAT, self.PCAP,
             self.PREQ, self.DTAB, self.used_paths, st["IG"], st["FG"], st["IS"], st["FS"],
             st["hT"], st["hI"], st["JB"], st["FL"], st["jfree"], st["KR"], st["free"], st["act"],
