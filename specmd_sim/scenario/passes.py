@@ -396,10 +396,17 @@ def _row_keys(trace: Trace, rows: np.ndarray) -> np.ndarray:
     """The keys of single-token passes' demand sets, of the trace's ``rows`` (the passes'):
     each row's routed ids as stored (:func:`_row_sets`' keys, in one pass for a block)."""
     ids = trace.experts[rows]
+    keys = _flat_keys(ids, trace.num_experts).reshape(-1)
+    return keys[ids.reshape(-1) >= 0] if trace.padded else keys
+
+
+def _flat_keys(ids: np.ndarray, num_experts: int) -> np.ndarray:
+    """Expert ids ``[..., L, k]`` as flat keys ``layer * num_experts + id`` (int32); the
+    caller drops the padding's (ids -1)."""
     keys = np.empty(ids.shape, np.int32)
-    np.add(ids, (np.arange(trace.num_layers, dtype=np.int32) * trace.num_experts)[:, None],
-           out=keys)  # fmt: skip
-    return keys.reshape(-1)[ids.reshape(-1) >= 0] if trace.padded else keys.reshape(-1)
+    layer_base = np.arange(ids.shape[-2], dtype=np.int32) * num_experts
+    np.add(ids, layer_base[:, None], out=keys)
+    return keys
 
 
 def _assemble(
@@ -504,7 +511,7 @@ def _row_sets(
     """The demand sets of single-token passes (``ids`` [passes, L, k]): each row as stored;
     without ``values``, their tokens and gates are left empty."""
     num_layers, k = ids.shape[1], ids.shape[2]
-    keys = ids + (np.arange(num_layers, dtype=np.int32) * num_experts)[:, None]
+    keys = _flat_keys(ids, num_experts)
     gate = None
     if values:
         gate = np.full(ids.shape, np.nan, np.float32) if gates is None else gates
