@@ -272,6 +272,22 @@ def test_several_gpus_give_the_same_run(traces: dict[str, str], case: str) -> No
     assert _fields(got) == _fields(reference)
 
 
+def test_a_run_with_more_write_backs_than_accesses_gives_the_same_run() -> None:
+    """Memory parity writes back every evicted expert: at a cache that misses nearly every
+    access, a call's write-back chunks outnumber its accesses' slack, and their spans and
+    bandwidth samples must still fit the call's buffers (they were once sized without them,
+    and the core wrote past their end: a segmentation fault or a double free)."""
+    data = {"trace": "mixtral-synthetic", "runtime": "mixtral-offloading",
+            "hardware": "a100-80g-sxm", "cache": {"capacity": "20%"}, "eviction": "lru",
+            "prefetch": "none", "workload": {"max_requests": 1}}  # fmt: skip
+    reference, got = _both(data)
+    assert reference.metrics["bytes_written_back"] > 0
+    assert reference.metrics["misses"] > 0.9 * (
+        reference.metrics["hits"] + reference.metrics["misses"]
+    )
+    assert _fields(got) == _fields(reference)
+
+
 def _copies(result: Any, prefix: str) -> Any:
     """The spans of the copies on the lanes named from ``prefix``."""
     lanes = [i for i, name in enumerate(result.lanes) if name.startswith(prefix)]

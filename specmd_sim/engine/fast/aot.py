@@ -16,8 +16,9 @@ new one; an old one is never loaded. It is compiled for the generic CPU of its a
 architecture never holds code one of them cannot run. Where the build fails (no compiler, a
 numba without ``pycc``), the reason is kept beside it and warned about once, and replays use
 numba's JIT as before. ``NUMBA_DISABLE_JIT=1`` (numba's switch for debugging kernels as plain
-Python) also turns this module off. The timing engines keep the JIT (they load numba for their
-core anyway).
+Python) and ``NUMBA_BOUNDSCHECK=1`` (its bounds checks, which CI runs the compiled engines'
+tests with once) also turn this module off. The timing engines keep the JIT (they load numba
+for their core anyway).
 
 The compiled module and the JIT kernels are differential-tested against each other and against
 the Python engine (``tests/engine/test_fast_replay.py``, ``test_fast_plans.py``,
@@ -109,8 +110,13 @@ def folders() -> list[Path]:
 
 
 def disabled() -> bool:
-    """Whether numba's JIT is switched off (``NUMBA_DISABLE_JIT``), and this module with it."""
-    return os.environ.get("NUMBA_DISABLE_JIT", "0") not in ("", "0")
+    """Whether numba's JIT is switched off (``NUMBA_DISABLE_JIT``), and this module with it;
+    or numba's bounds checks are on (``NUMBA_BOUNDSCHECK``), which this module, compiled
+    without them, would not make: the JIT, which makes them, runs instead."""
+    return any(
+        os.environ.get(switch, "0") not in ("", "0")
+        for switch in ("NUMBA_DISABLE_JIT", "NUMBA_BOUNDSCHECK")
+    )
 
 
 def load() -> ModuleType | None:

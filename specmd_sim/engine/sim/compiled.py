@@ -154,6 +154,7 @@ class _Core:
         self._paths()
         engines = len(gpus[0].fetcher.copy_lanes)
         backs = gpus[0].write_backs
+        self.writes_back = any(g.write_backs is not None for g in gpus)
         back_engines = 1 if backs is None else len(backs.lanes)
         self.n_keys = int(self.S3[0, L.R_SC, L.SC_KEYS])
         demand_rows = 1 + max(
@@ -243,8 +244,12 @@ class _Core:
         # room for every write-back the call can queue: of the keys cached when it starts and
         # of those it reserves
         T.grow_write_backs(st, self.n_keys + t_exp.size + plan_keys.size + 8)
+        # the write-backs the call can move: those queued when it starts and one for each key
+        # it reserves (those moving when it starts are among the pool's jobs)
+        queued = int(st["IS"][:, T.I_WB_COUNT].sum())
+        write_backs = queued + t_exp.size + plan_keys.size if self.writes_back else 0
         out = _buffers(
-            t_exp.size + plan_keys.size + self.pool, self.per_job,
+            t_exp.size + plan_keys.size + self.pool, write_backs, self.per_job,
             sum(b.hi - b.lo for b in blocks), self.layers, G * self.n_keys, len(self.names),
             self.spans.enabled,
         )  # fmt: skip
@@ -337,12 +342,21 @@ def _by_gpu(rows: np.ndarray, gpus: int) -> list[tuple[int, np.ndarray]]:
 
 
 def _buffers(
-    jobs: int, per_job: int, passes: int, layers: int, keys: int, resources: int, record: bool
+    jobs: int,
+    write_backs: int,
+    per_job: int,
+    passes: int,
+    layers: int,
+    keys: int,
+    resources: int,
+    record: bool,
 ) -> dict[str, np.ndarray]:
     """A call's outputs, each as long as the call can fill: ``jobs`` bounds its accesses and
-    the transfers that end in it (those it starts and those in flight when it began), each in
-    at most ``per_job`` chunks."""
-    computes, chunks = jobs + passes * (layers + 2) + 8, jobs * per_job + 8
+    the host-to-device transfers that end in it (those it starts and those in flight when it
+    began), ``write_backs`` its device-to-host ones (queued, moving or reserved during it),
+    each in at most ``per_job`` chunks. Every chunk of either kind records a span and moves
+    the links' bandwidth samples."""
+    computes, chunks = jobs + passes * (layers + 2) + 8, (jobs + write_backs) * per_job + 8
     spans = computes + jobs + chunks if record else 0
     return {
         "spF": np.zeros((spans, 2)), "spI": np.zeros((spans, 8), np.int64),
