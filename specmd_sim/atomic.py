@@ -1,4 +1,5 @@
-"""Writing files and folders so that a reader never sees them half-written.
+"""Writing files and folders so that a reader never sees them half-written, and a write that
+fails is one line.
 
 - :func:`atomic_file` yields a temporary sibling path (``.NAME.tmp-PID``); when the block ends
   without an exception it replaces ``path`` in one rename, otherwise it is removed. A reader
@@ -9,59 +10,105 @@
   report as "no run folder", never a mixed one). The next writer of the same folder cleans up
   after one that was killed: it puts an old folder moved aside back, and removes temporary ones.
 - :func:`check_output` checks, before any work, that an output location can be written: a
-  simulation is not run only to fail at its last step.
+  simulation is not run only to fail at its last step. Besides the permissions it tries the
+  write itself (a temporary folder made and removed where the output goes): a permission check
+  passes for root where the write then fails (under ``/proc``, on a read-only mount).
+- Both writers make the missing folders above ``path``, and every failure of a write, theirs or
+  one in their block (any ``OSError``), is one line (:func:`write_error`) naming the output,
+  what was expected and the system's reason. :func:`writing` and :func:`make_folder` do the
+  same for the few writes that are not replaced whole (a lock file, a work folder).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from specmd_sim.errors import SpecmdError
 
+OUTPUT = "output"
+"""What an output is called in an error where the caller names it no better."""
+
 
 def _sibling(path: Path, tag: str) -> Path:
     return path.with_name(f".{path.name}.{tag}-{os.getpid()}")
 
 
+def reason(err: OSError) -> str:
+    """An ``OSError`` in a few words: the system's reason and the path it names, if any."""
+    text = err.strerror or str(err) or type(err).__name__
+    return text if err.filename is None else f"{text}: {str(err.filename)!r}"
+
+
+def write_error(what: str, path: Path, err: OSError, *, folder: bool = False) -> SpecmdError:
+    """The line for a write of ``path`` (a file, or a ``folder``) that failed with ``err``."""
+    expected = "a folder that can be created" if folder else "a file that can be written"
+    return SpecmdError(f"{what}: expected {expected}, got {str(path)!r} ({reason(err)})")
+
+
 @contextmanager
-def atomic_file(path: Path) -> Iterator[Path]:
-    """A temporary path to write ``path``'s new content to; renamed into place on success."""
+def writing(path: Path, what: str = OUTPUT, *, folder: bool = False) -> Iterator[None]:
+    """A block that writes ``path``: an ``OSError`` in it is one line (:func:`write_error`)."""
+    try:
+        yield
+    except OSError as err:
+        raise write_error(what, Path(path), err, folder=folder) from None
+
+
+def make_folder(path: Path, what: str = OUTPUT) -> Path:
+    """``path`` as a folder, made with its parents where missing; one line if it cannot be."""
+    path = Path(path)
+    with writing(path, what, folder=True):
+        path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextmanager
+def atomic_file(path: Path, what: str = OUTPUT) -> Iterator[Path]:
+    """A temporary path to write ``path``'s new content to; renamed into place on success.
+    ``what`` names the output in the line a failed write gives."""
     path = Path(path)
     tmp = _sibling(path, "tmp")
     try:
-        yield tmp
-        os.replace(tmp, path)
+        with writing(path, what):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            yield tmp
+            os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # (there is none where its folder could not be made)
+            tmp.unlink(missing_ok=True)
 
 
-def write_text(path: Path, text: str) -> Path:
+def write_text(path: Path, text: str, what: str = OUTPUT) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
-    with atomic_file(path) as tmp:
+    with atomic_file(path, what) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
 
 
 @contextmanager
-def atomic_folder(path: Path) -> Iterator[Path]:
-    """A temporary folder to fill; on success it replaces ``path`` (a folder, or nothing)."""
+def atomic_folder(path: Path, what: str = OUTPUT) -> Iterator[Path]:
+    """A temporary folder to fill; on success it replaces ``path`` (a folder, or nothing).
+    ``what`` names the output in the line a failed write gives."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _recover(path)
     tmp = _sibling(path, "tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
     try:
-        yield tmp
-        old = _sibling(path, "old")
-        if path.exists():
-            os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
+        with writing(path, what, folder=True):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _recover(path)
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir()
+            yield tmp
+            old = _sibling(path, "old")
+            if path.exists():
+                os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -107,3 +154,7 @@ def check_output(path: Path, what: str, *, folder: bool) -> None:
         )
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise SpecmdError(f"{what}: expected a writable location, got {str(path)!r}")
+    try:  # the write itself: permissions say yes to root where the write then fails
+        os.rmdir(tempfile.mkdtemp(prefix=".specmd-check-", dir=parent))
+    except OSError as err:  # (the name of the folder tried would only confuse)
+        raise write_error(what, path, OSError(err.errno, err.strerror), folder=folder) from None

@@ -37,14 +37,15 @@ from specmd_sim.units import parse_bytes
 _PERCENT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*%\s*$")
 
 
-def _capacity_spec(value: object) -> str | int:
-    """A cache capacity: ``'auto'`` (what the GPU memory budget leaves) or a size spec."""
+def capacity_spec(value: object) -> str | int:
+    """A cache capacity: ``'auto'`` (what the GPU memory budget leaves) or a size spec.
+    Raises ValueError, whose message is ``expected 'auto' or ..., got ...``."""
     if isinstance(value, str) and value.strip() == "auto":
         return "auto"
     try:
         return _size_spec(value)
     except ValueError as exc:
-        raise ValueError(f"{exc} or 'auto'") from None
+        raise ValueError(str(exc).replace("expected ", "expected 'auto' or ", 1)) from None
 
 
 def _size_spec(value: object) -> str | int:
@@ -100,7 +101,7 @@ class CacheConfig(_Frozen):
         ),
     )
 
-    _check_capacity = field_validator("capacity", mode="before")(_capacity_spec)
+    _check_capacity = field_validator("capacity", mode="before")(capacity_spec)
 
     def capacity_bytes(self, expert_bytes: int, routed_bytes: int, budget: int) -> int:
         """Resolve the capacity against a model's expert sizes; ``auto`` = ``budget`` bytes
@@ -251,10 +252,16 @@ class ParallelConfig(_Frozen):
         return self.gpus if isinstance(self.gpus, int) else len(self.gpus)
 
 
+# Tokens in one pass and requests in one batch: 2**31, beyond any context window or batch, so
+# that counts the engines derive from them stay within the int64 arrays that hold them.
+MAX_TOKENS = 1 << 31
+
+
 class WorkloadConfig(_Frozen):
     prefill_chunk_tokens: int = Field(
         default=1,
         ge=0,
+        le=MAX_TOKENS,
         description=(
             "Prompt tokens per prefill pass: 1 = token-serial prefill (behaves like decode; the "
             "default, so small caches fit one layer's demand set), N = chunks of N tokens, "
@@ -275,6 +282,7 @@ class WorkloadConfig(_Frozen):
     batch_size: int = Field(
         default=1,
         ge=1,
+        le=MAX_TOKENS,
         description=(
             "Requests decoded together: a decode pass takes the next token of up to this many "
             "active requests (its demand set per layer is the union over them). A request "
@@ -309,6 +317,7 @@ class WorkloadConfig(_Frozen):
     max_tokens_per_step: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_TOKENS,
         description=(
             "scheduler: continuous: tokens one pass may take (vLLM's max_num_batched_tokens); "
             "prefill_chunk_tokens (when not 0) also bounds one request's prompt tokens in a "
@@ -383,6 +392,7 @@ class TimingConfig(_Frozen):
     chunk_bytes: int | None = Field(
         default=None,
         ge=64 * 1024,
+        le=2**63 - 1,
         description=(
             "Split each expert transfer into chunks of at most this many bytes, bytes; a demand "
             "fetch can then overtake a prefetch between chunks. None = whole experts. At least "

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from specmd_sim.atomic import reason
 from specmd_sim.errors import SpecmdError
 
 SPILL_BYTES = 64 << 20
@@ -242,7 +243,7 @@ class PackedRows:
 def _spill_error(err: OSError) -> SpecmdError:
     return SpecmdError(
         f"spans: could not spill recorded rows to {tempfile.gettempdir()} "
-        f"({err.strerror or err}): expected a temporary folder with room for them (set "
+        f"({reason(err)}): expected a temporary folder with room for them (set "
         "TMPDIR), or record none (timing.record_spans: false)"
     )
 

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
+from specmd_sim.atomic import write_text
 from specmd_sim.errors import SpecmdError, from_validation_error
 from specmd_sim.metrics import METRICS
 from specmd_sim.schema_base import InputModel
@@ -150,12 +150,8 @@ def load_baseline(path: Path | str) -> Baseline:
 
 def save_baseline(baseline: Baseline, path: Path | str) -> None:
     """Write sorted, indented JSON (stable diffs), atomically."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(baseline.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    write_text(Path(path), text, "baseline")
 
 
 # --- present results -------------------------------------------------------------------------

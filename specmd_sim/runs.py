@@ -85,7 +85,7 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
     """
     run_dir = Path(run_dir)
     check_run_target(run_dir, "run folder")
-    with atomic_folder(run_dir) as folder:
+    with atomic_folder(run_dir, "run folder") as folder:
         files = {"config": folder / "config.yaml", "result": folder / "result.json"}
         files["config"].write_text(yaml.safe_dump(result.config, sort_keys=True), encoding="utf-8")
         result.write(files["result"])

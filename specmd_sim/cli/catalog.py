@@ -147,8 +147,7 @@ def models_import(
             "# Fields: see ModelSpec in specmd_sim/models/spec.py; load it as --model PATH.\n"
         )
         body = yaml.safe_dump(m.model_dump(mode="json", exclude_none=True), sort_keys=False)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        write_text(out, header + body)
+        write_text(out, header + body, "--out")
         typer.echo(f"wrote {out}", err=json_)
 
 

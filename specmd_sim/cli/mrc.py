@@ -91,7 +91,13 @@ def mrc(
 
 def _capacity(text: str) -> str | int:
     """A capacity as the config takes it: an integer is a number of slots."""
+    from specmd_sim.config import capacity_spec
+
     text = text.strip()
     if not text:
         raise SpecmdError("--capacities: expected comma-separated capacities, got an empty one")
+    try:
+        capacity_spec(text)
+    except ValueError as exc:
+        raise SpecmdError(f"--capacities: {exc}") from None
     return int(text) if text.isdigit() else text

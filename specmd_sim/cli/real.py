@@ -77,6 +77,7 @@ def calibrate_cmd(
     """Measure this machine for the real executor; write hardware.yaml and runtime.yaml."""
     import yaml
 
+    from specmd_sim.atomic import check_output, make_folder, write_text
     from specmd_sim.execute.calibrate import calibrate
     from specmd_sim.execute.traces import write_model
 
@@ -84,15 +85,16 @@ def calibrate_cmd(
         if value < 1:
             raise SpecmdError(f"{name}: expected an integer >= 1, got {value}")
     link = _link_bandwidth(link_bandwidth, backend)
+    check_output(folder, "--folder", folder=True)  # before the backend's needs (torch, a GPU)
     _backend(backend)
-    folder.mkdir(parents=True, exist_ok=True)
+    make_folder(folder, "--folder")
     err = console(json_mode=True)
     cal = calibrate(model, scale, link, engines, repeats,
                     progress=lambda i, n: err.print(f"calibrate: step {i} of {n}"),
                     device=backend)  # fmt: skip
     write_model(cal.model, folder)
     for name, data in (("hardware.yaml", cal.hardware), ("runtime.yaml", cal.runtime)):
-        (folder / name).write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        write_text(folder / name, yaml.safe_dump(data, sort_keys=False), "--folder")
     rows = {m.name: {"value": m.value, "unit": m.unit, "spread": m.spread, "how": m.how}
             for m in cal.measures.values()}  # fmt: skip
     if json_:
@@ -142,10 +144,11 @@ def validate_real(
     from specmd_sim.execute.device import check_name
     from specmd_sim.execute.traces import synthetic_trace
     from specmd_sim.models import load_model
-    from specmd_sim.validate.document import write_part
+    from specmd_sim.validate.document import check_document, write_part
     from specmd_sim.validate.real import load_rows, markdown, matrix, run_real_validation
 
     check_name(backend)
+    check_document(out)  # before the backend's needs (torch, a GPU)
     machine = f"{platform.node() or 'this machine'} ({platform.processor() or platform.machine()})"
     command = (
         "specmd validate real"

@@ -53,7 +53,7 @@ def trace_record(
     """Run a model on prompts and write its routing, gates and pre-gated predictions."""
     import yaml
 
-    from specmd_sim.atomic import check_output
+    from specmd_sim.atomic import check_output, write_text
     from specmd_sim.errors import SpecmdError
     from specmd_sim.models.hf_config import spec_from_hf_config
     from specmd_sim.record import bundled_prompts, read_prompts, record_trace
@@ -63,7 +63,9 @@ def trace_record(
     for name, value in (("--max-new-tokens", max_new_tokens), ("--lookahead", lookahead)):
         if value < 0:  # checked again against the model once it is loaded
             raise SpecmdError(f"{name}: expected >= 0, got {value}")
-    check_output(out, "--out", folder=False)
+    spec_path = model_file_of(out)
+    for path in (out, spec_path):  # before the model is loaded (and torch imported)
+        check_output(path, "--out", folder=False)
     texts = bundled_prompts() if prompts is None else read_prompts(prompts)
     loaded = load_hf_model(model, random_weights=random_weights, dtype=dtype, seed=seed)
     spec = spec_from_hf_config(
@@ -79,10 +81,7 @@ def trace_record(
     )  # fmt: skip
     trace = recording.trace
     save_trace(trace, out)
-    spec_path = model_file_of(out)
-    spec_path.write_text(
-        yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False), encoding="utf-8"
-    )
+    write_text(spec_path, yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False), "--out")
     typer.echo(
         f"wrote {out}: {trace.num_tokens} tokens x {trace.num_layers} MoE layers x "
         f"top-{trace.top_k} of {trace.num_experts} experts, {len(texts)} requests, "

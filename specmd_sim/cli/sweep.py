@@ -218,6 +218,7 @@ def regress(
     plugin: PluginOpt = None,
 ) -> None:
     """Check runs or a sweep against a baseline (the help text is in the decorator)."""
+    from specmd_sim.atomic import check_output
     from specmd_sim.policies.registry import load_plugins
 
     load_plugins(plugin or (), "--plugin")
@@ -229,6 +230,8 @@ def regress(
         raise SpecmdError("--key: expected only with --run (sweep points are keyed by their axes)")
     if metric and not update:
         raise SpecmdError("--metric: expected together with --update, got it alone")
+    if update:
+        check_output(baseline, "baseline", folder=False)
     if run is not None:
         current = [rg.current_from_run(run, key)]
         only: list[str] | None = [key]

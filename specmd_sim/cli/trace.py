@@ -148,9 +148,11 @@ def trace_import(
     ] = False,
 ) -> None:
     """Import routing recorded by another tool (vLLM, SGLang, ...) as a trace."""
+    from specmd_sim.atomic import check_output
     from specmd_sim.traces import save_trace
     from specmd_sim.traces.importers import import_trace
 
+    check_output(out, "--out", folder=False)  # before importing
     result = import_trace(
         src,
         format_,

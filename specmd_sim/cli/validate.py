@@ -74,9 +74,11 @@ def validate_published(
     json_: JsonOpt = False,
 ) -> None:
     """Simulate every published measurement of the bundled data set and compare."""
-    from specmd_sim.validate.document import write_part
+    from specmd_sim.validate.document import check_document, write_part
     from specmd_sim.validate.published import fit_constants, markdown, run_validation
 
+    if not fit:  # (--fit writes nothing)
+        check_document(out)
     err = console(json_mode=True)
 
     def progress(line: str) -> None:

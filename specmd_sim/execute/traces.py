@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from specmd_sim.atomic import write_text
 from specmd_sim.config import SimConfig, build_config
 from specmd_sim.models import ModelSpec
 from specmd_sim.traces.io import save_trace
@@ -21,8 +22,7 @@ from specmd_sim.traces.synthetic import PRESETS, generate
 
 def write_model(model: ModelSpec, folder: Path) -> Path:
     path = folder / "model.yaml"
-    path.write_text(yaml.safe_dump(model.model_dump(mode="json"), sort_keys=False))
-    return path
+    return write_text(path, yaml.safe_dump(model.model_dump(mode="json"), sort_keys=False))
 
 
 def synthetic_trace(model: ModelSpec, folder: Path, name: str, seed: int, **shape: int) -> Path:

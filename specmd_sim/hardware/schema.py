@@ -38,20 +38,46 @@ class Quantity(InputModel):
     grade: Grade = Field(description="Confidence: A measured, B vendor spec, C derived, D assumed.")
 
 
-class Positive(Quantity):
-    value: float = Field(gt=0, description="A value > 0, in the unit named by the field.")
+# The ranges a profile's numbers may take: wide enough for any machine real or imagined (the
+# zero-time limit's near-instant machine runs at 1e30 bytes and FLOP/s, a 1e-15 s latency), narrow
+# enough that every time and size the simulator derives from them stays finite and fits the
+# integers it is counted in (a rate of 1e-300 B/s made a transfer last longer than a float holds;
+# 1e300 bytes of HBM, more cache slots than an int64 counts).
+MIN_RATE, MAX_RATE = 1.0, 1e30  # bytes/s or FLOP/s
+MAX_BYTES = 2**63 - 1  # as `specmd_sim.units.parse_bytes` takes sizes: below 8 EiB
+MAX_SECONDS = 3600.0  # a latency or a fixed cost per operation: at most an hour
+MIN_FRACTION = 1e-6  # an efficiency: at least one millionth
+MAX_COUNT = 10**9  # kernels per operation, sockets, channels: a billion
 
 
-class NonNegative(Quantity):
-    value: float = Field(ge=0, description="A value >= 0, in the unit named by the field.")
+class Rate(Quantity):
+    value: float = Field(
+        ge=MIN_RATE, le=MAX_RATE, description="A rate in [1, 1e30], in the unit named by the field."
+    )
+
+
+class Bytes(Quantity):
+    value: float = Field(ge=1, le=MAX_BYTES, description="A size in bytes, in [1, 2**63 - 1].")
+
+
+class NonNegativeBytes(Quantity):
+    value: float = Field(ge=0, le=MAX_BYTES, description="A size in bytes, in [0, 2**63 - 1].")
+
+
+class Seconds(Quantity):
+    value: float = Field(ge=0, le=MAX_SECONDS, description="A duration in seconds, in [0, 3600].")
+
+
+class PositiveSeconds(Quantity):
+    value: float = Field(gt=0, le=MAX_SECONDS, description="A duration in seconds, in (0, 3600].")
 
 
 class Fraction(Quantity):
-    value: float = Field(gt=0, le=1, description="A fraction in (0, 1].")
+    value: float = Field(ge=MIN_FRACTION, le=1, description="A fraction in [1e-6, 1].")
 
 
 class Count(Quantity):
-    value: int = Field(ge=1, description="A whole number >= 1.")
+    value: int = Field(ge=1, le=MAX_COUNT, description="A whole number in [1, 1e9].")
 
 
 # CUDA reports a GPU's concurrent DMA copy engines (asyncEngineCount) as a single-digit number;
@@ -63,6 +89,17 @@ MAX_COPY_ENGINES = 64
 class CopyEngineCount(Count):
     value: int = Field(
         ge=1, le=MAX_COPY_ENGINES, description=f"Copy engines, 1..{MAX_COPY_ENGINES}."
+    )
+
+
+# NVMe allows 65,536 commands in one I/O queue (NVMe base specification, "Maximum Queue Entries
+# Supported"); the timing engine tabulates a drive's bandwidth at every depth up to its cap.
+MAX_QUEUE_DEPTH = 65_536
+
+
+class QueueDepth(Count):
+    value: int = Field(
+        ge=1, le=MAX_QUEUE_DEPTH, description=f"Read requests outstanding, 1..{MAX_QUEUE_DEPTH}."
     )
 
 
@@ -110,10 +147,10 @@ class GPUNode(InputModel):
     kind: Literal["gpu"]
     id: str = Field(min_length=1, description="Unique node id, e.g. 'gpu0'.")
     name: str = Field(description="Product name, e.g. 'NVIDIA H100 PCIe 80GB'.")
-    hbm_bytes: Positive = Field(description="HBM capacity in bytes.")
-    hbm_bandwidth_bytes_per_s: Positive = Field(description="Peak HBM bandwidth, bytes/s.")
-    dense_bf16_flops: Positive = Field(description="Peak dense BF16 tensor FLOP/s (no sparsity).")
-    dense_fp8_flops: Positive | None = Field(
+    hbm_bytes: Bytes = Field(description="HBM capacity in bytes.")
+    hbm_bandwidth_bytes_per_s: Rate = Field(description="Peak HBM bandwidth, bytes/s.")
+    dense_bf16_flops: Rate = Field(description="Peak dense BF16 tensor FLOP/s (no sparsity).")
+    dense_fp8_flops: Rate | None = Field(
         default=None, description="Peak dense FP8 FLOP/s; absent where FP8 is unsupported."
     )
     compute_efficiency: Fraction = Field(
@@ -127,7 +164,7 @@ class GPUNode(InputModel):
             "at small m are neither compute- nor bandwidth-bound); None: 1 at every count."
         ),
     )
-    kernel_launch_overhead_s: NonNegative = Field(description="Fixed cost per kernel launch, s.")
+    kernel_launch_overhead_s: Seconds = Field(description="Fixed cost per kernel launch, s.")
     copy_engines_h2d: CopyEngineCount = Field(
         description="DMA copy engines usable host-to-device at once."
     )
@@ -142,9 +179,9 @@ class HostNode(InputModel):
     kind: Literal["host"]
     id: str = Field(min_length=1, description="Unique node id, e.g. 'host'.")
     name: str = Field(description="CPU / platform name.")
-    dram_bytes: Positive = Field(description="DRAM capacity in bytes.")
-    dram_bandwidth_bytes_per_s: Positive = Field(description="Peak DRAM bandwidth, bytes/s.")
-    cpu_flops: Positive = Field(description="Peak CPU FLOP/s at the precision experts run in.")
+    dram_bytes: Bytes = Field(description="DRAM capacity in bytes.")
+    dram_bandwidth_bytes_per_s: Rate = Field(description="Peak DRAM bandwidth, bytes/s.")
+    cpu_flops: Rate = Field(description="Peak CPU FLOP/s at the precision experts run in.")
     sockets: Count | None = Field(
         default=None,
         description=(
@@ -169,8 +206,10 @@ class SwitchNode(InputModel):
 class QueueDepthPoint(InputModel):
     """One measured point of a drive's read bandwidth at a queue depth (e.g. from fio)."""
 
-    queue_depth: int = Field(ge=1, description="Outstanding read requests.")
-    bandwidth_bytes_per_s: float = Field(gt=0, description="Read bandwidth at that depth, bytes/s.")
+    queue_depth: int = Field(ge=1, le=MAX_QUEUE_DEPTH, description="Outstanding read requests.")
+    bandwidth_bytes_per_s: float = Field(
+        ge=MIN_RATE, le=MAX_RATE, description="Read bandwidth at that depth, bytes/s."
+    )
 
 
 class QueueDepthCurve(_Curve):
@@ -192,15 +231,15 @@ class NVMeNode(InputModel):
     kind: Literal["nvme"]
     id: str = Field(min_length=1, description="Unique node id, e.g. 'nvme0'.")
     name: str = Field(description="Drive name.")
-    capacity_bytes: Positive = Field(description="Capacity in bytes.")
-    read_bandwidth_bytes_per_s: Positive = Field(
+    capacity_bytes: Bytes = Field(description="Capacity in bytes.")
+    read_bandwidth_bytes_per_s: Rate = Field(
         description="Sequential read bandwidth at a deep queue (the drive's peak), bytes/s."
     )
-    read_latency_s: Positive = Field(description="Latency of one read request, s.")
-    read_request_bytes: Positive = Field(
+    read_latency_s: PositiveSeconds = Field(description="Latency of one read request, s.")
+    read_request_bytes: Bytes = Field(
         description="Bytes per read request: a transfer of n bytes keeps ceil(n / this) in flight."
     )
-    max_queue_depth: Count = Field(
+    max_queue_depth: QueueDepth = Field(
         description="Most read requests outstanding on the drive at once (the I/O queue size)."
     )
     read_bandwidth_by_queue_depth: QueueDepthCurve | None = Field(
@@ -240,10 +279,8 @@ class Link(InputModel):
     kind: LinkKind = Field(description="Link technology.")
     a: str = Field(description="Node id of one end.")
     b: str = Field(description="Node id of the other end.")
-    bandwidth_bytes_per_s: Positive = Field(
-        description="Achievable bandwidth per direction, bytes/s."
-    )
-    latency_s: NonNegative = Field(description="Fixed per-transfer latency (setup + DMA), s.")
+    bandwidth_bytes_per_s: Rate = Field(description="Achievable bandwidth per direction, bytes/s.")
+    latency_s: Seconds = Field(description="Fixed per-transfer latency (setup + DMA), s.")
 
 
 class HardwareProfile(InputModel):

@@ -21,6 +21,10 @@ builds the model (``modeling_<family>.py``):
   32 with one 8-bit scale, 4.25 bits per weight, which :mod:`~specmd_sim.models.precision` names
   ``w4g128`` (4 bits plus 32 bits of metadata per 128 weights: the same bytes).
 
+Nothing is allocated from a dimension (MoE layers are counted, not listed), so that an absurd
+one meets the spec's bounds (:mod:`~specmd_sim.models.spec`) at once; the file itself is read
+only up to ``MAX_CONFIG_BYTES``.
+
 Biases, norms and attention sinks are not counted (below 0.1 % of the weights), nor DeepSeek-V3's
 multi-token-prediction module (an extra layer that only speculative decoding runs). A checkpoint
 built from a config without ``torch_dtype``/``dtype`` is float32 (``fp32``). docs/models.md lists
@@ -41,6 +45,7 @@ from pydantic_core import InitErrorDetails
 
 from specmd_sim.errors import SpecmdError, from_validation_error
 from specmd_sim.models.spec import ModelSpec
+from specmd_sim.units import format_bytes
 
 # torch dtype names (as config.json writes them) -> precision names
 DTYPES = {
@@ -53,6 +58,8 @@ DTYPES = {
 # MXFP4 (OCP microscaling): 4-bit e2m1 weights, one 8-bit e8m0 scale per block of 32 = 4.25 bits
 # per weight; w4g128 (4 bits, 32 bits of metadata per 128) has exactly these bytes
 MXFP4 = "w4g128"
+MAX_CONFIG_BYTES = 1 << 24
+"""16 MiB: a config.json is a few kB (DeepSeek-V3's: 1.7 kB), those with label maps tens of kB."""
 
 
 class _Config:
@@ -141,13 +148,12 @@ def _qwen_layers(c: _Config) -> dict[str, Any]:
     step = c.integer("decoder_sparse_step", 1)
     if step < 1:
         raise c.error("decoder_sparse_step", "an integer >= 1", str(step))
-    dense_only = set(c.int_list("mlp_only_layers"))
-    moe = [
-        i
-        for i in range(c.integer("num_hidden_layers"))
-        if i not in dense_only and experts > 0 and (i + 1) % step == 0
-    ]
-    return _with_dense(c, len(moe)) | {"num_experts": experts}
+    layers = c.integer("num_hidden_layers")
+    dense_only = {
+        i for i in c.int_list("mlp_only_layers") if 0 <= i < layers and (i + 1) % step == 0
+    }
+    moe = layers // step - len(dense_only) if experts > 0 else 0
+    return _with_dense(c, moe) | {"num_experts": experts}
 
 
 def _qwen2_moe(c: _Config) -> dict[str, Any]:
@@ -167,7 +173,7 @@ def _deepseek(c: _Config) -> dict[str, Any]:
     if freq < 1:
         raise c.error("moe_layer_freq", "an integer >= 1", str(freq))
     layers = c.integer("num_hidden_layers")
-    moe = [i for i in range(layers) if i >= first_dense and i % freq == 0]
+    moe = _multiples_below(layers, freq) - _multiples_below(min(first_dense, layers), freq)
     shared = c.field("num_shared_experts", "n_shared_experts", default=0)
     width = c.field("shared_intermediate_size", "moe_intermediate_size") if shared else 0
     experts = {
@@ -175,7 +181,12 @@ def _deepseek(c: _Config) -> dict[str, Any]:
         "num_shared_experts": shared,
         "shared_intermediate_size": width,
     }
-    return _with_dense(c, len(moe)) | _mla(c) | experts
+    return _with_dense(c, moe) | _mla(c) | experts
+
+
+def _multiples_below(n: int, step: int) -> int:
+    """How many of 0, step, 2 step, ... are below ``n``."""
+    return -(-n // step)
 
 
 def _mla(c: _Config) -> dict[str, Any]:
@@ -356,8 +367,15 @@ def _renamed(exc: ValidationError, origins: Mapping[str, str]) -> ValidationErro
 
 
 def read_hf_config(path: Path) -> Any:
-    """The parsed JSON of the ``config.json`` at ``path``, or one line saying what is wrong."""
+    """The parsed JSON of the ``config.json`` at ``path`` (at most ``MAX_CONFIG_BYTES``), or one
+    line saying what is wrong."""
     try:
+        size = path.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise SpecmdError(
+                f"model: {path}: size: expected a config.json of at most "
+                f"{format_bytes(MAX_CONFIG_BYTES)}, got {size:,} bytes"
+            )
         return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise SpecmdError(

@@ -86,8 +86,7 @@ def write_page(path: Path, title: str, blocks: list[Block], subtitle_html: str =
         parts.append(block.html)
         parts.append("</section>")
     parts.append(f"<footer>specmd-sim {version('specmd-sim')}</footer></main></body></html>")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, "\n".join(parts))
+    write_text(path, "\n".join(parts), "page")
 
 
 def figure_div(fig: go.Figure, div_id: str) -> str:

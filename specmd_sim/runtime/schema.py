@@ -34,7 +34,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from specmd_sim.hardware.schema import Count, Fraction, Grade, NonNegative, Quantity
+from specmd_sim.hardware.schema import Count, Fraction, Grade, NonNegativeBytes, Quantity, Seconds
 from specmd_sim.schema_base import InputModel
 
 
@@ -92,22 +92,22 @@ class RuntimeProfile(InputModel):
     id: str = Field(min_length=1, description="Runtime id; a bundled runtime's file stem.")
     name: str = Field(description="Human-readable name.")
     description: str = Field(default="", description="Which systems it stands for and how.")
-    dispatch_overhead_s: NonNegative = Field(
+    dispatch_overhead_s: Seconds = Field(
         description=(
             "Host-side framework time per kernel (Python, dispatcher), s, on top of the GPU "
             "profile's kernel_launch_overhead_s."
         )
     )
     kernels: Kernels = Field(description="Kernels per operation.")
-    expert_call_overhead_s: NonNegative = Field(
+    expert_call_overhead_s: Seconds = Field(
         description="Fixed host-side cost per routed-expert call beyond its kernels (cache "
         "lookup, bookkeeping), s."
     )
-    layer_overhead_s: NonNegative = Field(
+    layer_overhead_s: Seconds = Field(
         description="Fixed host-side cost per MoE layer beyond its kernels (the layer's cache "
         "decisions and bookkeeping), s."
     )
-    token_overhead_s: NonNegative = Field(
+    token_overhead_s: Seconds = Field(
         description="Fixed cost per pass that ends with the LM head (generate loop, logits "
         "processing, sampling, synchronisation), s."
     )
@@ -133,10 +133,10 @@ class RuntimeProfile(InputModel):
     cpu_numa_aware: Flag = Field(
         description="CPU experts read their own socket's DRAM on every socket (else one socket's)."
     )
-    cpu_expert_overhead_s: NonNegative = Field(
+    cpu_expert_overhead_s: Seconds = Field(
         description="Fixed cost per expert run on the CPU (thread-pool dispatch, sync), s."
     )
-    workspace_bytes: NonNegative = Field(
+    workspace_bytes: NonNegativeBytes = Field(
         description="GPU memory the runtime keeps besides weights and KV cache (CUDA context, "
         "allocator slack, activations, staging buffers), bytes."
     )

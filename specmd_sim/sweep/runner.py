@@ -42,7 +42,7 @@ from typing import IO, Any
 
 import yaml
 
-from specmd_sim.atomic import check_output, write_text
+from specmd_sim.atomic import check_output, make_folder, write_text, writing
 from specmd_sim.config import SimConfig, config_to_dict
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import result_row
@@ -294,7 +294,7 @@ def _prepare_folder(
         options["search"] = spec.search.model_dump(mode="json")
     if out.is_dir() and part_files(out):  # without results (killed before the first), any spec
         _check_same_points(out, [entry["point_id"] for entry in listing], options)
-    meta.mkdir(parents=True, exist_ok=True)
+    make_folder(meta, "--out")
     lock = _lock(meta / "lock", out)
     document = {"format": POINTS_FORMAT, "version": 1, "engine": spec.engine, "points": listing}
     document.update(options)
@@ -340,7 +340,8 @@ def _check_same_points(out: Path, new: list[str], options: dict[str, Any]) -> No
 
 def _lock(path: Path, out: Path) -> IO[Any]:
     """An exclusive lock held until the returned handle is closed (also on kill -9)."""
-    handle = open(path, "a+")  # noqa: SIM115 (held for the whole sweep)
+    with writing(path, "--out"):
+        handle = open(path, "a+")  # noqa: SIM115 (held for the whole sweep)
     try:
         import fcntl
     except ImportError:  # not POSIX: no lock

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from specmd_sim.atomic import atomic_file
+from specmd_sim.atomic import atomic_file, make_folder
 from specmd_sim.config import SimConfig, config_to_dict
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import INPUTS, METRICS, reported, value_type
@@ -186,7 +186,7 @@ class ResultStore:
         """Find the parts on disk and delete leftover temporary files. A part of another schema
         is refused; one that does not read is listed in :attr:`unreadable` and not done."""
         self._parts, self.unreadable = {}, []
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_folder(self.root)
         schema = _arrow_schema(self.columns)
         for path in sorted(self.root.iterdir()):
             if is_temporary(path) and path.is_file():

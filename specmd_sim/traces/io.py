@@ -2,9 +2,11 @@
 
 Files are written with fixed zip timestamps, so the same arrays always give the same bytes.
 ``compress=False`` stores members uncompressed, and such members are then memory-mapped on
-load instead of being read into memory: that is how large traces stay cheap. Before a member's
-data is read, its ``.npy`` header is checked against the member's sizes in the zip directory, so
-that a header claiming a huge shape allocates nothing.
+load instead of being read into memory: that is how large traces stay cheap. Before any data is
+read, the compressed members' sizes in the zip directory are checked against the archive's size
+(``MAX_EXPANSION``), and each ``.npy`` header against its member's (or file's) size, so that a
+zip bomb or a header claiming a huge shape allocates nothing. :func:`read_npz` and
+:func:`read_npy` are these readers, for any ``.npy`` input (the ``vllm`` importer's too).
 """
 
 from __future__ import annotations
@@ -54,14 +56,16 @@ def save_trace(trace: Trace, path: str | Path, *, compress: bool = True) -> Path
     """Write ``trace`` atomically to ``path`` (``.npz``)."""
     path = Path(path)
     check_output(path, "trace", folder=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
     method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
     members: dict[str, np.ndarray] = {"meta": np.array(json.dumps(trace.meta, sort_keys=True))}
     for name in ARRAY_NAMES:
         arr = getattr(trace, name)
         if arr is not None:
             members[name] = np.ascontiguousarray(arr)
-    with atomic_file(path) as tmp, zipfile.ZipFile(tmp, "w", method, allowZip64=True) as zf:
+    with (
+        atomic_file(path, "trace") as tmp,
+        zipfile.ZipFile(tmp, "w", method, allowZip64=True) as zf,
+    ):
         for name, arr in members.items():
             info = zipfile.ZipInfo(f"{name}.npy", date_time=_FIXED_TIME)
             info.compress_type = method
@@ -74,7 +78,7 @@ def load_trace(ref: str | Path) -> Trace:
     """Load and validate a trace; uncompressed members are memory-mapped."""
     path = resolve_trace_path(ref)
     source = f"trace {path}"
-    arrays = _read_members(path, source)
+    arrays = read_npz(path, source)
     if "experts" not in arrays or "meta" not in arrays:
         raise SpecmdError(f"{source}: expected arrays 'experts' and 'meta', got {sorted(arrays)}")
     try:
@@ -101,16 +105,28 @@ _DAMAGED = (
 # The most bytes one stored byte of a member gives: deflate emits at most 258 bytes per 2 bits
 # (a longest match at distance 1), zlib's documented limit of 1032:1.
 _MAX_RATIO = {zipfile.ZIP_STORED: 1, zipfile.ZIP_DEFLATED: 1032}
+MAX_EXPANSION = 256
+"""Compressed members are read into memory: together they may decompress to this many times the
+archive's size (or to ``FREE_EXPANSION``). Routing compresses 1.4:1 (the bundled traces) to 2:1
+(all layers logged), an import that is mostly ``-1`` padding up to 100:1 (one logged layer of
+94, top-8; measured), while zeros compress 1032:1, so that a zip bomb of a few MB claims
+gigabytes. A trace more repetitive still is saved uncompressed (``compress=False``), and then
+memory-mapped."""
+FREE_EXPANSION = 1 << 28
+"""256 MiB: what compressed members may always decompress to, whatever the archive's size."""
 
 
-def _read_members(path: Path, source: str) -> dict[str, Any]:
-    """Every member's array; one line naming the archive (and the member) if one is damaged."""
+def read_npz(path: Path, source: str) -> dict[str, Any]:
+    """Every member's array (no pickles), the uncompressed ones but ``meta`` memory-mapped; one
+    line naming ``source`` (and the member) if the archive is damaged or claims more than it
+    can hold."""
     try:
         zf = zipfile.ZipFile(path)
     except _DAMAGED as exc:
         raise SpecmdError(f"{source}: expected a readable .npz archive, got {exc}") from None
     out: dict[str, Any] = {}
     with zf:
+        _check_expansion(zf.infolist(), path.stat().st_size, source)
         for info in zf.infolist():
             name = info.filename.removesuffix(".npy")
             where = f"{source}: {name}"
@@ -133,14 +149,7 @@ def _read_member(
     """A member's array, once its header agrees with its size in the zip directory; the
     uncompressed ones but ``meta`` memory-mapped."""
     with zf.open(info) as fh:
-        version = np.lib.format.read_magic(fh)
-        read_header = (
-            np.lib.format.read_array_header_1_0
-            if version == (1, 0)
-            else np.lib.format.read_array_header_2_0
-        )
-        shape, fortran, dtype = read_header(fh)
-        header_bytes = fh.tell()
+        shape, fortran, dtype, header_bytes = _read_header(fh)
     if dtype.hasobject:
         expected = "a JSON string" if name == "meta" else "a numeric array"
         raise SpecmdError(f"{where}: expected {expected}, got an object (pickled) array")
@@ -160,17 +169,64 @@ def _read_member(
     )
 
 
+def read_npy(path: Path, source: str) -> np.ndarray:
+    """A ``.npy`` file's array (no pickles), once its header's shape agrees with the file's
+    size; one line naming ``source`` otherwise."""
+    try:
+        with open(path, "rb") as fh:
+            shape, _, dtype, header_bytes = _read_header(fh)
+        _check_claim(f"{source}: shape", shape, dtype, path.stat().st_size - header_bytes, "file")
+        return np.asarray(np.load(path, allow_pickle=False))
+    except _DAMAGED as exc:
+        raise SpecmdError(f"{source}: expected a .npy array (no pickles), got {exc}") from None
+
+
+def _read_header(fh: Any) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """(shape, Fortran order, dtype, bytes up to the data) of the ``.npy`` header at ``fh``."""
+    version = np.lib.format.read_magic(fh)
+    read_header = (
+        np.lib.format.read_array_header_1_0
+        if version == (1, 0)
+        else np.lib.format.read_array_header_2_0
+    )
+    shape, fortran, dtype = read_header(fh)
+    return shape, fortran, dtype, fh.tell()
+
+
+def _check_expansion(infos: list[zipfile.ZipInfo], archive_bytes: int, source: str) -> None:
+    """The compressed members decompress to at most ``MAX_EXPANSION`` times the archive's size
+    (or ``FREE_EXPANSION``), by the zip directory: checked before any is read."""
+    packed = [info for info in infos if info.compress_type != zipfile.ZIP_STORED]
+    total = sum(info.file_size for info in packed)
+    limit = max(FREE_EXPANSION, MAX_EXPANSION * archive_bytes)
+    if total > limit:
+        largest = max(packed, key=lambda info: info.file_size).filename.removesuffix(".npy")
+        raise SpecmdError(
+            f"{source}: {largest}: expected compressed members decompressing to at most "
+            f"{limit:,} bytes in all ({MAX_EXPANSION} times the archive's {archive_bytes:,} "
+            f"bytes, at least {format_bytes(FREE_EXPANSION)}; store it uncompressed), "
+            f"got {total:,} bytes"
+        )
+
+
+def _check_claim(where: str, shape: tuple[int, ...], dtype: np.dtype, held: int,
+                 holder: str) -> None:  # fmt: skip
+    """A header claims exactly the data bytes its member or file holds."""
+    claimed = math.prod(shape) * dtype.itemsize
+    if claimed != held:
+        raise SpecmdError(
+            f"{where}: expected a header matching the {holder}'s {held:,} bytes of data, got "
+            f"shape {list(shape)} of {dtype} ({claimed:,} bytes)"
+        )
+
+
 def _check_size(info: zipfile.ZipInfo, shape: tuple[int, ...], dtype: np.dtype,
                 header_bytes: int, archive_bytes: int, where: str) -> None:  # fmt: skip
     """A member's header claims the data bytes the zip directory says it holds, and no more
     than its bytes in the archive expand to: nothing is allocated for a shape the file cannot
-    hold. (A compression method other than stored or deflated is read as it comes.)"""
-    claimed, held = math.prod(shape) * dtype.itemsize, info.file_size - header_bytes
-    if claimed != held:
-        raise SpecmdError(
-            f"{where}: expected a header matching the member's {held:,} bytes of data, got "
-            f"shape {list(shape)} of {dtype} ({claimed:,} bytes)"
-        )
+    hold. (A compression method other than stored or deflated is read as it comes, within
+    ``MAX_EXPANSION``.)"""
+    _check_claim(where, shape, dtype, info.file_size - header_bytes, "member")
     ratio = _MAX_RATIO.get(info.compress_type)
     stored = min(info.compress_size, archive_bytes)
     if ratio is not None and info.file_size > ratio * stored:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specmd_sim.atomic import write_text
+from specmd_sim.atomic import check_output, reason, write_text
+from specmd_sim.errors import SpecmdError
 from specmd_sim.execute.device import DEVICES
 
 MARKER = "<!-- real execution: written by specmd validate real -->"
@@ -37,10 +38,33 @@ def published_part(text: str) -> str:
     return parts(text)["published"].rstrip("\n") + "\n"
 
 
-def write_part(path: Path, part: str, text: str) -> None:
+def check_document(path: Path, what: str = "--out") -> None:
+    """One line, before any work, unless ``path`` can take a part: a location that can be
+    written, new or holding a text document (``what`` names it)."""
+    check_output(path, what, folder=False)
+    read_document(path, what)
+
+
+def read_document(path: Path, what: str = "--out") -> str:
+    """The document at ``path`` ("" where there is none yet); one line if it does not read as
+    text."""
+    if not path.exists():
+        return ""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecmdError(
+            f"{what}: expected a text (UTF-8) document to update, got {str(path)!r}, which is "
+            f"not text (at byte {exc.start})"
+        ) from None
+    except OSError as err:
+        raise SpecmdError(
+            f"{what}: expected a document that can be read, got {str(path)!r} ({reason(err)})"
+        ) from None
+
+
+def write_part(path: Path, part: str, text: str, what: str = "--out") -> None:
     """Replace (or add) ``part`` (one of :data:`PARTS`) of the document at ``path``."""
-    old = parts(path.read_text(encoding="utf-8")) if path.exists() else {}
-    new = {**old, part: text}
+    new = {**parts(read_document(path, what)), part: text}
     chunks = [new[p].strip("\n") for p in PARTS if new.get(p, "").strip()]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text(path, "\n\n".join(chunks) + "\n")
+    write_text(path, "\n\n".join(chunks) + "\n", what)

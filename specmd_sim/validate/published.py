@@ -25,6 +25,7 @@ import numpy as np
 import yaml
 from pydantic import Field, model_validator
 
+from specmd_sim.atomic import write_text
 from specmd_sim.config import build_config
 from specmd_sim.engine.sim.run import simulate
 from specmd_sim.errors import SpecmdError
@@ -226,8 +227,7 @@ class _Bench:
                 )
             data[key] = {**data[key], "value": value, "source": "the validation row's setup"}
         path = self.folder / f"{group.id}-{row.setup}-runtime.yaml"
-        path.write_text(yaml.safe_dump(data, sort_keys=False))
-        return str(path)
+        return str(write_text(path, yaml.safe_dump(data, sort_keys=False)))
 
     def run(self, group: Group, row: Row, fitted: dict[str, Any] | None = None) -> RowResult:
         """One row simulated; a scenario the simulator cannot express is a failed row (its

@@ -29,11 +29,13 @@ import yaml
 from specmd_sim.atomic import write_text
 from specmd_sim.config import SimConfig, build_config
 from specmd_sim.engine.sim.run import simulate
+from specmd_sim.errors import SpecmdError, short_repr
 from specmd_sim.execute import Backend, execute
 from specmd_sim.execute.copies import NATIVE
 from specmd_sim.execute.device import make_device
 from specmd_sim.execute.model import Weights
 from specmd_sim.metrics import RunResult
+from specmd_sim.runs import read_json
 from specmd_sim.scenario import build_scenario
 from specmd_sim.timeline import KIND, class_name
 from specmd_sim.validate.document import marker
@@ -185,9 +187,7 @@ def profile_at(folder: Path, bandwidth: float) -> Path:
             "value": bandwidth, "source": "the executor's throttle (specmd validate real)",
             "grade": "B",
         }  # fmt: skip
-    path = _profile_path(folder, bandwidth)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
+    return write_text(_profile_path(folder, bandwidth), yaml.safe_dump(data, sort_keys=False))
 
 
 def run_real_validation(
@@ -304,7 +304,11 @@ def _by_bandwidth(rows: list[dict[str, Any]]) -> list[str]:
 
 def load_rows(path: Path) -> RealValidation:
     """A validation from the cells saved by an earlier run (``real-validation.json``)."""
-    rows = json.loads(path.read_text(encoding="utf-8"))
+    rows = read_json(path)
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise SpecmdError(
+            f"{path}: expected the list of cells an earlier run saved, got {short_repr(rows)}"
+        )
     return RealValidation(rows, _rankings(rows))
 
 

@@ -185,7 +185,10 @@ def test_profile_negative_field(tmp_path: Path) -> None:
         tmp_path, lambda d: d["links"][0]["bandwidth_bytes_per_s"].update(value=-5)
     )
     assert_user_error(
-        specmd("hardware", "validate", str(path)), "bandwidth_bytes_per_s", "greater than 0", "-5"
+        specmd("hardware", "validate", str(path)),
+        "bandwidth_bytes_per_s",
+        "greater than or equal to 1",
+        "-5",
     )
 
 

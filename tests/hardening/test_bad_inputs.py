@@ -1762,6 +1762,448 @@ CASES = [
     ),
 ]
 
+# --- writes that fail after the pre-check: a parent that cannot hold the output ---------------
+WRITE_CASES: list[Any] = [
+    # every writing command with its output (OUT) below a regular file of the earlier run folder,
+    # which stays as it was, and under /proc, where permissions say yes to root and the write no
+    *(
+        case(
+            f"write-{name}-{where}",
+            *(f"{parent}/out" if arg == "OUT" else arg for arg in args),
+            fragments=(option, f"{parent}/out"),
+            files={
+                "spec.yaml": spec(),
+                "config.json": json.dumps(HF_MIXTRAL),
+                "r.json": json.dumps([[[0, 1]] * 32]),
+            },
+            keep=("{prev}",),
+        )
+        for where, parent in (("below-a-file", "{prev}/result.json"), ("under-proc", "/proc/x"))
+        for name, option, args in (
+            ("run", "--out", ("run", *SMALL, "--out", "OUT")),
+            ("replay", "--out", ("replay", *SMALL, "--out", "OUT")),
+            ("sweep", "--out", ("sweep", SPEC, "--out", "OUT")),
+            ("sweep-csv", "--csv", ("sweep", SPEC, "--out", "{tmp}/out", "--csv", "OUT")),
+            ("report", "--out", ("report", "{prev}", "--out", "OUT")),
+            ("timeline", "--out", ("timeline", "{spans}", "--out", "OUT")),
+            ("compare", "--out", ("compare", "{prev}", "--out", "OUT")),
+            ("mrc", "--out", ("mrc", *SMALL[:4], "--capacities", "8,16", "--out", "OUT")),
+            ("trace-generate", "--out", ("trace", "generate", "--out", "OUT")),
+            (
+                "trace-import",
+                "--out",
+                (
+                    "trace",
+                    "import",
+                    "{tmp}/r.json",
+                    "--format",
+                    "vllm",
+                    "--model",
+                    "mixtral-8x7b",
+                    "--out",
+                    "OUT",
+                ),
+            ),
+            (
+                "trace-record",
+                "--out",
+                ("trace", "record", "--model", HF, "--random-weights", "--out", "OUT"),
+            ),
+            ("models-import", "--out", ("models", "import", HF, "--out", "OUT")),
+            ("regress-update", "baseline", ("regress", "OUT", "--run", "{prev}", "--update")),
+            ("reproduce", "--out", ("reproduce", "specmd", "--quick", "--out", "OUT")),
+            ("validate-published", "--out", ("validate", "published", "--out", "OUT")),
+            # (cuda needs a GPU and torch: the output is refused before either is needed)
+            ("validate-real", "--out", ("validate", "real", "--backend", "cuda", "--out", "OUT")),
+            ("calibrate", "--folder", ("calibrate", "--backend", "cuda", "--folder", "OUT")),
+        )
+    ),
+    # an output that is something else already: a folder, a file, a binary document
+    case(
+        "write-trace-record-model-file-is-a-folder",
+        "trace",
+        "record",
+        "--model",
+        HF,
+        "--random-weights",
+        "--out",
+        "{tmp}/t.npz",
+        fragments=("--out", "{tmp}/t.model.yaml"),
+        files={"config.json": json.dumps(HF_MIXTRAL), "t.model.yaml/keep.txt": "mine"},
+        keep=("{tmp}/t.model.yaml", "{prev}"),
+    ),
+    case(
+        "write-validate-published-out-is-a-folder",
+        "validate",
+        "published",
+        "--out",
+        "{tmp}/d",
+        fragments=("--out", "{tmp}/d"),
+        files={"d/keep.txt": "mine"},
+        keep=("{tmp}/d", "{prev}"),
+    ),
+    case(
+        "write-validate-published-out-binary",
+        "validate",
+        "published",
+        "--out",
+        "{tmp}/v.md",
+        fragments=("--out", "{tmp}/v.md"),
+        files={"v.md": NOT_UTF8},
+        keep=("{tmp}/v.md", "{prev}"),
+    ),
+    case(
+        "write-validate-real-out-binary",
+        "validate",
+        "real",
+        "--backend",
+        "cuda",
+        "--out",
+        "{tmp}/v.md",
+        fragments=("--out", "{tmp}/v.md"),
+        files={"v.md": NOT_UTF8},
+        keep=("{tmp}/v.md", "{prev}"),
+    ),
+    case(
+        "write-calibrate-folder-is-a-file",
+        "calibrate",
+        "--backend",
+        "cuda",
+        "--folder",
+        "{tmp}/f",
+        fragments=("--folder", "{tmp}/f"),
+        files={"f": "mine"},
+        keep=("{tmp}/f", "{prev}"),
+    ),
+    case(
+        "write-reproduce-out-is-a-file",
+        "reproduce",
+        "specmd",
+        "--quick",
+        "--out",
+        "{tmp}/f",
+        fragments=("--out", "{tmp}/f"),
+        files={"f": "mine"},
+        keep=("{tmp}/f", "{prev}"),
+    ),
+    # a cut-off cell file: --rewrite reads it before it writes
+    case(
+        "write-validate-real-rewrite-truncated",
+        "validate",
+        "real",
+        "--rewrite",
+        "--folder",
+        "{tmp}/cal",
+        "--out",
+        "{tmp}/v.md",
+        fragments=("{tmp}/cal/real-validation.json",),
+        files={
+            "cal/real-validation.json": '[{"bandwidth": 2000000000.0, "mode": "dec',
+            "v.md": "# mine\n",
+        },
+        keep=("{tmp}/cal", "{tmp}/v.md", "{prev}"),
+    ),
+]
+
+
+# --- imports that declare absurd sizes: refused before they allocate --------------------------
+def npy_claiming(shape: tuple[int, ...], descr: str = "<i8") -> bytes:
+    """A ``.npy`` file whose header claims ``shape`` over 64 bytes of data."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": descr, "fortran_order": False, "shape": shape}
+    )
+    return header.getvalue() + b"\x00" * 64
+
+
+def zip_bomb(members: dict[str, Any], name: str, shape: tuple[int, ...], descr: str) -> bytes:
+    """An ``.npz`` of ``members`` and a member ``name`` of zeros shaped ``shape``: a real deflate
+    stream of about 1 kB per MiB that it decompresses to (its CRC is not checked until the end)."""
+    import zlib  # only here: the deflate stream is built by hand
+
+    header = npy_claiming(shape, descr)[:-64]
+    chunk, data = 1 << 20, int(np.prod(shape)) * np.dtype(descr).itemsize
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    parts = [deflate.compress(header) + deflate.flush(zlib.Z_SYNC_FLUSH)]
+    for _ in range(2):  # the first chunk after the header, then one that repeats as it is
+        parts.append(deflate.compress(bytes(chunk)) + deflate.flush(zlib.Z_SYNC_FLUSH))
+    stream = b"".join(parts) + parts[-1] * (data // chunk - 2) + deflate.flush()
+    buffer = io.BytesIO(npz_bytes(members))
+    with zipfile.ZipFile(buffer, "a") as zf:
+        info = zipfile.ZipInfo(f"{name}.npy")
+        with zf.open(info, "w", force_zip64=True) as fh:  # stored: the stream as it is
+            fh.write(stream)
+        info.compress_type, info.file_size = zipfile.ZIP_DEFLATED, len(header) + data
+    return buffer.getvalue()
+
+
+def big_file(name: str, size: int) -> Callable[[Path, World], None]:
+    def setup(tmp: Path, w: World) -> None:
+        with open(tmp / name, "wb") as fh:
+            fh.truncate(size)  # sparse: no disk
+
+    return setup
+
+
+def import_case(case_id: str, name: str, data: str | bytes, *fragments: str, fmt: str = "long",
+                model: str = "mixtral-8x7b", extra: tuple[str, ...] = (),
+                named: bool = True) -> Any:  # fmt: skip
+    """``trace import {tmp}/NAME`` into the earlier run folder ``{prev}``, which must survive;
+    ``named``: the error names the file (false for an option, which names itself)."""
+    src = f"{{tmp}}/{name}"
+    return case(case_id, "trace", "import", src, "--format", fmt, "--model", model, *extra,
+                "--out", "{prev}/imported.npz", fragments=(src, *fragments) if named else fragments,
+                files={name: data})  # fmt: skip
+
+
+LONG_HEADER = "request,token,layer,rank,expert\n"
+LONG_OK = LONG_HEADER + "r,0,0,0,1\nr,0,0,1,2\n"
+SPEC_LINE = '{"problem_id": 1, "layer": %d, "experts": [0, 1]}\n'
+QWEN3 = {**HF_MIXTRAL, "model_type": "qwen3_moe", "moe_intermediate_size": 768}
+
+IMPORT_CASES: list[Any] = [
+    import_case(
+        "import-vllm-npy-header-claims-1e9-tokens",
+        "t.npy",
+        npy_claiming((10**9, 32, 8)),
+        "shape",
+        "64 bytes",
+        fmt="vllm",
+    ),
+    import_case(
+        "import-vllm-npz-header-claims-1e12-tokens",
+        "t.npz",
+        huge_header_npz(compress=True),
+        "experts",
+        fmt="vllm",
+    ),
+    import_case(
+        "import-vllm-npz-stored-header-claims-1e12-tokens",
+        "t.npz",
+        huge_header_npz(compress=False),
+        "experts",
+        fmt="vllm",
+    ),
+    import_case(
+        "import-vllm-npz-zip-bomb-8-gib",
+        "t.npz",
+        zip_bomb({}, "routed_experts", (1 << 24, 32, 2), "<i8"),
+        "routed_experts",
+        "times the archive's",
+        fmt="vllm",
+    ),
+    trace_case(
+        "trace-zip-bomb-8-gib",
+        zip_bomb(
+            {k: v for k, v in trace_members().items() if k != "experts"},
+            "experts",
+            (1 << 26, 32, 2),
+            "<i2",
+        ),
+        "experts",
+        "times the archive's",
+    ),
+    import_case(
+        "import-long-rank-1e9", "t.csv", LONG_HEADER + "r,0,0,1000000000,1\n", "rank", "1000000000"
+    ),
+    import_case(
+        "import-long-rank-1e9-unknown-model",
+        "t.csv",
+        LONG_HEADER + "r,0,0,1000000000,1\n",
+        "rank",
+        model="my-model",
+    ),
+    import_case(
+        "import-long-layer-1e9",
+        "t.csv",
+        LONG_HEADER + "r,0,1000000000,0,1\n",
+        "layer",
+        "1000000000",
+    ),
+    import_case(
+        "import-long-layer-1e12-unknown-model",
+        "t.csv",
+        LONG_HEADER + "r,0,0,0,1\nr,0,1000000000000,0,2\n",
+        "layer",
+        model="my-model",
+    ),
+    import_case(
+        "import-long-layer-1e12-only-logged",
+        "t.csv",
+        LONG_HEADER + "r,0,0,0,1\nr,0,1000000000000,0,2\n",
+        "layer",
+        model="my-model",
+        extra=("--only-logged-layers",),
+    ),
+    import_case("import-long-layer-1e30", "t.csv", LONG_HEADER + "r,0,1e30,0,1\n", "layer"),
+    import_case(
+        "import-top-k-1e8",
+        "t.csv",
+        LONG_OK,
+        "--top-k",
+        "100000000",
+        extra=("--top-k", "100000000"),
+        named=False,
+    ),
+    import_case(
+        "import-top-k-1e8-unknown-model",
+        "t.csv",
+        LONG_OK,
+        "--top-k",
+        model="my-model",
+        extra=("--top-k", "100000000"),
+        named=False,
+    ),
+    import_case(
+        "import-num-layers-1e9",
+        "t.csv",
+        LONG_OK,
+        "--num-layers",
+        "1000000000",
+        extra=("--num-layers", "1000000000"),
+        named=False,
+    ),
+    import_case(
+        "import-num-layers-1e9-sglang",
+        "t.jsonl",
+        '{"routed_experts": ""}\n',
+        "--num-layers",
+        fmt="sglang",
+        extra=("--num-layers", "1000000000"),
+        named=False,
+    ),
+    import_case(
+        "import-long-padding-beyond-the-rows",
+        "t.csv",
+        LONG_HEADER + "".join(f"r,{t},0,0,1\n" for t in range(100)) + "r,0,0,7,2\n",
+        "tokens x layers x top_k",
+        extra=("--num-layers", "131072"),
+    ),
+    import_case(
+        "import-speculative-moe-layer-1e9",
+        "t.jsonl",
+        SPEC_LINE % 0 + SPEC_LINE % 10**9,
+        "layer",
+        fmt="speculative-moe",
+        model="my-model",
+    ),
+    import_case(
+        "import-speculative-moe-padding-beyond-the-records",
+        "t.jsonl",
+        SPEC_LINE % 0 * 100 + SPEC_LINE % 131071,
+        "tokens x layers x top_k",
+        fmt="speculative-moe",
+        extra=("--num-layers", "131072"),
+    ),
+    hf_case(
+        "hf-json-qwen-layers-1e9", json.dumps({**QWEN3, "num_hidden_layers": 10**9}), "moe_layers"
+    ),
+    hf_case(
+        "hf-json-qwen-layers-1e12-import",
+        json.dumps({**QWEN3, "num_hidden_layers": 10**12}),
+        "moe_layers",
+        command="import",
+    ),
+    case(
+        "hf-json-over-16-mib",
+        "models",
+        "import",
+        HF,
+        fragments=(HF, "size"),
+        setup=big_file("config.json", 17 << 20),
+    ),
+]
+
+
+# --- extreme values and the messages that name them -------------------------------------------
+def nvme(d: dict[str, Any]) -> dict[str, Any]:
+    (drive,) = [n for n in d["nodes"] if n["kind"] == "nvme"]
+    return drive
+
+
+EXTREME_CASES: list[Any] = [
+    hw_case(
+        "hw-link-bandwidth-1e-300",
+        quiet_profile(lambda d: d["links"][0]["bandwidth_bytes_per_s"].update(value=1e-300)),
+        "bandwidth_bytes_per_s",
+        "1e-300",
+    ),
+    hw_case(
+        "hw-flops-1e-300",
+        quiet_profile(lambda d: gpu(d)["dense_bf16_flops"].update(value=1e-300)),
+        "dense_bf16_flops",
+    ),
+    hw_case(
+        "hw-hbm-1e300",
+        quiet_profile(lambda d: gpu(d)["hbm_bytes"].update(value=1e300)),
+        "hbm_bytes",
+        "1e+300",
+    ),
+    hw_case(
+        "hw-link-latency-1e300",
+        quiet_profile(lambda d: d["links"][0]["latency_s"].update(value=1e300)),
+        "latency_s",
+    ),
+    hw_case(
+        "hw-nvme-queue-depth-1e9",
+        quiet_profile(lambda d: nvme(d)["max_queue_depth"].update(value=10**9)),
+        "max_queue_depth",
+    ),
+    rt_case(
+        "rt-kernel-count-1e400",
+        dump(mutated(RUNTIME, lambda d: d["kernels"]["attention"].update(value=10**400))),
+        "attention",
+    ),
+    rt_case(
+        "rt-efficiency-1e-300",
+        dump(mutated(RUNTIME, lambda d: d["h2d_efficiency"].update(value=1e-300))),
+        "h2d_efficiency",
+    ),
+    rt_case(
+        "rt-workspace-1e300",
+        dump(mutated(RUNTIME, lambda d: d["workspace_bytes"].update(value=1e300))),
+        "workspace_bytes",
+    ),
+    set_case(
+        "set-prefill-chunk-tokens-1e24",
+        "workload.prefill_chunk_tokens=1000000000000000000000000",
+        fragments=("prefill_chunk_tokens", "1000000000000000000000000"),
+        command="run",
+    ),
+    set_case(
+        "set-max-tokens-per-step-1e24",
+        "workload.scheduler=continuous",
+        "workload.max_tokens_per_step=1000000000000000000000000",
+        fragments=("max_tokens_per_step",),
+        command="run",
+    ),
+    set_case(
+        "set-chunk-bytes-1e23",
+        "timing.chunk_bytes=100000000000000000000000",
+        fragments=("chunk_bytes",),
+        command="run",
+    ),
+    case(
+        "flag-cache-beyond-8-eib",
+        "run",
+        *SMALL[:4],
+        "--cache",
+        "1e9TiB",
+        *RUN_PREV,
+        fragments=("cache", "expected 'auto' or a size below 8 EiB, got '1e9TiB'"),
+    ),
+    case(
+        "mrc-capacities-not-a-size",
+        "mrc",
+        *SMALL[:4],
+        "--capacities",
+        "5%,abc",
+        fragments=("--capacities", "expected 'auto' or a size such as", "got 'abc'"),
+    ),
+]
+
+CASES += WRITE_CASES + IMPORT_CASES + EXTREME_CASES
+
 
 def _names(tmp: Path, w: World) -> dict[str, str]:
     return {"tmp": str(tmp), **w.names()}

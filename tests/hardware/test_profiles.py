@@ -413,7 +413,7 @@ def test_negative_number(tmp_path: Path, base_profile: dict) -> None:
     data["nodes"][0]["hbm_bytes"]["value"] = -5
     message = load_error(write(tmp_path, data))
     assert "nodes.0.gpu.hbm_bytes.value" in message
-    assert "greater than 0" in message
+    assert "greater than or equal to 1" in message
     assert message.endswith("got -5")
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specmd_sim.atomic import check_output, make_folder
 from specmd_sim.errors import SpecmdError
 from specmd_sim.models.hf_config import slug
 from specmd_sim.reproduce.specmd import traces as study_traces
@@ -68,10 +69,11 @@ def reproduce_specmd(
 ) -> Study:
     """Run the study into ``out_dir`` (runs.csv, findings.json, reproduction.md); ``traces``
     adds the user's traces as subjects (a recorded one's predictions are used too)."""
+    check_output(out_dir, "--out", folder=True)
     if shared is not None and not shared.is_dir():
         raise SpecmdError(f"--shared: expected a folder with reference traces, got {str(shared)!r}")
     made, recorded = subjects(shared or Path("../shared/traces"), traces)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_folder(out_dir, "--out")
     plan = Plan(tuple(made), SEEDS, quick, recorded)
     paths = study_traces.write_traces(out_dir / "traces", made, plan.seeds)
     labels = rows(plan)

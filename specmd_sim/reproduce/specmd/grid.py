@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from specmd_sim.atomic import write_text
 from specmd_sim.config import SimConfig
 from specmd_sim.engine.replay import replay
 from specmd_sim.engine.sim.run import simulate
@@ -212,8 +213,7 @@ def dispatch_runtime(folder: Path, dispatch_s: float) -> Path:
     data["dispatch_overhead_s"] = {"value": dispatch_s, "source": "the study's sweep", "grade": "D"}
     path = folder / f"{data['id']}.yaml"
     if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        write_text(path, yaml.safe_dump(data, sort_keys=False))
     return path
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from specmd_sim.atomic import atomic_file, write_text
 from specmd_sim.reproduce.specmd.findings import Finding, Rows, evaluate
 from specmd_sim.reproduce.specmd.grid import LABELS, METRICS, Plan
 
@@ -22,7 +23,7 @@ PLAN_LINE = "<!-- plan: "
 
 
 def write_runs(rows: Rows, path: Path) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    with atomic_file(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
         writer = csv.DictWriter(fh, fieldnames=COLUMNS)
         writer.writeheader()
         for r in rows:
@@ -49,10 +50,8 @@ def _value(key: str, text: str) -> Any:
 def write_outputs(rows: Rows, plan: Plan, out: Path) -> list[Finding]:
     findings = evaluate(rows, plan.subjects)
     write_runs(rows, out / "runs.csv")
-    (out / "findings.json").write_text(
-        json.dumps([f.as_dict() for f in findings], indent=2) + "\n", encoding="utf-8"
-    )
-    (out / "reproduction.md").write_text(render(rows, plan, findings), encoding="utf-8")
+    write_text(out / "findings.json", json.dumps([f.as_dict() for f in findings], indent=2) + "\n")
+    write_text(out / "reproduction.md", render(rows, plan, findings))
     return findings
 
 

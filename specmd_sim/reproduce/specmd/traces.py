@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specmd_sim.atomic import make_folder
 from specmd_sim.traces.io import save_trace
 from specmd_sim.traces.synthetic import PRESETS, generate
 from specmd_sim.traces.trace import DECODE, PREFILL, Trace, make_trace
@@ -86,7 +87,7 @@ def write_traces(
 ) -> dict[tuple[str, str, int], str]:
     """Every (subject, control, seed) trace as a file under ``out`` (a subject is its trace for
     a seed: generated, or the same recorded one); the paths by key."""
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     paths = {}
     for name, make in subjects.items():
         for seed in seeds:

@@ -30,7 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from specmd_sim.errors import SpecmdError
-from specmd_sim.traces.importers.common import ImportOptions, Routing, Source, finish
+from specmd_sim.models.spec import MAX_EXPERTS_PER_LAYER
+from specmd_sim.traces.importers.common import (
+    ImportOptions,
+    Routing,
+    Source,
+    finish,
+    layers_limit,
+    top_k_limit,
+)
 from specmd_sim.traces.importers.long import import_long
 from specmd_sim.traces.importers.records import import_moe_logger, import_speculative_moe
 from specmd_sim.traces.importers.sglang import import_sglang
@@ -77,19 +85,12 @@ def import_trace(
 
 def _resolve_options(model: str, num_experts: int | None, options: dict[str, Any]) -> ImportOptions:
     shape = _model_shape(model)
-    for name, value, lowest in (
-        ("num_experts", num_experts, 1),
-        ("num_layers", options.get("num_layers"), 1),
-        ("top_k", options.get("top_k"), 1),
-        ("prefill_tokens", options.get("prefill_tokens"), 0),
-    ):
-        if value is not None and (
-            not isinstance(value, int) or isinstance(value, bool) or value < lowest
-        ):
-            flag = "--" + name.replace("_", "-")
-            raise SpecmdError(f"{flag}: expected an integer >= {lowest}, got {value!r}")
+    _check_option("num_experts", num_experts, 1, (MAX_EXPERTS_PER_LAYER, "trace ids are int16"))
     if num_experts is None and shape is not None:
         num_experts = shape[0]
+    _check_option("num_layers", options.get("num_layers"), 1, layers_limit(num_experts))
+    _check_option("top_k", options.get("top_k"), 1, top_k_limit(num_experts))
+    _check_option("prefill_tokens", options.get("prefill_tokens"), 0)
     return ImportOptions(
         num_experts=num_experts,
         num_layers=options.get("num_layers"),
@@ -100,6 +101,25 @@ def _resolve_options(model: str, num_experts: int | None, options: dict[str, Any
         model_experts=None if shape is None else shape[0],
         model_layers=None if shape is None else shape[1],
     )
+
+
+def _check_option(
+    name: str, value: Any, lowest: int, highest: tuple[int, str] | None = None
+) -> None:
+    """An integer option (None: not given) >= ``lowest`` and up to ``highest`` (limit, why)."""
+    if value is None:
+        return
+    expected = f"an integer >= {lowest}"
+    if highest is not None:
+        expected = f"an integer in [{lowest}, {highest[0]:,}] ({highest[1]})"
+    if (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < lowest
+        or (highest is not None and value > highest[0])
+    ):
+        flag = "--" + name.replace("_", "-")
+        raise SpecmdError(f"{flag}: expected {expected}, got {value!r}")
 
 
 def _model_shape(model: str) -> tuple[int, int] | None:

@@ -3,11 +3,18 @@
 and JSON reading, id and shape checks, the assembly of the *array* formats (``stack_requests``),
 the layer mapping of the *record* and *table* formats (``layer_map``) and the one step that
 turns a ``Routing`` into a validated :class:`~specmd_sim.traces.trace.Trace` (``finish``).
+
+What an import allocates is bounded by what it read before it is allocated: arrays by their
+file's size (:func:`~specmd_sim.traces.io.read_npy`, :func:`~specmd_sim.traces.io.read_npz`),
+top-k by the experts (``top_k_limit``), layers by the routed experts any model may have
+(``layers_limit``), and the trace the *record* and *table* formats fill by the ids they read
+(``check_padding``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -17,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from specmd_sim.errors import SpecmdError
+from specmd_sim.models.spec import MAX_EXPERTS_PER_LAYER, MAX_ROUTED_EXPERTS
 from specmd_sim.traces.trace import (
     DECODE,
     FORMAT_NAME,
@@ -70,6 +78,50 @@ class Routing:
 
 def fail(where: str, name: str, expected: str, got: object) -> SpecmdError:
     return SpecmdError(f"{where}: {name}: expected {expected}, got {got}")
+
+
+# --- bounds: what an import may allocate -----------------------------------------------------
+
+MAX_PADDING = 256
+"""Ids a *record* or *table* import may build per id it read: the rest of its trace is ``-1``
+padding, for layers without records (published models have under 100 MoE layers: Qwen3-235B-A22B
+has 94) and for missing ranks or records. More means layer or rank numbers far beyond the
+records."""
+FREE_IDS = 1 << 24
+"""Ids such an import may always build, whatever it read: 16,777,216 (200 MB with gates)."""
+
+
+def top_k_limit(num_experts: int | None) -> tuple[int, str]:
+    """The most ids a row holds (they are distinct experts), and why."""
+    if num_experts is None:
+        return MAX_EXPERTS_PER_LAYER, f"distinct ids of at most {MAX_EXPERTS_PER_LAYER:,} experts"
+    return num_experts, f"distinct ids of {num_experts} experts"
+
+
+def layers_limit(num_experts: int | None) -> tuple[int, str]:
+    """The most layers a trace may have (``MAX_ROUTED_EXPERTS`` layers x experts, the bound of
+    any model), and why."""
+    experts = "experts" if num_experts is None else f"{num_experts} experts"
+    return (
+        MAX_ROUTED_EXPERTS // (num_experts or 1),
+        f"layers x {experts} at most {MAX_ROUTED_EXPERTS:,}, as for any model",
+    )
+
+
+def check_padding(where: str, shape: tuple[int, int, int], read: int) -> None:
+    """The trace of ``shape`` ``[tokens, layers, top_k]`` that an import fills from ``read`` ids
+    holds at most ``MAX_PADDING`` ids per id read (or ``FREE_IDS``): checked before it is
+    allocated."""
+    built, limit = math.prod(shape), max(FREE_IDS, MAX_PADDING * read)
+    if built > limit:
+        tokens, layers, top_k = shape
+        raise fail(
+            where,
+            "tokens x layers x top_k",
+            f"at most {limit:,} ids ({MAX_PADDING} per id read, or {FREE_IDS:,}; the rest "
+            "of the trace is -1 padding)",
+            f"{tokens:,} x {layers:,} x {top_k:,} = {built:,} from {read:,} ids read",
+        )
 
 
 # --- finishing: Routing -> Trace -----------------------------------------------------------
@@ -357,21 +409,19 @@ def layer_map(
     """source layer -> trace layer, the number of trace layers, and for each trace layer the
     source layer it holds (None: no records, all -1)."""
     opts = src.opts
+    limit, why = layers_limit(opts.num_experts)
+    declared = None if opts.only_logged_layers else opts.num_layers or opts.model_layers
+    if declared is not None:
+        limit = declared
+        why = "--num-layers" if opts.num_layers is not None else "the model's MoE layers"
+        why += "; or --only-logged-layers"
+    if logged[-1] >= limit:
+        raise fail(
+            first_where[logged[-1]], "layer", f"layer ids in [0, {limit - 1:,}] ({why})", logged[-1]
+        )
     if opts.only_logged_layers:
         return {layer: i for i, layer in enumerate(logged)}, len(logged), list(logged)
-    if opts.num_layers is not None:
-        num_layers, why = opts.num_layers, "--num-layers"
-    elif opts.model_layers is not None:
-        num_layers, why = opts.model_layers, "the model's MoE layers"
-    else:
-        num_layers, why = logged[-1] + 1, ""
-    if logged[-1] >= num_layers:
-        raise fail(
-            first_where[logged[-1]],
-            "layer",
-            f"layer ids in [0, {num_layers - 1}] ({why}; or --only-logged-layers)",
-            logged[-1],
-        )
+    num_layers = logged[-1] + 1 if declared is None else declared
     present = set(logged)
     unlogged = [layer for layer in range(num_layers) if layer not in present]
     if unlogged:

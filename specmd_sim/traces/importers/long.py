@@ -16,9 +16,11 @@ from specmd_sim.traces.importers.common import (
     Routing,
     Source,
     check_ids,
+    check_padding,
     fail,
     layer_map,
     read_text,
+    top_k_limit,
 )
 from specmd_sim.traces.trace import DECODE, PREFILL
 
@@ -52,20 +54,17 @@ def import_long(src: Source) -> Routing:
     layer = _int_column(table, "layer", 0)
     rank = _int_column(table, "rank", 0)
     expert = _int_column(table, "expert", 0, src.opts.num_experts)
-    top_k = src.opts.top_k or int(rank.max()) + 1
-    if int(rank.max()) >= top_k:
-        i = int(np.argmax(rank >= top_k))
-        raise fail(f"{table.where} {table.labels(i)}", "rank", f"< {top_k} (--top-k)", rank[i])
-    logged = sorted(set(layer.tolist()))
-    first_where = {
-        int(v): f"{table.where} {table.labels(int(np.argmax(layer == v)))}" for v in logged
-    }
-    mapping, num_layers, source_layers = layer_map(logged, src, first_where)
+    top_k = _top_k(table, rank, src)
+    values, first = np.unique(layer, return_index=True)
+    logged = values.tolist()
+    first_where = [f"{table.where} {table.labels(int(i))}" for i in first]
+    mapping, num_layers, source_layers = layer_map(
+        logged, src, dict(zip(logged, first_where, strict=True))
+    )
     keys, row = np.unique(np.stack([request, token], 1), axis=0, return_inverse=True)
     row = row.reshape(-1)
-    lookup = np.full(logged[-1] + 1, -1, np.int64)
-    lookup[list(mapping)] = list(mapping.values())
-    trace_layer = lookup[layer]
+    check_padding(table.where, (len(keys), num_layers, top_k), rows)
+    trace_layer = np.array(list(mapping.values()), np.int64)[np.searchsorted(values, layer)]
     cells = _cells(table, row, trace_layer, rank, len(keys), num_layers, top_k)
     flat = np.full(len(keys) * num_layers * top_k, -1, np.int64)
     flat[cells] = expert
@@ -88,6 +87,17 @@ def import_long(src: Source) -> Routing:
         gates,
         {"request_ids": names, "source_layers": source_layers},
     )
+
+
+def _top_k(table: _Table, rank: np.ndarray, src: Source) -> int:
+    """--top-k, else the highest rank + 1; ranks below it, and it at most one per expert."""
+    top_k, why = top_k_limit(src.opts.num_experts)
+    if src.opts.top_k is not None:
+        top_k, why = src.opts.top_k, "--top-k"
+    if int(rank.max()) >= top_k:
+        i = int(np.argmax(rank >= top_k))
+        raise fail(f"{table.where} {table.labels(i)}", "rank", f"< {top_k:,} ({why})", rank[i])
+    return src.opts.top_k or int(rank.max()) + 1
 
 
 def _read_table(src: Source) -> _Table:
@@ -152,10 +162,15 @@ def _int_column(table: _Table, name: str, lowest: int, limit: int | None = None)
         out = values.astype(np.int64)
     else:
         floats = _as_floats(table, name, values)
-        bad = ~np.isfinite(floats) | (floats != np.round(floats))
+        bad = ~np.isfinite(floats) | (floats != np.round(floats)) | (np.abs(floats) >= 2.0**63)
         if bad.any():
             i = int(np.argmax(bad))
-            raise fail(f"{table.where} {table.labels(i)}", name, "an integer", repr(values[i]))
+            raise fail(
+                f"{table.where} {table.labels(i)}",
+                name,
+                "an integer",
+                repr(values[i : i + 1].tolist()[0]),
+            )
         out = floats.astype(np.int64)
     bad = out < lowest
     if limit is not None:

@@ -17,6 +17,7 @@ import numpy as np
 from specmd_sim.traces.importers.common import (
     Routing,
     Source,
+    check_padding,
     fail,
     int_field,
     json_records,
@@ -240,6 +241,8 @@ def _assemble_records(
     for r in reversed(records):
         first_where[r.layer] = r.where
     mapping, num_layers, source_layers = layer_map(logged, src, first_where)
+    tokens = sum(max(len(recs) for recs in layers.values()) for layers in groups.values())
+    check_padding(src.where(), (tokens, num_layers, top_k), len(records) * top_k)
     has_gates = any(r.gates is not None for r in records)
     blocks: list[tuple[np.ndarray, np.ndarray | None, np.ndarray]] = []
     misaligned: dict[str, list[int]] = {}

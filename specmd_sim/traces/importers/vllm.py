@@ -20,36 +20,26 @@ from specmd_sim.traces.importers.common import (
     note_unknown,
     stack_requests,
 )
+from specmd_sim.traces.io import read_npy, read_npz
 
 
 def import_vllm(src: Source) -> Routing:
     requests: list[ArrayRequest] = []
     for file in input_files(src, (".npy", ".npz", ".json")):
-        suffix = file.suffix.lower()
+        suffix, where = file.suffix.lower(), src.where(file)
         if suffix == ".npy":
-            requests.append(ArrayRequest(src.where(file), file.stem, _load_npy(file, src)))
+            requests.append(ArrayRequest(where, file.stem, read_npy(file, where)))
         elif suffix == ".npz":
             requests.extend(_vllm_npz(file, src))
         elif suffix == ".json":
             requests.extend(_vllm_json(file, src))
         else:
-            raise fail(src.where(file), "input", "a .npy, .npz or .json file", repr(file.name))
+            raise fail(where, "input", "a .npy, .npz or .json file", repr(file.name))
     return stack_requests(requests, src)
 
 
-def _load_npy(file: Path, src: Source) -> np.ndarray:
-    try:
-        return np.asarray(np.load(file, allow_pickle=False))
-    except (OSError, ValueError) as exc:
-        raise fail(src.where(file), "input", "a .npy array (no pickles)", exc) from None
-
-
 def _vllm_npz(file: Path, src: Source) -> list[ArrayRequest]:
-    try:
-        with np.load(file, allow_pickle=False) as npz:
-            members = {name: np.asarray(npz[name]) for name in npz.files}
-    except (OSError, ValueError) as exc:
-        raise fail(src.where(file), "input", "a readable .npz archive (no pickles)", exc) from None
+    members = {name: np.asarray(arr) for name, arr in read_npz(file, src.where(file)).items()}
     if "routed_experts" in members:
         note_unknown(src, members, frozenset({"routed_experts", "num_prompt_tokens"}))
         prompt = members.get("num_prompt_tokens")
