@@ -400,13 +400,6 @@ class TimingConfig(_Frozen):
             "is mostly setup latency) and one event of the timing engine."
         ),
     )
-    ideal: bool = Field(
-        default=False,
-        description=(
-            "An ideal machine: transfers and compute take no time, so the timing engine makes "
-            "exactly the decisions of replay (a check for plug-ins; times are all zero)."
-        ),
-    )
 
 
 def _plugin_field(registry: Any, default: dict[str, Any], what: str) -> Any:

@@ -71,6 +71,9 @@ class RunResult:
     per_gpu: dict[str, list[Any]] = field(default_factory=dict)  # one row per GPU (simulate)
     # one row per pass (simulate): gpu, pass, request, phase, start_s, end_s
     per_pass: dict[str, list[Any]] = field(default_factory=dict)
+    # the path the engine took and, where it fell back from its compiled one, why and at what
+    # cost (:meth:`specmd_sim.engine.coverage.EnginePath.line`): shown, never written (to_dict)
+    engine_path: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """The ``result.json`` mapping; raises ValueError for a name outside the spec."""

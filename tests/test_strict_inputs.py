@@ -118,7 +118,10 @@ def test_every_input_schema_is_an_input_model() -> None:
             {"precision": {"hot_fraction": True}},
             "config: precision.hot_fraction: expected a number, got True",
         ),
-        ({"timing": {"ideal": 1}}, "config: timing.ideal: expected true or false, got 1"),
+        (
+            {"timing": {"record_spans": 1}},
+            "config: timing.record_spans: expected true or false, got 1",
+        ),
         (
             {"cache": {"pin_demand_set": "no"}},
             "config: cache.pin_demand_set: expected true or false, got 'no'",
@@ -147,7 +150,8 @@ def test_set_true_is_not_seed_one() -> None:
     """``--set`` values are YAML: ``seed=true`` is a boolean, refused, not seed 1."""
     with pytest.raises(SpecmdError, match=r"^config: seed: expected an integer, got True$"):
         build_config(apply_overrides({}, ["seed=true"]))
-    assert build_config(apply_overrides({}, ["seed=3", "timing.ideal=yes"])).timing.ideal is True
+    cfg = build_config(apply_overrides({}, ["seed=3", "timing.record_spans=no"]))
+    assert cfg.timing.record_spans is False
 
 
 def _edited(tmp_path: Path, source: Path, edit: Any) -> Path:

@@ -63,9 +63,14 @@ class RunProfile:
     def add(self, name: str, seconds: float) -> None:
         self.phases.append((name, seconds))
 
-    def print(self, console: Console) -> None:
+    def print(self, console: Console, engine_path: str) -> None:
+        """The phases and the engine's parts, with the path the engine took (``engine_path``:
+        ``RunResult.engine_path``) under the table."""
         total = sum(seconds for _, seconds in self.phases) or 1.0
-        table = Table("where", "seconds", "share", title="wall time of the run (--profile)")
+        table = Table(
+            "where", "seconds", "share", title="wall time of the run (--profile)",
+            caption=f"engine path: {engine_path}", caption_justify="left",
+        )  # fmt: skip
         for name, seconds in self.phases:
             table.add_row(name, f"{seconds:.3f}", f"{seconds / total:.1%}")
         engine = sum(self.engine.values()) or 1.0

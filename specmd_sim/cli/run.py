@@ -92,8 +92,8 @@ def _execute(
     page = sum(seconds for name, seconds in prof.phases if name == TIMELINE_PHASE)
     prof.add("run folder (result, spans, Perfetto trace)", time.perf_counter() - started - page)
     _summary(out_console, result)
-    if profile:
-        prof.print(console(True))  # on stderr: --json keeps stdout for the metrics
+    if profile:  # on stderr: --json keeps stdout for the metrics
+        prof.print(console(True), result.engine_path)
     out_console.print(f"run folder: {run_dir}  ({', '.join(p.name for p in files.values())})")
     if json_mode:
         sys.stdout.write(json.dumps(result.to_dict()["metrics"], sort_keys=True) + "\n")
@@ -192,6 +192,7 @@ def _summary(out: Console, result: Any) -> None:
     if result.hardware_grade:
         table.add_row("lowest hardware grade used", result.hardware_grade)
     out.print(table)
+    out.print(f"engine path: {result.engine_path}", highlight=False)
     note = late_hit_note(m)
     if note:
         out.print(note, highlight=False)

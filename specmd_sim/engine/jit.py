@@ -15,6 +15,9 @@ from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+# why a compiled path is not taken without numba (:mod:`specmd_sim.engine.coverage`)
+UNCOMPILED = "kernels not compiled (numba is not installed)"
+
 
 def available() -> bool:
     """Whether numba is installed (kernels are compiled); without importing it."""

@@ -23,11 +23,12 @@ request               meaning                                                out
 
 A handle is the engine's own object for work in flight (``None`` when it completed at once);
 the step only passes it back in :class:`Run` and :class:`AwaitCpu`. ``replay`` fulfils every
-request at once (a fetch lands when it is issued); ``simulate`` turns each into SimPy events;
+request in zero time (a transfer lands after the step's decisions, before the next router
+decision: ``docs/design.md``, *Zero-time transfers*); ``simulate`` turns each into SimPy events;
 an engine that executes on real hardware performs them. Because only the fulfilment differs,
-the engines make the same decisions whenever their fulfilments agree — on a machine where
-transfers and compute take no time (``timing.ideal``) ``simulate`` reproduces ``replay`` access
-for access, which ``tests/engine/test_equivalence.py`` checks over the whole plug-in registry.
+the engines make the same decisions whenever their fulfilments agree — on a near-instant
+machine ``simulate`` reproduces ``replay`` access for access, which
+``tests/engine/test_equivalence.py`` checks over the whole plug-in registry.
 The requests are slotted dataclasses, not frozen ones, which take several times as long to build
 (one or two are built per access); neither side changes a request once it is yielded.
 
@@ -287,9 +288,10 @@ def bulk_plans_unsupported(run: RunObjects) -> str | None:
     are :class:`~specmd_sim.engine.fast.plans.BulkPlans`' (:func:`plans_unsupported`), whose
     draws from the run's generator are made a block ahead, so no other plug-in may draw from it
     during the run (the random eviction does; a plug-in from outside specmd_sim may), and its
-    kernels must be compiled (interpreted, they are slower than the plug-ins' own calls)."""
+    kernels must be compiled (interpreted, they are slower than the plug-ins' own calls). A part
+    of the one coverage check (:mod:`specmd_sim.engine.coverage`), which reports it."""
     if not jit.available():
-        return "kernels not compiled (numba is not installed)"
+        return jit.UNCOMPILED
     for plugin in (run.eviction, run.miss):
         kind = type(plugin)
         if kind is RandomEviction or not kind.__module__.startswith("specmd_sim.policies."):

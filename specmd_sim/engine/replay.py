@@ -1,10 +1,16 @@
-"""The timing-free engine: every request of the layer step is fulfilled at once.
+"""The timing-free engine: the timing engine's limit on a machine where nothing takes time.
 
-A fetch lands when it is issued (a prefetch is resident before the next decision), experts and
-CPU work take no time, so there are no late hits and no stalls: the hit rates and the miss
-taxonomy of the decisions in :mod:`specmd_sim.engine.layer`, fast. With a DRAM cache
-(:mod:`specmd_sim.engine.dram`) each fetch first reads its expert from DRAM, and an NVMe read
-into DRAM lands at once too; the compiled path does not cover such runs.
+Experts and CPU work take no time, and transfers are *zero-time transfers*
+(``docs/design.md``): a transfer issued during a layer step lands after the step's decisions
+and before the next router decision — a demand fetch when the experts that need it run, a
+layer's prefetches together after its plan (so a plan's prefetches never evict each other, as
+on any machine where they are in flight together). So there are no late hits and no stalls:
+the hit rates and the miss taxonomy of the decisions in :mod:`specmd_sim.engine.layer`, fast.
+The timing engine on a near-instant machine makes exactly these decisions, a late hit there
+being a hit here (``tests/engine/test_equivalence.py``, over the whole plug-in registry). With a
+DRAM cache (:mod:`specmd_sim.engine.dram`) each fetch first reads its expert from DRAM, and the
+reads from the NVMe drive into DRAM land as the copies do; the compiled path does not cover
+such runs.
 """
 
 from __future__ import annotations
@@ -13,12 +19,13 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from specmd_sim.cache import CacheStats
+from specmd_sim.cache import CacheStats, ExpertCache, FetchReason
+from specmd_sim.cache.states import State
 from specmd_sim.config import DramCacheConfig, SimConfig
-from specmd_sim.engine import jit
 from specmd_sim.engine.common import Progress, finish_result, report_progress
-from specmd_sim.engine.dram import JOIN, READ, WAIT, DramLevel, dram_metrics
-from specmd_sim.engine.fast import compiled_unsupported, replay_compiled
+from specmd_sim.engine.coverage import EnginePath, replay_path
+from specmd_sim.engine.dram import READ, WAIT, DramLevel, dram_metrics
+from specmd_sim.engine.fast import replay_compiled
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import RunResult, cache_metrics, per_layer_cache_table
 from specmd_sim.policies.context import AccessSequence
@@ -28,6 +35,8 @@ from specmd_sim.scenario.dram import needs_sequence
 
 if TYPE_CHECKING:
     from specmd_sim.engine.layer import Step
+
+_ABSENT = int(State.ABSENT)
 
 
 def replay(
@@ -40,15 +49,22 @@ def replay(
     experts placed in the cache before the run (used to give the Belady reference the same
     warm start as the policy it bounds).
 
+    Replay is the timing engine's zero-time limit: a transfer issued during a layer step lands
+    after the step's decisions and before the next router decision (a demand fetch when the
+    experts that need it run), so a layer's prefetches are in flight together, never evicting
+    each other.
+
     ``compiled``: None (default) takes the compiled path (:mod:`specmd_sim.engine.fast`) when
     numba is installed and the run's plug-ins are built-ins it covers, else the Python layer
     step; True requires the compiled path (interpreted without numba: for tests); False
-    requires the Python path. Both give the same counters.
+    requires the Python path. Both give the same counters; the result's ``engine_path`` says
+    which was taken, and why (:func:`~specmd_sim.engine.coverage.replay_path`).
     """
     scenario = config if isinstance(config, Scenario) else build_scenario(config)
     sequence = dram_sequence(scenario) if needs_sequence(scenario.config) else None
     run = build_run(scenario, warm, sequence)
-    stats = _replay_stats(run, warm, progress, compiled)
+    path = replay_path(run, compiled)
+    stats = _replay_stats(run, warm, progress, path, compiled)
     metrics = cache_metrics(stats)
     if run.dram is not None:
         metrics.update(dram_metrics(run.dram.cache))
@@ -60,6 +76,7 @@ def replay(
         config={},
         inputs={},
         hardware_grade=None,  # replay uses no hardware number
+        engine_path=path.line(),
     )
     finish_result(scenario, result)
     if scenario.config.belady_gap:
@@ -69,15 +86,18 @@ def replay(
 
 
 def _replay_stats(
-    run: RunObjects, warm: list[int] | None, progress: Progress | None, compiled: bool | None
+    run: RunObjects,
+    warm: list[int] | None,
+    progress: Progress | None,
+    path: EnginePath,
+    compiled: bool | None,
 ) -> CacheStats:
-    """The run's counters, from the compiled path or the Python layer step."""
-    if compiled is not False:
-        why = compiled_unsupported(run)
-        if compiled and why is not None:
-            raise SpecmdError(f"replay: the compiled path does not cover this run: {why}")
-        if why is None and (compiled or jit.available()):
-            return replay_compiled(run, warm, progress)
+    """The run's counters, from the path ``path`` names (the compiled one, which ``compiled``
+    True requires, or the Python layer step)."""
+    if compiled and not path.compiled:
+        raise SpecmdError(f"replay: the compiled path does not cover this run: {path.reason}")
+    if path.compiled:
+        return replay_compiled(run, warm, progress)
     _replay_python(run, progress)
     return run.cache.stats
 
@@ -90,19 +110,30 @@ def _replay_python(
     from specmd_sim.engine.layer import LayerStep  # (the Python path's: a compiled replay's
     # process does not import the layer step and the plug-ins it names)
 
-    cache, step = run.cache, LayerStep(run, timed=False)
-    dram = read = None
-    if run.dram is not None:
-        dram_cache = run.dram.cache
+    cache = run.cache
+    dram = None
+    if run.dram is None:
+        step = LayerStep(run, timed=False)
+
+        def fulfil(p: int, layer: int) -> None:
+            _fulfil(step.layer(p, layer), cache.complete)
+
+    else:  # its transfers land at the stream's waits: the step tells where it waits
+        step = LayerStep(run, timed=True)
+        two_level = _TwoLevel(cache)
         pinned = run.scenario.config.cache.pin_demand_set
-        dram = DramLevel(run.dram, cache, run.scenario.demand, pinned, dram_cache.complete, record)
-        read = _read_from_dram(dram)
+        dram = DramLevel(run.dram, cache, run.scenario.demand, pinned, two_level.load, record)
+        two_level.dram = dram
+
+        def fulfil(p: int, layer: int) -> None:
+            two_level.fulfil(step.layer(p, layer))
+
     num_layers = run.scenario.trace.num_layers
     total = run.scenario.passes.num_passes
     for p in range(total):
         step.begin_pass(p)
         for layer in range(num_layers):
-            _fulfil(step.layer(p, layer), cache.complete, read)
+            fulfil(p, layer)
         report_progress(progress, p + 1, total)
     cache.finish()
     if dram is not None:
@@ -110,20 +141,80 @@ def _replay_python(
     return dram
 
 
-def _read_from_dram(dram: DramLevel) -> Callable[[int], None]:
-    """A fetch's read from DRAM (from NVMe into DRAM first on a miss), all at once."""
+class _TwoLevel:
+    """The zero-time transfers of a two-level run (``docs/design.md``, *Zero-time transfers*):
+    the reads from the NVMe drive into DRAM and the copies into the GPU issued during a layer
+    step are in flight (their experts loading, and pinned in DRAM while copied) until the
+    stream next waits — for experts it runs, for space, or at the step's end — and then land:
+    the reads first, in the order issued, then the copies, each unpinning its expert in DRAM;
+    a DRAM miss that found nothing evictable reserves again after each."""
 
-    def read(key: int) -> None:
-        action = dram.access(key)
-        if action == READ:
-            dram.cache.complete(key)
-        elif action in (JOIN, WAIT):
-            # a DRAM read lands when it is issued, and what the DRAM cache cannot evict always
-            # leaves room for one more expert (checked before the run)
-            raise RuntimeError(f"replay: a DRAM access of {key} cannot wait without time")
-        dram.release(key)
+    def __init__(self, cache: ExpertCache) -> None:
+        self.cache = cache
+        self.dram: DramLevel | None = None
+        self.reads: list[int] = []  # DRAM space reserved, the expert read from the drive
+        self.copies: list[tuple[int, bool]] = []  # (key, into the GPU cache), in order
+        self.stalled: list[int] = []  # DRAM misses that found nothing evictable
 
-    return read
+    def load(self, key: int) -> None:
+        """A DRAM prefetch reserved DRAM space for ``key``: its read is in flight."""
+        self.reads.append(key)
+
+    def fulfil(self, step: Step) -> None:
+        from specmd_sim.engine.layer import Fetch, Join, Run, WaitForSpace
+
+        assert self.dram is not None
+        for request in step:
+            if type(request) is Fetch:
+                action = self.dram.access(request.key)
+                if action == READ:
+                    self.reads.append(request.key)
+                elif action == WAIT:
+                    self.stalled.append(request.key)
+                self.copies.append((request.key, not request.bypass))
+            elif type(request) is Run:
+                self._land()
+            elif type(request) in (Join, WaitForSpace) and not (self.reads or self.copies):
+                # nothing is loading in the GPU cache when a router decides (what was in flight
+                # landed before), and a pinned demand set always fits (checked before the run)
+                raise RuntimeError(f"replay: {request} cannot happen without time")
+            elif type(request) is WaitForSpace:
+                self._land()
+        self._land()
+
+    def _land(self) -> None:
+        """Time passes: every transfer in flight lands (and those it lets start)."""
+        assert self.dram is not None
+        dram = self.dram.cache
+        while self.reads or self.copies:
+            reads, self.reads = self.reads, []
+            for key in reads:
+                dram.complete(key)
+            self._retry()
+            waiting = set(self.stalled) | set(self.reads)
+            copies = [c for c in self.copies if c[0] not in waiting]
+            self.copies = [c for c in self.copies if c[0] in waiting]
+            for key, cached in copies:
+                self.dram.release(key)
+                if cached:
+                    self.cache.complete(key)
+            self._retry()
+            if not reads and not copies:  # nothing landed: the stalled misses wait forever
+                raise RuntimeError(
+                    f"replay: DRAM misses {self.stalled} found nothing evictable without time"
+                )
+
+    def _retry(self) -> None:
+        """The stalled DRAM misses, in order, reserve again (a read lands or a copy ended)."""
+        dram = self.dram
+        assert dram is not None
+        while self.stalled:
+            key = self.stalled[0]
+            if dram.cache.state[key] == _ABSENT:  # (else a DRAM prefetch read it meanwhile)
+                if not dram.cache.reserve(key, FetchReason.DEMAND):
+                    return
+                self.reads.append(key)
+            self.stalled.pop(0)
 
 
 def dram_sequence(scenario: Scenario) -> AccessSequence:
@@ -140,26 +231,26 @@ def dram_sequence(scenario: Scenario) -> AccessSequence:
     return dram.sequence(scenario.passes.num_passes)
 
 
-def _fulfil(
-    step: Step, complete: Callable[[int], None], read: Callable[[int], None] | None = None
-) -> None:
-    """Drive one layer step: a fetch lands at once; nothing else takes time (the step is
-    untimed, so it asks neither to run experts nor to wait). ``read``: with a DRAM cache, each
-    fetch (streamed ones too) first reads its expert from DRAM."""
+def _fulfil(step: Step, complete: Callable[[int], None]) -> None:
+    """Drive one layer step of a one-level run as zero-time transfers land
+    (``docs/design.md``): a demand fetch when it is issued (its run needs it next), the plan's
+    prefetches together after the step, so that they never evict each other. Nothing else
+    takes time (the step is untimed: it asks neither to run experts nor to wait)."""
     from specmd_sim.engine.layer import Fetch, Join, WaitForSpace
 
+    landing: list[int] = []
     for request in step:
         match request:
-            case Fetch(key, bypass=bypass) if read is not None:
-                read(key)
-                if not bypass:
-                    complete(key)
-            case Fetch(key, bypass=False):
+            case Fetch(key, demand=True, bypass=False):
                 complete(key)
+            case Fetch(key, bypass=False):
+                landing.append(key)
             case WaitForSpace() | Join():
-                # a pinned demand set always fits (checked before the run) and nothing is ever
-                # loading here, so either would be a bug in the cache or a policy
+                # a pinned demand set always fits (checked before the run) and nothing is
+                # loading when a router decides, so either would be a bug in the cache or a policy
                 raise RuntimeError(f"replay: {request} cannot happen without time")
+    for key in landing:
+        complete(key)
 
 
 def belady_gap(

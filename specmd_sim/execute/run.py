@@ -106,7 +106,6 @@ def _check(scenario: Scenario) -> None:
          cfg.kv_dtype),
         (cfg.miss.kind != "cpu-execute", "miss.kind", "fetch, drop or substitute", "cpu-execute"),
         (cfg.timing.chunk_bytes is None, "timing.chunk_bytes", "null", cfg.timing.chunk_bytes),
-        (not cfg.timing.ideal, "timing.ideal", "false", True),
         (scenario.placement.nvme is None, "memory", "every expert in host memory", "NVMe"),
         (set(scenario.placement.dtype) == {scenario.model.expert_dtype}, "precision.cold_dtype",
          "null (one expert dtype)", cfg.precision.cold_dtype),

@@ -175,30 +175,6 @@ class CostModel:
         )
 
 
-class IdealCost(CostModel):
-    """Every operation takes no time (``timing.ideal``: the check that the timing engine then
-    makes exactly the timing-free engine's decisions). Reads no hardware or runtime number:
-    every public time is 0 before anything is read."""
-
-    def batch_attention_time(self, tokens: int, attended: int, kv_tokens: int) -> float:
-        return 0.0
-
-    def dense_layers_time(self, tokens: int, attended: int, kv_tokens: int) -> float:
-        return 0.0
-
-    def expert_time(self, tokens: int, dtype: str | None = None) -> float:
-        return 0.0
-
-    def lm_head_time(self, tokens: int = 1) -> float:
-        return 0.0
-
-    def cpu_expert_flops_time(self, host: HostNode, tokens: int) -> float:
-        return 0.0
-
-    def cpu_expert_time(self, host: HostNode, tokens: int, nbytes: int | None = None) -> float:
-        return 0.0
-
-
 def _one_request(tokens: int, context_end: int) -> tuple[int, int]:
     """(sum of positions, KV tokens) of ``tokens`` consecutive tokens ending at ``context_end``."""
     return tokens * context_end - tokens * (tokens - 1) // 2, context_end

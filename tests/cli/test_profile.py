@@ -1,4 +1,5 @@
-"""``specmd run --profile``: the phases of the run and the engine's parts, on stderr."""
+"""``specmd run --profile``: the phases of the run and the engine's parts, and the path the engine
+took, on stderr."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import json
 import re
 
 from support.cli import cli
+
+from specmd_sim.engine import jit
 
 SMALL = ["--trace", "mixtral-synthetic", "--cache", "16", "--set", "workload.max_requests=1"]
 
@@ -16,10 +19,13 @@ def shares(err: str) -> dict[str, float]:
 
 
 def test_profile_splits_the_run_and_its_engine(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(jit, "available", lambda: True)  # (interpreted without numba)
     code, out, err = cli(monkeypatch, capsys, "run", *SMALL, "--profile", "--json",
                          "--out", str(tmp_path / "run"))  # fmt: skip
     assert code == 0, err
-    assert "hit_rate" in json.loads(out)  # stdout keeps the metrics alone
+    written = json.loads((tmp_path / "run" / "result.json").read_text())
+    assert json.loads(out) == written["metrics"]  # stdout keeps the metrics alone
+    assert "engine path: compiled timing core" in err
     assert "wall time of the run (--profile)" in err
     got = shares(err)
     phases = {k: v for k, v in got.items() if not k.startswith("engine:")}
@@ -30,6 +36,15 @@ def test_profile_splits_the_run_and_its_engine(tmp_path, monkeypatch, capsys) ->
     assert {"SimPy event loop", "cache and policies", "engine (layer step, streams, flows)",
             "span recording"} <= set(parts)  # fmt: skip
     assert abs(sum(parts.values()) - 100) < 0.5
+
+
+def test_profile_names_the_engine_path_and_why(tmp_path, monkeypatch, capsys) -> None:
+    code, _, err = cli(monkeypatch, capsys, "replay", *SMALL, "--eviction", "random", "--profile",
+                       "--out", str(tmp_path / "run"))  # fmt: skip
+    assert code == 0, err
+    table = err[err.index("wall time of the run (--profile)") :]
+    assert ("engine path: Python layer step, ~100x slower than the compiled replay (why: "
+            "eviction 'random')") in " ".join(table.split())  # fmt: skip
 
 
 def test_without_profile_nothing_is_printed(tmp_path, monkeypatch, capsys) -> None:

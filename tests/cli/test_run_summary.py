@@ -1,12 +1,13 @@
 """The run summary: late hits explained in one line when they outnumber hits, times summed over
-GPUs labelled as sums, and rows for the Belady gap and the mechanisms that resolve or bypass
-misses when a run has them."""
+GPUs labelled as sums, rows for the Belady gap and the mechanisms that resolve or bypass
+misses when a run has them, and the path the engine took (and why, where it fell back)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from typer.testing import CliRunner
 
 from specmd_sim.cli import app
 from specmd_sim.cli.run import late_hit_note
+from specmd_sim.engine import jit
 from specmd_sim.metrics import METRICS
 
 
@@ -112,3 +114,16 @@ def test_misses_bypassed_or_resolved_otherwise_are_counted(
             assert m[name] > 0 and _row(text, label) == f"{m[name]:,}"
         else:
             assert m[name] == 0 and label not in text
+
+
+def test_the_engine_path_is_named_and_a_fallback_says_why(tmp_path: Path, write_trace) -> None:
+    """One line under the table: the compiled path, or the Python one with its cost and why."""
+    args = ("--trace", _trace(write_trace), "--cache", "16", "--eviction")
+    with mock.patch.object(jit, "available", return_value=True):  # (interpreted without numba)
+        covered, _ = _summary(tmp_path / "lru", "replay", *args, "lru")
+        timed, _ = _summary(tmp_path / "timed", "run", *args, "lru")
+    assert "\nengine path: compiled replay\n" in covered
+    assert "\nengine path: compiled timing core\n" in timed
+    text, _ = _summary(tmp_path / "random", "replay", *args, "random")
+    fallback = "Python layer step, ~100x slower than the compiled replay (why: eviction 'random')"
+    assert f"\nengine path: {fallback}\n" in text

@@ -1,10 +1,14 @@
 """The engines make the same decisions: one layer step, fulfilled two ways.
 
-1. On an ideal machine (``timing.ideal``: transfers and compute take no time) ``simulate`` gives
-   exactly ``replay``'s per-access outcome sequence, eviction sequence and cache counters, for
-   every eviction × prefetch × miss handler of the registry (each in one pin mode, alternating,
-   so that every pair of plug-ins is checked in both modes), on Hypothesis-generated traces
-   with chunked prefill and batches.
+1. Replay is the timing engine's zero-time limit: on a near-instant machine (no switch: a
+   hardware and runtime profile whose every rate is 1e30 and every latency and overhead tiny,
+   transfers tinier than compute, ``support.profiles.near_instant``) ``simulate`` gives exactly
+   ``replay``'s per-access outcome sequence (a late hit there, a prefetch still in its ~0 s
+   flight, being a hit in replay), eviction sequence and cache counters, for every eviction ×
+   prefetch × miss handler of the registry (each in one pin mode, alternating, so that every
+   pair of plug-ins is checked in both modes), on Hypothesis-generated traces with chunked
+   prefill and batches; and under KV pressure (here) and with a DRAM cache
+   (``test_two_level.py``).
 2. With real timing and a cache that holds every expert (so no eviction can make the engines'
    contents diverge), time only ever makes an access worse: a hit in ``simulate`` is a hit in
    ``replay``, a late hit in ``simulate`` is a hit in ``replay``, and a miss in ``replay`` is a
@@ -22,6 +26,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from support.profiles import near_instant
 
 from specmd_sim import apply_overrides, build_config, replay, simulate
 from specmd_sim.cache import AccessClass, ExpertCache
@@ -133,23 +138,36 @@ def _plugin_grid() -> list[tuple[str, str, str, str]]:
     ]
 
 
+def assert_the_same_decisions(replayed, replay_log, timed, timed_log, more=()) -> None:
+    """The near-instant run made replay's decisions: the same accesses in the same classes (a
+    late hit being a hit), the same evictions, the same counters."""
+    as_replayed = [(key, _HIT if klass == _LATE else klass) for key, klass in timed_log["access"]]
+    assert as_replayed == replay_log["access"]
+    assert timed_log["evict"] == replay_log["evict"]
+    names = [*_CACHE_COUNTERS, *more]
+    got = {k: timed.metrics[k] for k in names}
+    got["hits"], got["late_hits"] = got["hits"] + got["late_hits"], 0
+    assert got == {k: replayed.metrics[k] for k in names}
+    layers = [h + late for h, late in zip(timed.per_layer["hits"], timed.per_layer["late_hits"],
+                                          strict=True)]  # fmt: skip
+    assert layers == replayed.per_layer["hits"]
+    assert timed.metrics["makespan_s"] > 0
+
+
 @pytest.mark.parametrize(("eviction", "prefetch", "miss", "pin"), _plugin_grid())
 @settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))
 @given(workload=workloads())
-def test_ideal_timing_makes_replays_decisions(eviction, prefetch, miss, pin, workload):
+def test_near_instant_timing_makes_replays_decisions(eviction, prefetch, miss, pin, workload):
     trace, overrides = workload
     overrides = [
         *overrides, f"eviction.kind={eviction}", f"prefetch.kind={prefetch}",
         f"miss.kind={miss}", f"cache.pin_demand_set={pin}",
     ]  # fmt: skip
-    replayed, replay_log = _run(_python_replay, trace, overrides)
-    timed, timed_log = _run(simulate, trace, [*overrides, "timing.ideal=true"])
-    assert timed_log["access"] == replay_log["access"]
-    assert timed_log["evict"] == replay_log["evict"]
-    counters = {k: replayed.metrics[k] for k in _CACHE_COUNTERS}
-    assert {k: timed.metrics[k] for k in _CACHE_COUNTERS} == counters
-    assert timed.per_layer["hits"] == replayed.per_layer["hits"]
-    assert timed.metrics["makespan_s"] == 0.0 and timed.metrics["late_hits"] == 0
+    with tempfile.TemporaryDirectory() as tmp:  # (the same machine for plug-ins that read it)
+        overrides = [*overrides, *near_instant(Path(tmp))]
+        replayed, replay_log = _run(_python_replay, trace, overrides)
+        timed, timed_log = _run(simulate, trace, overrides)
+    assert_the_same_decisions(replayed, replay_log, timed, timed_log)
 
 
 @pytest.mark.parametrize("prefetch", ["top-k", "score-threshold", "oracle", "pre-gated"])
@@ -179,12 +197,12 @@ def test_time_only_makes_accesses_worse(eviction, prefetch, pin, workload):
 @pytest.mark.parametrize("prefetch", ["top-k", "none"])
 @settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
 @given(workload=workloads())
-def test_ideal_timing_makes_replays_decisions_under_kv_pressure(eviction, prefetch, workload):
+def test_near_instant_timing_makes_replays_decisions_under_kv_pressure(
+    eviction, prefetch, workload
+):
     """Continuous batching with a KV cache that grows into the expert cache (its HBM leaves the
     drawn capacity and the KV cache of half a token less than its peak): the capacity loses a
     slot at the peak and gets it back, and both engines evict the same experts for it."""
-    from support.profiles import profile_with_hbm
-
     from specmd_sim.config import WorkloadConfig
     from specmd_sim.models import load_model
     from specmd_sim.runtime import load_runtime
@@ -197,19 +215,16 @@ def test_ideal_timing_makes_replays_decisions_under_kv_pressure(eviction, prefet
     continuous = WorkloadConfig(scheduler="continuous", batch_size=batch, max_tokens_per_step=3)
     peak = int(build_passes(trace, continuous).kv_resident.max())
     per_token = model.kv_bytes_per_token * model.num_layers
-    hbm = (model.non_expert_bytes + int(load_runtime("fused-kernels").workspace_bytes.value)
+    hbm = (model.non_expert_bytes + int(load_runtime("roofline").workspace_bytes.value)
            + slots * model.expert_bytes + (2 * peak - 1) * per_token // 2)  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
-        profile = profile_with_hbm(Path(tmp), hbm)
         overrides = [
             *overrides, f"eviction.kind={eviction}", f"prefetch.kind={prefetch}",
-            f"hardware={profile}", "workload.scheduler=continuous", "workload.kv_cache=evict",
+            "workload.scheduler=continuous", "workload.kv_cache=evict",
             "workload.max_tokens_per_step=3",
         ]  # fmt: skip
-        replayed, replay_log = _run(_python_replay, trace, overrides)
-        timed, timed_log = _run(simulate, trace, [*overrides, "timing.ideal=true"])
+        machine = near_instant(Path(tmp), hbm)
+        replayed, replay_log = _run(_python_replay, trace, [*overrides, *machine])
+        timed, timed_log = _run(simulate, trace, [*overrides, *machine])
     assume(replayed.metrics["evictions_kv"] > 0)  # a cache not full at the peak shows nothing
-    assert timed_log["access"] == replay_log["access"]
-    assert timed_log["evict"] == replay_log["evict"]
-    counters = {k: replayed.metrics[k] for k in (*_CACHE_COUNTERS, "evictions_kv")}
-    assert {k: timed.metrics[k] for k in (*_CACHE_COUNTERS, "evictions_kv")} == counters
+    assert_the_same_decisions(replayed, replay_log, timed, timed_log, more=("evictions_kv",))

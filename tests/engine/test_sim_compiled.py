@@ -307,7 +307,6 @@ def test_runs_it_does_not_cover_say_why(traces: dict[str, str]) -> None:
     assert why(prefetch="oracle") == "prefetch 'oracle'"
     assert why(parallel={"gpus": 2}, hardware="hgx-h100-8gpu") is None
     assert why(runtime="roofline") is None
-    assert why(timing={"ideal": True}) == "timing.ideal"
     assert why(timing={"chunk_bytes": 1 << 20}) is None
     assert why(runtime="mixtral-offloading") is None  # (memory parity)
     assert why(eviction="random") == "eviction 'random'"

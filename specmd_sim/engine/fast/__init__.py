@@ -55,7 +55,7 @@ def _policy_code(run: RunObjects) -> int | None:
 def compiled_unsupported(run: RunObjects, home: bool = False) -> str | None:
     """None when :func:`replay_compiled` covers ``run``, else why not (a phrase); with
     ``home``, when the timing engine's core (:mod:`.timed`, which also covers the GPU's own
-    shard) does."""
+    shard) does. A part of the one coverage check (:mod:`specmd_sim.engine.coverage`)."""
     if run.dram is not None:
         return "a DRAM cache (memory.dram_cache)"
     if _policy_code(run) is None:

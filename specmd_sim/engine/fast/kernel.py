@@ -9,9 +9,10 @@ engine's exactly (``tests/engine/test_fast_replay.py`` checks every counter on r
 The Python classes stay the specification and the path for every other plug-in.
 
 It is plain Python over numpy arrays (:func:`specmd_sim.engine.jit.compiled`): numba compiles it
-when installed; without numba it runs as written, slowly. In a replay nothing takes time, so a
-reserved expert is resident before the next decision: nothing is ``LOADING`` when a victim is
-chosen or a router decides (no late hits), which the kernel relies on.
+when installed; without numba it runs as written, slowly. In a replay nothing takes time, and a
+transfer lands as the zero-time transfer of ``docs/design.md`` does: a demand fetch at once, a
+layer's prefetches together after its plan (``LOADING`` until then, so that a plan's prefetches
+never evict each other), so nothing is ``LOADING`` when a router decides (no late hits).
 
 The policies' data structures:
 
@@ -64,6 +65,7 @@ from specmd_sim.engine.fast.layout import (
     K_TOUCHED,
     K_UNUSED,
     LFU,
+    LOADING,
     LRU,
     LS_FIFO,
     LS_LAYER,
@@ -492,10 +494,11 @@ def run_passes(S: np.ndarray, after: np.ndarray, keys: np.ndarray, offsets: np.n
                     S[K_UNUSED, key] = 1
                     S[R_STATS, ST_PF_ISSUED] += 1
                     S[R_STATS, ST_BYTES_PREFETCH] += need
-                    S[R_STATS, ST_PF_COMPLETED] += 1  # it lands at once
+                    S[K_STATE, key] = LOADING  # it lands after the plan
                 else:
                     S[R_STATS, ST_BYTES_DEMAND] += need
-                S[K_STATE, key] = RESIDENT  # LOADING until complete(): no decision sees it
+                    S[K_STATE, key] = RESIDENT  # it lands at once
+                    S[K_EVER, key] = 1
                 if policy in (FIFO, LRU):  # the policy's on_insert
                     if reason == PREFETCH and lru_end:
                         list_prepend(S, n, 0, key)
@@ -505,7 +508,12 @@ def run_passes(S: np.ndarray, after: np.ndarray, keys: np.ndarray, offsets: np.n
                     heap_update(S, key, 1)
                 else:
                     touch(S, key)
-                S[K_EVER, key] = 1
+            for i in range(plan_lo, plan_offsets[r + 1]):  # the plan's prefetches land
+                key = plan_keys[i]
+                if S[K_STATE, key] == LOADING:
+                    S[K_STATE, key] = RESIDENT
+                    S[K_EVER, key] = 1
+                    S[R_STATS, ST_PF_COMPLETED] += 1
             if pinned:
                 for i in range(lo, hi):
                     S[K_PINS, keys[i]] -= 1

@@ -53,7 +53,7 @@ STAT_NAMES = (
     ST_HITS_HOME,
 ) = range(len(STAT_NAMES))
 
-ABSENT, RESIDENT = 0, 2  # State; LOADING (1) lasts only inside one fetch here
+ABSENT, LOADING, RESIDENT = 0, 1, 2  # State; LOADING: a replayed prefetch until its plan ends
 HIT, COMPULSORY, CAPACITY, COLLISION = 0, 2, 3, 4  # AccessClass
 DEMAND, PREFETCH, PRELOAD = 0, 1, 2  # FetchReason
 OK, NO_SPACE = 0, 1  # run_passes' outcome: done, or a pinned demand fetch found no victim

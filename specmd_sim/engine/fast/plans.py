@@ -44,7 +44,8 @@ from specmd_sim.scenario.plugins import _Tapped
 
 def plans_unsupported(run: RunObjects) -> str | None:
     """None when the run's prefetch plans can be computed in bulk, else why not (one phrase,
-    e.g. "prefetch 'oracle'")."""
+    e.g. "prefetch 'oracle'"). A part of the one coverage check
+    (:mod:`specmd_sim.engine.coverage`)."""
     prefetch = run.prefetch
     if prefetch.lookahead == 0:
         return None  # the engine never asks for a plan

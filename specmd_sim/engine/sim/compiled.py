@@ -12,10 +12,9 @@ policies of the compiled replay
 prefetcher or one whose plans the replay draws in bulk (top-k and score-threshold over the
 noisy oracle or the trace's scores: :mod:`specmd_sim.engine.fast.plans`), a copy per expert
 (in chunks or not, on their own stream or on the compute stream), memory parity's write-backs
-(on the device-to-host copy engines), a fixed cache capacity, and time that passes (not
-``timing.ideal``). Everything else (the DRAM cache, CPU experts, dropped or substituted
-experts, a capacity that follows the KV cache, users' plug-ins) runs on SimPy, which stays the
-specification.
+(on the device-to-host copy engines) and a fixed cache capacity. Everything else (the DRAM
+cache, CPU experts, dropped or substituted experts, a capacity that follows the KV cache, users'
+plug-ins) runs on SimPy, which stays the specification.
 """
 
 from __future__ import annotations
@@ -62,12 +61,10 @@ class GpuParts:
 
 def compiled_unsupported(scenario: Scenario, runs: list[RunObjects]) -> str | None:
     """None when :func:`run_compiled` covers the run, else why not (a phrase). Asked before the
-    run's parts are built (which attach the fetcher to the cache)."""
+    run's parts are built (which attach the fetcher to the cache), by the one coverage check
+    (:func:`specmd_sim.engine.coverage.simulate_path`)."""
     if not jit.available():
-        return "kernels not compiled (numba is not installed)"
-    config = scenario.config
-    if config.timing.ideal:
-        return "timing.ideal"
+        return jit.UNCOMPILED
     engines = {(gpu.copy_engines_h2d.value, gpu.copy_engines_d2h.value) for gpu in scenario.gpus}
     if len(engines) > 1:
         return "GPUs with different numbers of copy engines"

@@ -23,10 +23,8 @@ from specmd_sim.timeline import SpanRecorder
 
 
 class HostCpu:
-    def __init__(
-        self, env: simpy.Environment, scenario: Scenario, spans: SpanRecorder, ideal: bool
-    ) -> None:
-        self.env, self.spans, self.ideal = env, spans, ideal
+    def __init__(self, env: simpy.Environment, scenario: Scenario, spans: SpanRecorder) -> None:
+        self.env, self.spans = env, spans
         self.placement = scenario.placement
         self.host = scenario.profile.hosts[0]
         self.resource = simpy.Resource(env, capacity=1)
@@ -56,8 +54,7 @@ class HostCpu:
         return (*self.nvme_read, depth)
 
     def _used(self, *quantities: Quantity) -> None:
-        if not self.ideal:  # an ideal machine reads no hardware number
-            self.quantities.update((id(q), q) for q in quantities)
+        self.quantities.update((id(q), q) for q in quantities)
 
     def start(
         self, cost: CostModel, key: int, tokens: int, klass: int, where: dict[str, int]
@@ -88,13 +85,10 @@ class HostCpu:
             yield turn
             start = env.now
             flops = env.timeout(cost.cpu_expert_flops_time(self.host, tokens))
-            if self.ideal:
-                yield flops
-            else:
-                assert self.network is not None, "HostCpu.network is set before the run"
-                rate = cost.cpu_dram_rate(self.host)
-                read = env.process(self.network.transfer(nbytes, resources, latency, depth, rate))
-                yield flops & read
+            assert self.network is not None, "HostCpu.network is set before the run"
+            rate = cost.cpu_dram_rate(self.host)
+            read = env.process(self.network.transfer(nbytes, resources, latency, depth, rate))
+            yield flops & read
             self.spans.add(
                 self.lane if self.lane is not None else -1, "cpu_expert", start, env.now,
                 expert=key, klass=int(klass), bytes_=nbytes, **where,

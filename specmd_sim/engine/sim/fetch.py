@@ -7,8 +7,7 @@ expert-sharded mode, the HBM of the GPU owning its shard. A prefetch whose targe
 has decided, and which the layer now running does not demand (in either pin mode: the demand set
 is known at the router, also when its experts are pinned one at a time), is cancelled before it
 starts. A demand fetch that finds nothing evictable first cancels queued prefetches that layer
-does not demand (newest first), then waits for a transfer to end. With ``timing.ideal`` a
-transfer takes no time (its job still passes through the copy engines).
+does not demand (newest first), then waits for a transfer to end.
 
 With memory parity (the runtime's ``memory_parity``) every expert the cache evicts is copied
 back to host DRAM by :class:`WriteBacks` on the GPU's device-to-host copy engines, over the
@@ -19,8 +18,7 @@ With a DRAM cache (:mod:`specmd_sim.engine.dram`) every fetch first reads its ex
 a DRAM miss is read from the NVMe drive into DRAM (a flow over the drive, its link and DRAM, at
 the drive's queue-depth bandwidth) before its job enters the copy engines; a DRAM late hit waits
 for the DRAM prefetch reading it; a miss that finds nothing evictable in DRAM waits until a read
-lands or a copy ends. DRAM prefetches are such reads without a job. With ``timing.ideal`` a
-read lands when it is issued, as in replay.
+lands or a copy ends. DRAM prefetches are such reads without a job.
 """
 
 from __future__ import annotations
@@ -72,7 +70,6 @@ class Fetcher:
         drive: NVMeNode | None,
         engines: int,
         chunk_bytes: int | None,
-        ideal: bool,
         spans: SpanRecorder,
         tally: GpuTally,
         lanes: tuple[str, str, str],  # (copy-lane prefix, occupancy counter, in-flight counter)
@@ -88,7 +85,7 @@ class Fetcher:
         self.pass_request: list[int] = pass_request.tolist()
         # per path, whether it reads the drive (its flows keep requests outstanding on it)
         self.from_drive = [drive is not None and path.source == drive.id for path in paths]
-        self.chunk_bytes, self.ideal = chunk_bytes, ideal
+        self.chunk_bytes = chunk_bytes
         self.spans, self.tally = spans, tally
         prefix, self.counter_used, self.counter_flight = lanes
         # the two counters' samples, appended to directly (spans.sample looks the counter up
@@ -206,9 +203,6 @@ class Fetcher:
                 self.engines.submit(queued)
             self._retry_stalled()
 
-        if self.ideal:  # lands at once, as in replay (no copy engine takes it)
-            landed()
-            return
         self.staged = True
         stage = self.stage
         depth = math.ceil(nbytes / self.drive.read_request_bytes.value)
@@ -273,15 +267,12 @@ class Fetcher:
             )  # fmt: skip
             then()
 
-        if self.ideal:
-            env.timeout(0).callbacks.append(lambda _: moved())
-        else:
-            path = self.paths[index]
-            depth = 1
-            if self.from_drive[index]:
-                assert self.drive is not None
-                depth = math.ceil(nbytes / self.drive.read_request_bytes.value)
-            self.network.start(nbytes, path.resources, path.latency_s, depth, path.rate_cap, moved)
+        path = self.paths[index]
+        depth = 1
+        if self.from_drive[index]:
+            assert self.drive is not None
+            depth = math.ceil(nbytes / self.drive.read_request_bytes.value)
+        self.network.start(nbytes, path.resources, path.latency_s, depth, path.rate_cap, moved)
 
     def _prefetch_obsolete(self, job: Job) -> bool:
         """Its target layer's router has decided, and the layer now running does not use it."""
@@ -293,7 +284,7 @@ class Fetcher:
         del self.jobs[job.key]
         self.cache.cancel(job.key)
         self._copied(job)
-        settle(job.done)  # nothing waits on an unused prefetch, except an ideal stream
+        settle(job.done)  # (nothing waits on an unused prefetch)
 
     def _cancel_job(self, job: Job) -> bool:
         """Cancel a queued prefetch to make room, unless the layer now running demands it."""
@@ -332,7 +323,6 @@ class WriteBacks:
         path: TransferPath,
         engines: int,
         chunk_bytes: int | None,
-        ideal: bool,
         spans: SpanRecorder,
         tally: GpuTally,
         lane_prefix: str,
@@ -340,7 +330,7 @@ class WriteBacks:
         pass_request: Any,
     ) -> None:
         self.env, self.network, self.cache, self.path = env, network, cache, path
-        self.chunk_bytes, self.ideal = chunk_bytes, ideal
+        self.chunk_bytes = chunk_bytes
         self.spans, self.tally = spans, tally
         self.pass_base = pass_base
         self.pass_request: list[int] = pass_request.tolist()  # per pass, its request
@@ -381,7 +371,4 @@ class WriteBacks:
             )  # fmt: skip
             then()
 
-        if self.ideal:
-            env.timeout(0).callbacks.append(lambda _: moved())
-        else:
-            self.network.start(nbytes, path.resources, path.latency_s, 1, path.rate_cap, moved)
+        self.network.start(nbytes, path.resources, path.latency_s, 1, path.rate_cap, moved)

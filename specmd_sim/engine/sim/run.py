@@ -18,9 +18,10 @@ import simpy
 
 from specmd_sim.config import SimConfig
 from specmd_sim.engine.common import Progress, finish_result, report_progress
+from specmd_sim.engine.coverage import simulate_path
 from specmd_sim.engine.dram import DramLevel, dram_metrics
 from specmd_sim.engine.replay import belady_gap, dram_sequence
-from specmd_sim.engine.sim.compiled import GpuParts, compiled_unsupported, run_compiled
+from specmd_sim.engine.sim.compiled import GpuParts, run_compiled
 from specmd_sim.engine.sim.cpu import HostCpu
 from specmd_sim.engine.sim.events import Environment
 from specmd_sim.engine.sim.fetch import Fetcher, WriteBacks
@@ -30,7 +31,7 @@ from specmd_sim.engine.sim.tally import GpuTally, timing_result
 from specmd_sim.hardware import TransferPath, lowest_grade, write_back_path
 from specmd_sim.hardware.schema import GPUNode, Quantity
 from specmd_sim.metrics import RunResult
-from specmd_sim.models import CostModel, IdealCost
+from specmd_sim.models import CostModel
 from specmd_sim.scenario import RunObjects, Scenario, build_runs, build_scenario
 from specmd_sim.scenario.dram import needs_sequence
 from specmd_sim.timeline import SpanRecorder
@@ -40,15 +41,16 @@ def simulate(
     config: SimConfig | Scenario, progress: Progress | None = None, compiled: bool = True
 ) -> RunResult:
     """Run the SimPy timing engine on a config (or an already built scenario); on its compiled
-    core (:mod:`.compiled`) where that covers the run, unless ``compiled`` is False."""
+    core (:mod:`.compiled`) where that covers the run, unless ``compiled`` is False. The
+    result's ``engine_path`` says which path was taken, and why
+    (:func:`~specmd_sim.engine.coverage.simulate_path`)."""
     scenario = config if isinstance(config, Scenario) else build_scenario(config)
     env = Environment()
     spans = SpanRecorder(scenario.config.timing.record_spans)
-    ideal = scenario.config.timing.ideal
-    cpu = HostCpu(env, scenario, spans, ideal)
+    cpu = HostCpu(env, scenario, spans)
     sequence = dram_sequence(scenario) if needs_sequence(scenario.config) else None
     runs = build_runs(scenario, None, sequence)
-    uncovered = compiled_unsupported(scenario, runs) if compiled else "not asked"
+    taken = simulate_path(scenario, runs, compiled)
     backs = [_write_back(scenario, gpu) for gpu in scenario.gpus]
     capacity: dict[str, float] = {}
     for objs, back in zip(runs, backs, strict=True):
@@ -76,7 +78,7 @@ def simulate(
         _Gpu(env, objs, scenario.gpus[g], int(bases[g]), network, cpu, spans, pass_done, backs[g])
         for g, objs in enumerate(runs)
     ]
-    if uncovered is None:
+    if taken.compiled:
         parts = [
             GpuParts(g.objs, g.node, g.cost, g.tally, g.fetcher, g.stream.lane, g.write_backs)
             for g in gpus
@@ -104,6 +106,7 @@ def simulate(
     if gpus[0].dram is not None:
         result.metrics.update(dram_metrics(gpus[0].dram.cache))
     finish_result(scenario, result)
+    result.engine_path = taken.line()
     if scenario.config.belady_gap:
         warm = runs[0].eviction.initial_contents()
         result.metrics.update(belady_gap(scenario, result.metrics, warm))
@@ -154,11 +157,10 @@ class _Gpu:
         engines = node.copy_engines_h2d.value
         self.tally = GpuTally(node.id, sc.passes, sc.trace.num_layers, engines)
         suffix = "" if len(sc.shards) == 1 else f"{node.id}/"
-        self.ideal = ideal = sc.config.timing.ideal
-        self.cost = (IdealCost if ideal else CostModel)(sc.model, node, sc.runtime)
+        self.cost = CostModel(sc.model, node, sc.runtime)
         self.fetcher = Fetcher(
             env, network, objs.cache, objs.ctx.paths, objs.ctx.source, sc.placement.nvme,
-            engines, sc.config.timing.chunk_bytes, ideal, spans, self.tally,
+            engines, sc.config.timing.chunk_bytes, spans, self.tally,
             (f"{node.id}/copy-h2d-", f"{suffix}cache_used_bytes", f"{suffix}bytes_in_flight"),
             lambda: (self.stream.position, self.stream.demanded), pass_base, sc.passes.request,
         )  # fmt: skip
@@ -171,7 +173,7 @@ class _Gpu:
         if write_back is not None:
             self.write_backs = WriteBacks(
                 env, network, objs.cache, write_back, node.copy_engines_d2h.value,
-                sc.config.timing.chunk_bytes, ideal, spans, self.tally, f"{node.id}/copy-d2h-",
+                sc.config.timing.chunk_bytes, spans, self.tally, f"{node.id}/copy-d2h-",
                 pass_base, sc.passes.request,
             )  # fmt: skip
         copies = [self.fetcher.engines]
@@ -184,11 +186,8 @@ class _Gpu:
 
     def quantities(self) -> list[Quantity]:
         """The hardware numbers this GPU's run read: its cost model's (and its plug-ins'), the
-        copy-engine count, and the numbers behind each path a transfer took (on an ideal
-        machine only those the plug-ins' estimates read)."""
+        copy-engine count, and the numbers behind each path a transfer took."""
         used = [*self.cost.used.values(), *self.objs.ctx.cost.used.values()]
-        if self.ideal:
-            return used
         if self.fetcher.used_paths:
             used.append(self.node.copy_engines_h2d)
         for index in sorted(self.fetcher.used_paths):

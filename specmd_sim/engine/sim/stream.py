@@ -87,7 +87,6 @@ class GpuStream:
         self.pass_base = pass_base  # this GPU's passes are numbered from here in the spans
         self.lane = spans.lane(lane)
         self.on_pass_done = on_pass_done
-        self.ideal = self.sc.config.timing.ideal
         self.dtype_of = self.sc.placement.dtype
         self.position = (-1, -1)  # (pass, layer) whose router decided last
         self.demanded: frozenset[int] = frozenset()  # ... and the demand set it decided
@@ -144,7 +143,7 @@ class GpuStream:
     # --- the layer step's requests ---------------------------------------------------------
 
     def _fulfil(self, step: Step) -> Generator[Any, Any, None]:
-        send, fetcher, fetch, ideal = step.send, self.fetcher, self.fetcher.fetch, self.ideal
+        send, fetcher, fetch = step.send, self.fetcher, self.fetcher.fetch
         outcome: Any = None
         while True:
             try:
@@ -156,8 +155,6 @@ class GpuStream:
             # isinstance, or a match statement's class patterns)
             if type(request) is Fetch:
                 outcome = fetch(request)
-                if ideal:  # a transfer of no time lands before the next decision
-                    yield outcome
             elif type(request) is Join:
                 outcome = fetcher.join(request.key)
             elif type(request) is Decide:

@@ -311,8 +311,8 @@ def hit_rate(rows: Rows, subject: str) -> list[Finding]:
     late = effect(grid, lambda topk, score: max(topk["hit_rate"] + topk["late_hit_rate"],
                   score["hit_rate"] + score["late_hit_rate"]), **sides("simulate"))  # fmt: skip
     notes = (
-        "the paper's hit rate corresponds to replay's, which counts a prefetch as a hit as soon "
-        "as it is issued; close to the timing engine's hits plus late hits "
+        "the paper's hit rate corresponds to replay's, which counts a prefetch as a hit once "
+        "its layer's plan is made; close to the timing engine's hits plus late hits "
         f"({late['subject'].text(lambda x: f'{x:.3f}') if 'subject' in late else 'n/a'})",
     )
     return [Finding(

@@ -172,8 +172,9 @@ def _setup(plan: Plan, rows: Rows) -> str:
         f"- **Seeds**: {', '.join(map(str, plan.seeds))} (the trace's and the predictor's noise); "
         "effects are given as mean (lowest to highest).",
         f"- **Capacities**: {', '.join(plan.capacities)} of all routed-expert bytes.",
-        "- **Engines**: `replay` (no time: a prefetch is in the cache as soon as it is issued) "
-        "and the timing engine on `h100-pcie` with the `fused-kernels` runtime (TTFT; a "
+        "- **Engines**: `replay` (no time: a layer's prefetches land together once its plan "
+        "is made, before the next router decision) and the timing engine on `h100-pcie` with "
+        "the `fused-kernels` runtime (TTFT; a "
         "prefetch still loading when its layer needs it is a *late hit*, not a hit).",
         "- **Predictors**: the noisy oracle at a set accuracy, with missed true experts just "
         "below the predicted band (`oracle`) or placed uniformly (`oracle-uniform`), and "
