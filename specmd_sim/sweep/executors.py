@@ -216,19 +216,31 @@ class LocalExecutor:
 
 @contextmanager
 def _stops_held() -> Iterator[None]:
-    """SIGINT and SIGTERM held in this thread while the block runs, and delivered as it ends.
-    A pool's ``submit`` may start its manager thread and its workers: a stop raised inside it
-    (``specmd sweep`` raises SIGTERM as KeyboardInterrupt) would leave a thread that the pool's
-    shutdown cannot join, so the sweep would end in a traceback instead of stopping. (Python's
-    own resource tracker holds them so while it starts.)"""
-    if threading.current_thread() is not threading.main_thread():  # signals go to the main one
+    """SIGINT and SIGTERM held while the block runs, and delivered as it ends. A pool's
+    ``submit`` may start its manager thread and its workers: a stop raised inside it (``specmd
+    sweep`` raises SIGTERM as KeyboardInterrupt) would leave a thread that the pool's shutdown
+    cannot join, or a worker spawned but never sent its start-up data (which then prints a
+    traceback of its own), so the sweep would end in a traceback instead of stopping. Held at
+    the handlers, not by a signal mask: the system may hand a process's signal to any thread
+    that does not mask it (the pool's manager thread), and Python then runs the handler in the
+    main thread all the same."""
+    if threading.current_thread() is not threading.main_thread():  # handlers are the main one's
         yield
         return
-    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    caught: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        caught.append(signum)
+
+    stops = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not None]
+    previous = {s: signal.signal(s, hold) for s in stops}
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in dict.fromkeys(caught):
+            signal.raise_signal(s)
 
 
 def _collect(
