@@ -219,15 +219,15 @@ def _summary(out: Console, result: Any) -> None:
 
 def late_hit_note(m: dict[str, Any]) -> str | None:
     """One line on late hits when they outnumber hits: why the hit rate is low although the
-    prefetcher named the right experts (and what replay, which lands prefetches at once,
-    would count)."""
+    prefetcher named the right experts (and what replay, where transfers take no time, would
+    count)."""
     late, hits, accesses = m.get("late_hits"), m.get("hits"), m.get("accesses")
     if not late or not accesses or late <= (hits or 0):
         return None
     return (
         f"note: {late / accesses:.1%} of accesses were late hits: the expert was still loading "
         f"when its layer's router decided, and the layer waited for it. The hit rate leaves "
-        f"them out; replay, which lands prefetches at once, counts them as hits (hits and "
+        f"them out; replay, where transfers take no time, counts them as hits (hits and "
         f"late hits here: {(late + (hits or 0)) / accesses:.1%})"
     )
 

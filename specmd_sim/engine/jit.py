@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 F = TypeVar("F", bound=Callable[..., Any])
 
 # why a compiled path is not taken without numba (:mod:`specmd_sim.engine.coverage`)
-UNCOMPILED = "kernels not compiled (numba is not installed)"
+UNCOMPILED = "kernels not compiled (numba, the fast extra, is not installed)"
 
 
 def available() -> bool:

@@ -26,7 +26,7 @@ def test_late_hits_are_explained_when_they_dominate(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
-    assert "of accesses were late hits" in text and "replay, which lands prefetches" in text
+    assert "of accesses were late hits" in text and "replay, where transfers take no time" in text
 
 
 def test_no_note_when_hits_dominate_or_in_replay() -> None:
