@@ -172,14 +172,14 @@ class _TwoLevel:
                 elif action == WAIT:
                     self.stalled.append(request.key)
                 self.copies.append((request.key, not request.bypass))
-            elif type(request) is Run:
-                self._land()
-            elif type(request) in (Join, WaitForSpace) and not (self.reads or self.copies):
+            elif type(request) is Run or (
+                type(request) is WaitForSpace and (self.reads or self.copies)
+            ):
+                self._land()  # (space for the GPU cache can come only from what lands)
+            elif type(request) in (Join, WaitForSpace):
                 # nothing is loading in the GPU cache when a router decides (what was in flight
                 # landed before), and a pinned demand set always fits (checked before the run)
                 raise RuntimeError(f"replay: {request} cannot happen without time")
-            elif type(request) is WaitForSpace:
-                self._land()
         self._land()
 
     def _land(self) -> None:
