@@ -141,6 +141,9 @@ class ExpertCache:
         self.prefetched_unused = bytearray(n)
         self.home = bytearray(n)  # 1: stored in this GPU's HBM outside the cache (its shard)
         self.loading_prefetch = bytearray(n)  # 1 while a prefetch of the key is in flight
+        # held in the runtime's staging buffers, outside the capacity, and pinned there (its
+        # layer was at the policy's quota, all in use): :meth:`settle` makes room for them
+        self.staged_keys: list[int] = []
         self.evicted_pass = [-1] * n
         self.used_bytes = 0
         self.pass_index = -1
@@ -292,8 +295,11 @@ class ExpertCache:
         """Make room for ``key`` and mark it LOADING. False if nothing evictable frees room,
         or if the policy does not admit a prefetch.
 
-        The policy may first name a *quota victim* (a per-layer budget); then, while the cache
-        is full, victims are chosen among evictable entries. The evictions already made stand
+        The policy may first name a *quota victim* (a per-layer budget); when it names none for
+        a demand fetch and ``policy.stages`` the key (its layer holds its quota, all of it in use),
+        the key is held (pinned) in the runtime's staging buffers, outside the capacity, until
+        :meth:`settle`. Otherwise, while the cache is full, victims are chosen among evictable
+        entries. The evictions already made stand
         even when the reservation then fails (with uniform expert sizes one eviction always
         suffices; with sizes per key a larger expert may need several).
         """
@@ -308,6 +314,10 @@ class ExpertCache:
         quota = policy.quota_victim(key, evictable)
         if quota is not None:
             self._evict(quota)
+        elif not prefetch and policy.stages(key):
+            self.staged_keys.append(key)
+            self.pins[key] += 1  # (held outside the capacity until settle())
+            need = 0
         while self.capacity_bytes - self.used_bytes < need:
             victim = policy.choose_victim(evictable, key)
             if victim is None:
@@ -327,9 +337,31 @@ class ExpertCache:
             stats.prefetch_issued += 1
             stats.bytes_prefetch += need
         else:
-            stats.bytes_demand += need
+            stats.bytes_demand += self.nbytes[key]
         policy.on_insert(key, reason)
         return True
+
+    def settle(self) -> None:
+        """The layer step released its pins: for each staged expert in turn, its layer gives up
+        its quota victim (the layer's least recently used evictable expert), and the staged
+        expert, unpinned, takes the capacity that freed. One whose layer has nothing evictable
+        yet stays staged until the next step settles."""
+        staged, self.staged_keys = self.staged_keys, []
+        for key in staged:
+            victim = self.policy.quota_victim(key, self.evictable)
+            if victim is None:
+                self.staged_keys.append(key)
+                continue
+            self._evict(victim)
+            while self.capacity_bytes - self.used_bytes < self.nbytes[key]:  # (sizes per key)
+                other = self.policy.choose_victim(self.evictable, key)
+                if other is None:
+                    break
+                self._evict(other)
+            self.used_bytes += self.nbytes[key]
+            if self.occupancy_hook is not None:
+                self.occupancy_hook(self.used_bytes)
+            self.unpin(key)
 
     def complete(self, key: int) -> None:
         """The transfer of ``key`` finished: LOADING -> RESIDENT."""

@@ -210,6 +210,8 @@ class LayerStep:
                 yield AwaitCpu(on_cpu)
         for key in held:
             cache.unpin(key)
+        if cache.staged_keys:
+            cache.settle()
 
     def _one_at_a_time(self, p: int, layer: int, keys: list[int], tokens: list[int]) -> Step:
         cache, timed = self.cache, self.timed
@@ -243,6 +245,8 @@ class LayerStep:
                     yield Run([Expert(by, n, klass)])
                 cache.unpin(by)
             cache.unpin(key)
+        if cache.staged_keys:
+            cache.settle()
         yield from self._plan_prefetches(p, layer)
 
     # --- the parts both modes share --------------------------------------------------------

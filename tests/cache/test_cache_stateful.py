@@ -6,11 +6,14 @@ prefetches, completions, cancellations of unstarted prefetches, prefetch hints, 
 scores, substitutions and drops) and keeps its own model of every key's state, of the pins and
 of all counters. After every step the cache must agree with the model, which checks:
 
-- ``used_bytes == (#non-absent keys) * expert_bytes <= capacity_bytes``;
+- ``used_bytes == (#non-absent keys - #staged keys) * expert_bytes <= capacity_bytes``;
 - a reservation evicts only resident, unpinned keys (never pinned or LOADING ones), exactly the
   one the policy names (its quota victim, else ``choose_victim`` when the cache is full) and
-  only when needed; ``choose_victim`` asked twice gives the same answer (no side effects); a
-  reservation fails only when the policy refuses or nothing evictable is left;
+  only when needed; a demand fetch the policy stages evicts nothing and is held, pinned by the
+  cache, outside the capacity until ``settle``, which evicts exactly one resident, unpinned key
+  per staged key it settles and releases that key's pin; ``choose_victim`` asked twice gives
+  the same answer (no side effects); a reservation fails only when the policy refuses or
+  nothing evictable is left;
 - each access gets the class the model expects (compulsory iff never resident before,
   collision iff evicted earlier in the current pass, else capacity; hit / late hit by state),
   and the whole ``stats.totals()`` record equals the model's; at the end (after ``finish``)
@@ -121,6 +124,7 @@ class CacheMachine(RuleBasedStateMachine):
         self.evicted_pass = [-1] * N
         self.by_prefetch = [False] * N  # LOADING because of a prefetch
         self.unused = [False] * N  # prefetched and not yet accessed
+        self.staged = [False] * N  # held (pinned by the cache) outside the capacity
         for key in preload:
             self.state[key] = RESIDENT
             self.ever[key] = True
@@ -199,8 +203,9 @@ class CacheMachine(RuleBasedStateMachine):
         full = c.capacity_bytes - c.used_bytes < EB
         admitted = reason == DEMAND or policy.admit(key, reason)
         quota = policy.quota_victim(key, c.evictable) if admitted else None
+        staged = admitted and quota is None and reason == DEMAND and policy.stages(key)
         victim = None
-        if admitted and quota is None and full:
+        if admitted and quota is None and full and not staged:
             victim = policy.choose_victim(c.evictable, key)
             again = policy.choose_victim(c.evictable, key)
             assert victim == again, "choose_victim must not change the policy's state"
@@ -210,10 +215,13 @@ class CacheMachine(RuleBasedStateMachine):
         evicted = [k for k in range(N) if before[k] != ABSENT and c.state[k] == ABSENT]
         for k in evicted:
             assert self.state[k] == RESIDENT and not self.pins[k], f"evicted non-evictable {k}"
+            assert not self.staged[k], f"evicted staged {k}"
         if not admitted:
             expected_evicted, expected_ok = [], False
         elif quota is not None:
             expected_evicted, expected_ok = [quota], True
+        elif staged:
+            expected_evicted, expected_ok = [], True
         elif full:
             expected_evicted = [] if victim is None else [victim]
             expected_ok = victim is not None
@@ -224,22 +232,19 @@ class CacheMachine(RuleBasedStateMachine):
             offered = [
                 k
                 for k in range(N)
-                if self.state[k] == RESIDENT and not self.pins[k] and k not in self.hot
+                if self.state[k] == RESIDENT
+                and not (self.pins[k] or self.staged[k])
+                and k not in self.hot
             ]
             assert offered == [], f"reserve({key}) failed although {offered} are evictable"
 
-        for k in evicted:
-            self.state[k] = ABSENT
-            self.evicted_pass[k] = self.pass_index
-            self._count("evictions")
-            if self.unused[k]:
-                self.unused[k] = False
-                self._count("prefetch_wasted")
+        self._evicted(evicted)
         if not ok:
             if reason == PREFETCH:
                 self._count("prefetch_dropped")
             return False
         self.state[key] = LOADING
+        self.staged[key] = staged
         self.by_prefetch[key] = reason == PREFETCH
         if reason == PREFETCH:
             self.unused[key] = True
@@ -249,7 +254,35 @@ class CacheMachine(RuleBasedStateMachine):
             self._count("bytes_demand", EB)
         return True
 
+    def _evicted(self, evicted: list[int]) -> None:
+        for k in evicted:
+            self.state[k] = ABSENT
+            self.evicted_pass[k] = self.pass_index
+            self._count("evictions")
+            if self.unused[k]:
+                self.unused[k] = False
+                self._count("prefetch_wasted")
+
     # --- rules ---------------------------------------------------------------------------
+
+    @precondition(lambda self: any(self.staged))
+    @rule()
+    def settle(self) -> None:
+        """Each staged key still cached gets one eviction (its layer's quota victim), or stays
+        staged when nothing is evictable."""
+        c = self.cache
+        before, waiting = list(c.state), [k for k in range(N) if self.staged[k]]
+        c.settle()
+        evicted = [k for k in range(N) if before[k] != ABSENT and c.state[k] == ABSENT]
+        still = set(c.staged_keys)
+        for k in evicted:  # (a staged key settled first may be a later one's victim)
+            assert self.state[k] == RESIDENT and not self.pins[k], f"evicted non-evictable {k}"
+            assert k not in still, f"evicted staged {k}"
+        settled = [k for k in waiting if k not in still]
+        assert len(evicted) == len(settled), (evicted, settled)
+        self._evicted(evicted)
+        for k in settled:
+            self.staged[k] = False
 
     @precondition(lambda self: self.pass_index < PASSES - 1)
     @rule()
@@ -366,6 +399,8 @@ class CacheMachine(RuleBasedStateMachine):
         if pinned:
             for key in keys:
                 self._unpin(key)
+        if any(self.staged):
+            self.settle()
 
     # --- invariants ----------------------------------------------------------------------
 
@@ -374,10 +409,11 @@ class CacheMachine(RuleBasedStateMachine):
         c = self.cache
         if c is None:
             return
-        held = sum(1 for s in c.state if s != ABSENT)
+        held = sum(1 for s in c.state if s != ABSENT) - sum(self.staged)
         assert c.used_bytes == held * EB <= c.capacity_bytes
+        assert sorted(c.staged_keys) == [k for k in range(N) if self.staged[k]]
         assert list(c.state) == self.state
-        assert list(c.pins) == self.pins
+        assert list(c.pins) == [n + s for n, s in zip(self.pins, self.staged, strict=True)]
         for key in self.hot:
             assert c.state[key] == RESIDENT, f"static-hot lost hot expert {key}"
         t = c.stats.totals()

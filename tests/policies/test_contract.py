@@ -52,7 +52,7 @@ class CheckedCache(ExpertCache):
 
     def _check(self) -> None:
         assert 0 <= self.used_bytes <= self.capacity_bytes
-        held = sum(1 for s in self.state if s)
+        held = sum(1 for s in self.state if s) - len(self.staged_keys)  # (outside the capacity)
         assert held * self.expert_bytes == self.used_bytes
 
     def reserve(self, key, reason):  # type: ignore[override]
@@ -69,6 +69,10 @@ class CheckedCache(ExpertCache):
 
     def complete(self, key: int) -> None:
         super().complete(key)
+        self._check()
+
+    def settle(self) -> None:
+        super().settle()
         self._check()
 
 

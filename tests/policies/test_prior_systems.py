@@ -16,7 +16,7 @@ from support.context import access_sequence
 from support.context import cache as make_cache
 
 from specmd_sim import SimConfig, replay
-from specmd_sim.cache import AccessClass, ExpertCache
+from specmd_sim.cache import AccessClass, ExpertCache, FetchReason
 
 HIT, COMP, CAP, COLL = (
     AccessClass.HIT,
@@ -56,16 +56,32 @@ def test_per_layer_lru_evicts_inside_a_full_layer_while_the_cache_has_room() -> 
     assert cache.stats.evictions == 3
 
 
-def test_per_layer_lru_quota_is_soft_for_a_pinned_demand_set() -> None:
-    cache = make_cache("per-layer-lru", slots=4, layers=2)  # quota 2
+def test_per_layer_lru_stages_what_a_layer_in_use_cannot_hold_and_keeps_the_last_loaded() -> None:
+    # mixtral-offloading's load_experts: 2 layers x 4 experts, 2 slots: quota 1 per layer.
+    cache = make_cache("per-layer-lru", slots=2, layers=2)
     cache.begin_pass(0)
-    # three experts of layer 0 at once: the third finds its layer's two pinned, so it is
-    # admitted beyond the quota (the cache has room)
-    assert step(cache, 0, [0, 1, 2]) == [COMP, COMP, COMP]
-    assert cache.contents() == [0, 1, 2]
-    # unpinned now: the next admission to layer 0 evicts its LRU, 0, down to 3 >= quota
-    assert step(cache, 0, [3]) == [COMP]
-    assert cache.contents() == [1, 2, 3]
+    # layer 0 needs 0 and 1: 0 takes the layer's slot; 1 finds it in use and is staged (held
+    # outside the capacity: the cache does not evict layer 1's space for it)
+    assert step(cache, 1, [4]) == [COMP]  # layer 1: [4]
+    cache.begin_pass(1)
+    cache.begin_layer(0)
+    for key in (0, 1):
+        cache.pin(key)
+    assert [cache.access(k, 0) for k in (0, 1)] == [COMP, COMP]
+    assert cache.reserve(0, FetchReason.DEMAND) and cache.reserve(1, FetchReason.DEMAND)
+    assert cache.staged_keys == [1] and cache.used_bytes == 2 * EB  # 0 and 4, not 1
+    for key in (0, 1):
+        cache.complete(key)
+        cache.unpin(key)
+    # settled: layer 0 gives up its LRU, 0 (loaded first), for the staged 1; layer 1 keeps 4
+    cache.settle()
+    assert cache.contents() == [1, 4] and cache.used_bytes == 2 * EB
+    assert cache.staged_keys == [] and cache.stats.evictions == 1
+    # next pass: layer 0 needs 1 (resident: a hit, marked used first) and 2 (missing): 2 is
+    # staged, then 1, the layer's LRU though just used, goes; 2 stays
+    cache.begin_pass(2)
+    assert step(cache, 0, [2, 1]) == [COMP, HIT]
+    assert cache.contents() == [2, 4] and cache.stats.evictions == 2
 
 
 # --- MoE-Infinity ------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ def step(
     cache: ExpertCache, layer: int, demand: list[int], prefetch: Sequence[int] = ()
 ) -> list[AccessClass]:
     """One layer with ``pin_demand_set: true`` (DESIGN.md §4): pin, classify, fetch misses
-    (streamed if not admitted), apply the prefetch list (hints or fetches), unpin."""
+    (streamed if not admitted), apply the prefetch list (hints or fetches), unpin, settle the
+    staged experts."""
     cache.begin_layer(layer)
     for key in demand:
         cache.pin(key)
@@ -30,4 +31,6 @@ def step(
             cache.complete(key)
     for key in demand:
         cache.unpin(key)
+    if cache.staged_keys:
+        cache.settle()
     return classes

@@ -9,6 +9,9 @@ the policy's state (the cache may ask and then not evict). Optional decisions:
   (default True: always admit);
 - ``quota_victim(incoming, evictable)``: a key to evict before ``incoming`` even if the cache
   has room (per-layer budgets; default None);
+- ``stages(incoming)``: for a demand fetch that found no quota victim, True holds ``incoming``
+  in the runtime's staging buffers, outside the capacity, until the layer step releases its
+  pins; then the cache evicts ``quota_victim(incoming, evictable)`` for it (default False);
 - ``initial_contents()``: keys placed in the cache before the run (default none).
 
 The cache calls, for every key it holds:
@@ -68,6 +71,10 @@ class EvictionPolicy(Plugin[C]):
     def quota_victim(self, incoming: int, evictable: Evictable) -> int | None:
         """A key to evict before admitting ``incoming`` even if there is room."""
         return None
+
+    def stages(self, incoming: int) -> bool:
+        """Whether a demand fetch of ``incoming`` with no quota victim goes to staging."""
+        return False
 
     def on_scores(self, layer: int, scores: np.ndarray) -> None:
         """The predictor scored ``layer``'s experts (higher = more likely)."""

@@ -1,9 +1,21 @@
 """Per-layer LRU (mixtral-offloading): a fixed number of slots per layer, LRU inside each.
 
 Admitting an expert of layer ``l`` when ``l`` already holds ``slots_per_layer`` experts evicts
-``l``'s least recently used evictable expert, even if the cache has room elsewhere. The quota is
-soft when every expert of the layer is pinned or loading (the layer's own demand set may exceed
-it). When the whole cache is full, the globally least recently used expert goes.
+``l``'s least recently used evictable expert, even if the cache has room elsewhere. When the
+whole cache is full, the globally least recently used expert goes.
+
+A layer that needs more experts than its slots (one slot per layer, top-2 routing) does what
+mixtral-offloading's ``ExpertCache.load_experts`` does (src/expert_cache.py, dvmazur/
+mixtral-offloading at ce54518): every requested expert on the GPU is marked used and kept for
+the step first, then each missing one is swapped in for the layer's least recently used
+expert, which may be one the step is using: the step keeps it in a spare device buffer
+(``device_expert_buffers``, outside the cache's slots). So a demand fetch into a layer whose
+slots all hold experts in use is *staged* (held outside the capacity) and, once the step
+releases its pins, the layer gives up its least recently used experts until it holds its quota
+again: it ends the step with the experts it loaded last. (The released code loads the misses
+in ascending expert id, the layer step in gate order: on the shared Mixtral routing at one
+slot per layer that moves the hit rate by 0.011.) A prefetch into a layer whose experts are all
+in use or loading is admitted beyond the quota, which the layer's next admission restores.
 """
 
 from __future__ import annotations
@@ -57,6 +69,9 @@ class PerLayerLRUEviction(EvictionPolicy[PerLayerLRUConfig]):
     def quota_victim(self, incoming: int, evictable: Evictable) -> int | None:
         layer = self._layer(incoming)
         return first_evictable(layer, evictable) if len(layer) >= self.quota else None
+
+    def stages(self, incoming: int) -> bool:
+        return len(self._layer(incoming)) >= self.quota
 
     def choose_victim(self, evictable: Evictable, incoming: int) -> int | None:
         return first_evictable(self.order, evictable)
