@@ -318,15 +318,10 @@ class ExpertCache:
             self.staged_keys.append(key)
             self.pins[key] += 1  # (held outside the capacity until settle())
             need = 0
-        while self.capacity_bytes - self.used_bytes < need:
-            victim = policy.choose_victim(evictable, key)
-            if victim is None:
-                if prefetch:
-                    stats.prefetch_dropped += 1
-                return False
-            over = self.used_bytes > self.capacity_bytes  # a shrunk capacity's excess
-            self._evict(victim)
-            stats.evictions_kv += over
+        if not self._make_room(need, key):
+            if prefetch:
+                stats.prefetch_dropped += 1
+            return False
         self.state[key] = _LOADING
         self.used_bytes += need
         if self.occupancy_hook is not None:
@@ -353,11 +348,7 @@ class ExpertCache:
                 self.staged_keys.append(key)
                 continue
             self._evict(victim)
-            while self.capacity_bytes - self.used_bytes < self.nbytes[key]:  # (sizes per key)
-                other = self.policy.choose_victim(self.evictable, key)
-                if other is None:
-                    break
-                self._evict(other)
+            self._make_room(self.nbytes[key], key)  # (sizes per key: one victim may not do)
             self.used_bytes += self.nbytes[key]
             if self.occupancy_hook is not None:
                 self.occupancy_hook(self.used_bytes)
@@ -397,6 +388,19 @@ class ExpertCache:
         """End of run: prefetched experts never used count as wasted."""
         self.stats.prefetch_wasted += sum(self.prefetched_unused)
         self.prefetched_unused = bytearray(len(self.state))
+
+    def _make_room(self, need: int, incoming: int) -> bool:
+        """Evict the policy's victims until ``need`` bytes are free (those evicted while the
+        cache holds more than a shrunk capacity count in ``evictions_kv`` too); False when
+        nothing evictable is left first."""
+        while self.capacity_bytes - self.used_bytes < need:
+            victim = self.policy.choose_victim(self.evictable, incoming)
+            if victim is None:
+                return False
+            over = self.used_bytes > self.capacity_bytes  # a shrunk capacity's excess
+            self._evict(victim)
+            self.stats.evictions_kv += over
+        return True
 
     def _evict(self, key: int) -> None:
         if self.state[key] != _RESIDENT or self.pins[key]:
