@@ -12,10 +12,12 @@ of the published figures is preserved; overall, whether the targets hold on the 
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -37,6 +39,22 @@ from specmd_sim.traces.synthetic import SyntheticParams, generate
 Progress = Callable[[str], None]
 
 
+# What a published figure measures, and how it is read from a simulated run:
+# tokens_per_s = decode tokens/s (1 / TPOT); s_per_token = TPOT;
+# output_tokens_per_s = new tokens of every request / the whole generate call (prefill included;
+#   the first new token comes from the prefill pass, so the trace decodes one token fewer);
+# decode_s = the generate call minus its prefill (makespan - TTFT);
+# prefill_s = time to the first token (TTFT); prefill_tokens_per_s = prompt tokens / TTFT.
+Metric = Literal[
+    "tokens_per_s",
+    "s_per_token",
+    "output_tokens_per_s",
+    "decode_s",
+    "prefill_s",
+    "prefill_tokens_per_s",
+]
+
+
 class Targets(InputModel):
     row_error: float = Field(gt=0, description="Largest |simulated/published - 1| of a row.")
     median_error: float = Field(gt=0, description="Largest median error over validation rows.")
@@ -53,11 +71,19 @@ class Row(InputModel):
     role: Literal["calibration", "validation"] = "validation"
     model: str | None = None
     trace: str | None = None
+    trace_set: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Parameters of the row's synthetic trace that differ from the named trace's (e.g. "
+            "prompt_tokens, decode_tokens, num_requests): the run's own lengths and batch."
+        ),
+    )
     config: dict[str, Any] = Field(
         default_factory=dict, description="Config sections of this row's setup (over the group's)."
     )
     runtime_set: dict[str, Any] = Field(
-        default_factory=dict, description="Runtime settings of this row's setup (value only)."
+        default_factory=dict,
+        description="Runtime settings of this row's setup (value only; nested fields dotted).",
     )
     note: str = ""
     known_gap: str = Field(
@@ -78,13 +104,16 @@ class Group(InputModel):
     citation: str
     hardware: str
     runtime: str
-    metric: Literal["tokens_per_s", "s_per_token"]
+    metric: Metric
     rows: list[Row] = Field(min_length=1)
     model: str | None = None
     trace: str | None = None
     expert_dtype: str | None = None
     dense_dtype: str | None = None
     config: dict[str, Any] = Field(default_factory=dict, description="Config shared by rows.")
+    runtime_set: dict[str, Any] = Field(
+        default_factory=dict, description="Runtime settings shared by rows (the rows' win)."
+    )
     ordered: bool = Field(default=True, description="Preserve the published ordering.")
 
 
@@ -184,27 +213,57 @@ class Validation:
 
 @dataclass(frozen=True)
 class _Bench:
-    """Where rows run: the data set, its traces (generated into ``folder``) and ``folder`` for
-    the runtime copies rows need."""
+    """Where rows run: the data set, ``folder`` for the traces generated (each synthetic trace
+    and variant once, on first use) and for the runtime copies rows need."""
 
     data: DataSet
-    traces: dict[str, str]
     folder: Path
+    generated: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def synthetic(self, group: Group, row: Row) -> SyntheticParams | None:
+        """The row's synthetic trace parameters (its trace's, with the row's ``trace_set``), or
+        None for a bundled trace."""
+        name = row.trace or group.trace
+        spec = self.data.traces.get(name) if name is not None else None
+        where = f"published.yaml: {group.id}/{row.setup}"
+        if spec is None:
+            raise SpecmdError(
+                f"{where}: trace: expected one of {sorted(self.data.traces)}, got {name!r}"
+            )
+        if spec.synthetic is None:
+            if row.trace_set:
+                raise SpecmdError(
+                    f"{where}: trace_set: expected a synthetic trace, got the bundled {name!r}"
+                )
+            return None
+        try:
+            return spec.synthetic.model_validate({**spec.synthetic.model_dump(), **row.trace_set})
+        except ValueError as exc:
+            raise SpecmdError(f"{where}: trace_set: {exc}") from None
+
+    def trace(self, group: Group, row: Row) -> str:
+        """The path or bundled name of the row's trace."""
+        name = str(row.trace or group.trace)
+        params = self.synthetic(group, row)
+        if params is None:
+            spec = self.data.traces[name]
+            if spec.bundled is None:
+                raise SpecmdError(f"published.yaml: traces.{name}: expected bundled or synthetic")
+            return spec.bundled
+        key = (name, params.model_dump_json())
+        if key not in self.generated:
+            path = self.folder / f"{name}-{len(self.generated)}.npz"
+            self.generated[key] = str(save_trace(generate(params, seed=0), path))
+        return self.generated[key]
 
     def config(self, group: Group, row: Row, fitted: dict[str, Any]) -> Any:
         """The row's SimConfig: defaults, then the group's, then the row's settings."""
-        trace_name = row.trace or group.trace
-        if trace_name not in self.traces:
-            raise SpecmdError(
-                f"published.yaml: {group.id}/{row.setup}: trace: expected one of "
-                f"{sorted(self.traces)}, got {trace_name!r}"
-            )
         cfg: dict[str, Any] = {
             **self.data.defaults,
             "model": row.model or group.model,
             "hardware": group.hardware,
             "runtime": self._runtime(group, row, fitted),
-            "trace": self.traces[trace_name],
+            "trace": self.trace(group, row),
             "expert_dtype": group.expert_dtype,
             "dense_dtype": group.dense_dtype,
             "timing": {"record_spans": False},
@@ -215,17 +274,22 @@ class _Bench:
 
     def _runtime(self, group: Group, row: Row, fitted: dict[str, Any]) -> str:
         """The group's runtime, or a copy with fitted values and the row's settings."""
-        settings = {**fitted, **row.runtime_set}
+        settings = {**fitted, **group.runtime_set, **row.runtime_set}
         if not settings:
             return group.runtime
         data = load_runtime(group.runtime).model_dump(mode="json")
         for key, value in settings.items():
-            if key not in data or not isinstance(data[key], dict):
+            *parents, name = key.split(".")
+            node: Any = data
+            for part in parents:
+                node = node.get(part) if isinstance(node, dict) else None
+            entry = node.get(name) if isinstance(node, dict) else None
+            if not isinstance(entry, dict) or "value" not in entry:  # (node is then a dict)
                 raise SpecmdError(
                     f"published.yaml: {group.id}/{row.setup}: runtime_set: expected a field of "
-                    f"the runtime profile, got {key!r}"
+                    f"the runtime profile (e.g. kernels.attention), got {key!r}"
                 )
-            data[key] = {**data[key], "value": value, "source": "the validation row's setup"}
+            node[name] = {**entry, "value": value, "source": "the validation row's setup"}
         path = self.folder / f"{group.id}-{row.setup}-runtime.yaml"
         return str(write_text(path, yaml.safe_dump(data, sort_keys=False)))
 
@@ -235,51 +299,68 @@ class _Bench:
         out = RowResult(group, row)
         try:
             m = simulate(self.config(group, row, fitted or {})).metrics
+            out.simulated = self._figure(group, row, m)
         except SpecmdError as exc:
             out.failure = str(exc)
             return out
-        tpot = float(m["tpot_s"])
-        out.simulated = 1.0 / tpot if group.metric == "tokens_per_s" else tpot
-        out.hit_rate, out.stall_share = float(m["hit_rate"]), float(m["tpot_stall_s"]) / tpot
+        out.hit_rate = float(m["hit_rate"])
+        if m["tpot_s"] is not None:  # no decode pass (a prefill-only row): the TTFT's share
+            out.stall_share = float(m["tpot_stall_s"]) / float(m["tpot_s"])
+        else:
+            out.stall_share = float(m["ttft_stall_s"]) / float(m["ttft_s"])
         return out
+
+    def _figure(self, group: Group, row: Row, m: dict[str, Any]) -> float:
+        """The simulated counterpart of the group's metric (see :data:`Metric`)."""
+        if group.metric == "tokens_per_s":
+            return 1.0 / float(m["tpot_s"])
+        if group.metric == "s_per_token":
+            return float(m["tpot_s"])
+        if group.metric == "output_tokens_per_s":
+            return float(m["throughput_tok_s"])
+        if group.metric == "decode_s":
+            return float(m["makespan_s"]) - float(m["ttft_s"])
+        if group.metric == "prefill_s":
+            return float(m["ttft_s"])
+        params = self.synthetic(group, row)
+        if params is None:
+            raise SpecmdError(
+                f"published.yaml: {group.id}/{row.setup}: metric prefill_tokens_per_s: "
+                "expected a synthetic trace (its prompt length), got a bundled one"
+            )
+        return params.prompt_tokens / float(m["ttft_s"])
 
 
 @contextmanager
 def _bench(data: DataSet) -> Iterator[_Bench]:
     with tempfile.TemporaryDirectory(prefix="specmd-validate-") as tmp:
-        folder = Path(tmp)
-        traces: dict[str, str] = {}
-        for name, spec in data.traces.items():
-            if spec.bundled is not None:
-                traces[name] = spec.bundled
-            elif spec.synthetic is not None:
-                trace = generate(spec.synthetic, seed=0)
-                traces[name] = str(save_trace(trace, folder / f"{name}.npz"))
-            else:
-                raise SpecmdError(f"published.yaml: traces.{name}: expected bundled or synthetic")
-        yield _Bench(data, traces, folder)
+        yield _Bench(data, Path(tmp))
 
 
 def run_validation(
     data: DataSet | None = None,
     groups: list[str] | None = None,
     progress: Progress | None = None,
+    workers: int | None = None,
 ) -> Validation:
-    """Simulate every row (of ``groups``, default all) and compare with the published figure."""
+    """Simulate every row (of ``groups``, default all) and compare with the published figure;
+    the groups run on ``workers`` processes (default: all cores; 1 = in this process), and the
+    result is the same whatever their number."""
     data = data or load_dataset()
-    chosen = [g for g in data.groups if groups is None or g.id in groups]
+    chosen = [i for i, g in enumerate(data.groups) if groups is None or g.id in groups]
     if groups is not None and len(chosen) != len(set(groups)):
         known = ", ".join(g.id for g in data.groups)
         raise SpecmdError(f"--group: expected ids among {known}, got {', '.join(groups)}")
+    workers = min(workers or os.cpu_count() or 1, len(chosen) or 1)
     out = Validation(data.targets)
-    with _bench(data) as bench:
-        for group in chosen:
-            results = []
-            for row in group.rows:
-                results.append(bench.run(group, row))
-                if progress is not None:
-                    r = results[-1]
-                    progress(f"{group.id}/{row.setup}: " + (
+    tasks = [(data, i) for i in chosen]
+    with ProcessPoolExecutor(max_workers=workers) if workers > 1 else nullcontext() as pool:
+        done = pool.map(_run_group, tasks) if pool is not None else map(_run_group, tasks)
+        for results in done:
+            group = results[0].spec
+            if progress is not None:
+                for r in results:
+                    progress(f"{group.id}/{r.row.setup}: " + (
                         f"failed: {r.failure}" if r.failure else
                         f"simulated {r.simulated:.3f}, published {r.row.published:.3f} "
                         f"({r.ratio:.2f}x)"
@@ -288,6 +369,14 @@ def run_validation(
             if group.ordered and len(results) > 1:
                 out.orderings[group.id] = _same_order(results)
     return out
+
+
+def _run_group(task: tuple[DataSet, int]) -> list[RowResult]:
+    """The rows of one group (a worker's task: its own bench, so its own generated traces)."""
+    data, index = task
+    group = data.groups[index]
+    with _bench(data) as bench:
+        return [bench.run(group, row) for row in group.rows]
 
 
 def _same_order(rows: list[RowResult]) -> bool:

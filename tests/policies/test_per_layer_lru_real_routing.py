@@ -5,10 +5,10 @@ and ``EvictionGroupInfo`` (src/expert_cache.py, dvmazur/mixtral-offloading at ce
 from that code, not from :mod:`specmd_sim.policies.eviction.per_layer_lru`: one eviction group
 per layer with a fixed number of device slots, every requested expert marked used first (those
 on the device move to the group's most recent end), then each offloaded one swapped in for the
-group's least recently used device expert. It differs from the simulated run in two stated ways,
-each bounded by the tolerance: the released code starts with experts ``E - slots .. E - 1`` of
-every layer on the device (the simulator starts cold), and loads the misses in ascending expert
-id (the layer step in gate order).
+group's least recently used device expert. Both start with experts ``E - slots .. E - 1`` of every
+layer on the device (the policy's ``preload``). They differ in one stated way, bounded by the
+tolerance: the released code loads the misses in ascending expert id (the layer step in gate
+order).
 
 Runs on the Mixtral routing recorded with vLLM (``../shared/traces/``; skipped when absent).
 """
@@ -65,7 +65,7 @@ def test_per_layer_lru_hit_rate_matches_the_released_cache(
         trace=str(path),
         model="mixtral-8x7b",
         cache={"capacity": ids.shape[1] * slots},
-        eviction={"kind": "per-layer-lru", "slots_per_layer": slots},
+        eviction={"kind": "per-layer-lru", "slots_per_layer": slots, "preload": True},
         prefetch={"kind": "none"},
     )
     metrics = replay(config).metrics

@@ -84,6 +84,20 @@ def test_per_layer_lru_stages_what_a_layer_in_use_cannot_hold_and_keeps_the_last
     assert cache.contents() == [2, 4] and cache.stats.evictions == 2
 
 
+def test_per_layer_lru_preload_starts_as_build_model_leaves_the_gpu() -> None:
+    # 2 layers x 4 experts, 2 slots per layer: build_model keeps experts 2 and 3 of each layer
+    # on the device (do_offload = expert_idx < offload_per_layer = 2), 2 registered first
+    cache = make_cache({"kind": "per-layer-lru", "slots_per_layer": 2, "preload": True},
+                       slots=4, layers=2)  # fmt: skip
+    assert cache.contents() == [2, 3, 6, 7] and cache.used_bytes == 4 * EB
+    cache.begin_pass(0)
+    assert step(cache, 0, [3]) == [HIT]  # layer 0's LRU order now 2, 3
+    assert step(cache, 0, [0]) == [COMP]  # evicts 2, the LRU of the two preloaded
+    assert cache.contents() == [0, 3, 6, 7]
+    assert step(cache, 1, [4]) == [COMP]  # layer 1: 6 (registered before 7) goes
+    assert cache.contents() == [0, 3, 4, 7] and cache.stats.evictions == 2
+
+
 # --- MoE-Infinity ------------------------------------------------------------------------------
 
 

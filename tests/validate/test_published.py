@@ -6,9 +6,11 @@ writes today."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from specmd_sim.engine.sim.run import simulate
 from specmd_sim.validate.document import published_part
 from specmd_sim.validate.published import (
     DataSet,
@@ -67,9 +69,12 @@ def test_orderings_hold_or_are_explained(validation: Validation) -> None:
 
 
 def test_calibration_rows_fit_their_constants(validation: Validation) -> None:
-    """The fitted constants still fit: each calibration row within the target."""
+    """The fitted constants still fit: each calibration row within the target, or within the
+    bound of its known gap (a row no value of the constant brings within the target together
+    with the others, because of a mechanism the gap names)."""
+    target = validation.targets.row_error
     off = [f"{r.group}/{r.row.setup}: {r.ratio:.3f}" for r in validation.rows
-           if r.row.role == "calibration" and r.error > validation.targets.row_error]  # fmt: skip
+           if r.row.role == "calibration" and not _within_bound(r, target)]  # fmt: skip
     assert not off, off
 
 
@@ -79,18 +84,20 @@ def test_the_committed_report_is_current(validation: Validation) -> None:
     )
 
 
+# a small synthetic trace for the data sets the tests build
+TRACE = {"synthetic": {"model": "olmoe-1b-7b", "num_requests": 1, "prompt_tokens": 4,
+                       "decode_tokens": 6, "popularity_skew": 2.0, "working_set_size": 8,
+                       "working_set_boost": 1.5, "repeat_prob": 0.1, "predictor_accuracy": 0.85,
+                       "lookahead": 1, "gate_concentration": 1.0}}  # fmt: skip
+
+
 def test_fit_recovers_a_known_constant() -> None:
     """``--fit`` on a row whose published figure was simulated with a known dispatch cost
     finds that cost again (the search, the loss and the runtime override together)."""
-    trace = {"synthetic": {"model": "olmoe-1b-7b", "num_requests": 1, "prompt_tokens": 4,
-                           "decode_tokens": 6, "popularity_skew": 2.0, "working_set_size": 8,
-                           "working_set_boost": 1.5, "repeat_prob": 0.1,
-                           "predictor_accuracy": 0.85, "lookahead": 1,
-                           "gate_concentration": 1.0}}  # fmt: skip
     group = {"id": "g", "citation": "test", "hardware": "h100-pcie", "runtime": "hf-eager",
              "metric": "s_per_token", "model": "olmoe-1b-7b", "trace": "t",
              "config": {"cache": {"capacity": 64}}}  # fmt: skip
-    raw = {"targets": {"row_error": 0.15, "median_error": 0.1}, "traces": {"t": trace},
+    raw = {"targets": {"row_error": 0.15, "median_error": 0.1}, "traces": {"t": TRACE},
            "fits": [{"runtime": "hf-eager", "field": "dispatch_overhead_s",
                      "low": 1.0e-6, "high": 2.0e-4}],
            "defaults": {"seed": 0}}  # fmt: skip
@@ -104,3 +111,63 @@ def test_fit_recovers_a_known_constant() -> None:
         {"setup": "s", "published": figure, "role": "calibration"}]}]})  # fmt: skip
     fitted = fit_constants(data)["hf-eager.dispatch_overhead_s"]
     assert fitted == pytest.approx(true, rel=0.01)
+
+
+def _probe(metric: str, row: dict, group: dict | None = None) -> DataSet:
+    base = {"id": "g", "citation": "test", "hardware": "h100-pcie", "runtime": "hf-eager",
+            "metric": metric, "model": "olmoe-1b-7b", "trace": "t",
+            "config": {"cache": {"capacity": 64},
+                       "workload": {"prefill_chunk_tokens": 0}}}  # fmt: skip
+    return DataSet.model_validate({
+        "targets": {"row_error": 0.15, "median_error": 0.1}, "traces": {"t": TRACE},
+        "defaults": {"seed": 0},
+        "groups": [{**base, **(group or {}), "rows": [{"setup": "s", "published": 1.0, **row}]}],
+    })  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("metric", "expected"),
+    [
+        ("tokens_per_s", lambda m, p: 1.0 / m["tpot_s"]),
+        ("s_per_token", lambda m, p: m["tpot_s"]),
+        ("output_tokens_per_s", lambda m, p: m["tokens_generated"] / m["makespan_s"]),
+        ("decode_s", lambda m, p: m["makespan_s"] - m["ttft_s"]),
+        ("prefill_s", lambda m, p: m["ttft_s"]),
+        ("prefill_tokens_per_s", lambda m, p: p / m["ttft_s"]),
+    ],
+)
+def test_each_metric_reads_the_run_as_documented(metric: str, expected: Any) -> None:
+    """A row's figure is its metric's formula over the simulated run of the same config, with
+    the row's own lengths (trace_set): 9 prompt tokens, 3 decode tokens, so 4 output tokens."""
+    data = _probe(metric, {"trace_set": {"prompt_tokens": 9, "decode_tokens": 3}})
+    group, row = data.groups[0], data.groups[0].rows[0]
+    with _bench(data) as bench:
+        figure = bench.run(group, row).simulated
+        m = simulate(bench.config(group, row, {})).metrics
+    assert m["tokens_generated"] == 4
+    assert figure == pytest.approx(expected(m, 9), rel=1e-12)
+
+
+def test_runtime_settings_reach_nested_fields_and_name_a_wrong_one() -> None:
+    """``runtime_set`` takes dotted fields (group's, then row's); a field the runtime profile
+    lacks is one line naming it, the row failed, the run not lost."""
+    plain = _probe("s_per_token", {})
+    more = _probe("s_per_token", {"runtime_set": {"kernels.expert": 40}})
+    wrong = _probe("s_per_token", {}, {"runtime_set": {"kernels.nope": 1}})
+    with _bench(plain) as bench:
+        base = bench.run(plain.groups[0], plain.groups[0].rows[0])
+    with _bench(more) as bench:
+        slower = bench.run(more.groups[0], more.groups[0].rows[0])
+    with _bench(wrong) as bench:
+        failed = bench.run(wrong.groups[0], wrong.groups[0].rows[0])
+    assert slower.simulated > base.simulated
+    assert "runtime_set: expected a field of the runtime profile" in failed.failure
+    assert "'kernels.nope'" in failed.failure and "\n" not in failed.failure
+
+
+def test_trace_settings_need_a_synthetic_trace() -> None:
+    data = _probe("s_per_token", {"trace_set": {"decode_tokens": 3}})
+    data.traces["t"] = data.traces["t"].model_validate({"bundled": "olmoe-synthetic"})
+    with _bench(data) as bench:
+        failed = bench.run(data.groups[0], data.groups[0].rows[0])
+    assert "trace_set: expected a synthetic trace" in failed.failure

@@ -85,8 +85,9 @@ FG_SIZE = FG_DELAY + 1
 (I_STAGE, I_PASS, I_LAYER, I_IDX, I_NRUN, I_ONE, I_RETRY, I_NREADY, I_NWAIT, I_IN_FLIGHT,
  I_BUSY_ACTIVE, I_NFREE, I_ACTIVE_JOBS, I_PHASE, I_NHELD, I_DEC_PASS, I_DEC_LAYER, I_STAMP,
  I_SPACE, I_IDLE, I_AFTER, I_NFREE2, I_ACTIVE2, I_IDLE2, I_WB_HEAD,
- I_WB_COUNT) = range(26)  # fmt: skip
-I_SIZE = I_WB_COUNT + 1  # (..2: the device-to-host copy engines of memory parity's write-backs)
+ I_WB_COUNT, I_SHARED, I_SBUSY) = range(28)  # fmt: skip
+I_SIZE = I_SBUSY + 1  # (..2: the device-to-host copy engines of memory parity's write-backs;
+# I_SHARED: copies on the compute stream, one moving at a time (OneStream), I_SBUSY: one moves)
 # each GPU's float scalars (FS rows)
 F_CSUM, F_SSUM, F_BEFORE_C, F_BEFORE_S, F_T0, F_BUSY_SINCE, F_TSUM = range(7)
 F_SIZE = F_TSUM + 1
@@ -413,6 +414,8 @@ def _start(IG: np.ndarray, hT: np.ndarray, hI: np.ndarray, IS: np.ndarray, free:
     for i in range(n):
         free[i] = free[i + 1]
     IS[count] = n
+    if IS[I_SHARED]:
+        IS[I_SBUSY] = 1
     schedule(IG, hT, hI, now, URGENT, EV_COPY, (job << _SLOT_BITS) | slot)
 
 
@@ -477,8 +480,8 @@ def _dispatch(S: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray, 
               IG: np.ndarray, hT: np.ndarray, hI: np.ndarray, free: np.ndarray, qb: int,
               now: float, record: bool, used_out: np.ndarray, g: int) -> None:  # fmt: skip
     """CopyEngines._dispatch: demand jobs first, then prefetches (an obsolete one cancelled),
-    to free slots, the lowest first."""
-    while IS[I_NFREE] > 0:
+    to free slots, the lowest first (one at a time when on the compute stream)."""
+    while IS[I_NFREE] > 0 and not IS[I_SBUSY]:
         job = JB[qb, J_NEXT]  # the demand queue's first
         if job >= qb:
             job = JB[qb + 2, J_NEXT]
@@ -525,7 +528,7 @@ def _dispatch_back(JB: np.ndarray, jfree: np.ndarray, IS: np.ndarray, IG: np.nda
                    path: int, now: float, g: int) -> None:  # fmt: skip
     """The write-backs' CopyEngines._dispatch: queued write-backs (FIFO, never cancelled) to
     free device-to-host slots, the lowest first; a job row each while its chunk moves."""
-    while IS[I_NFREE2] > 0 and IS[I_WB_COUNT] > 0:
+    while IS[I_NFREE2] > 0 and IS[I_WB_COUNT] > 0 and not IS[I_SBUSY]:
         w = IS[I_WB_HEAD]
         IS[I_WB_HEAD] = (w + 1) % WB.shape[0]
         IS[I_WB_COUNT] -= 1
@@ -908,6 +911,7 @@ def _written_back(JB: np.ndarray, jfree: np.ndarray, IS: np.ndarray, IG: np.ndar
             schedule(IG, hT, hI, now, NORMAL, EV_STREAM, g)
     jfree[IG[G_JFREE]] = job
     IG[G_JFREE] += 1
+    IS[I_SBUSY] = 0  # (then, on the compute stream, the fetches' engines: the caller)
     _dispatch_back(JB, jfree, IS, IG, hT, hI, free_back, WB, back, now, g)
 
 
@@ -1296,6 +1300,9 @@ def run_block(  # noqa: C901
                     _written_back(JB, jfree, IS, IG, hT, hI, free_back, WB, FL, PI, B, spF, spI,
                                   back_lanes2, back_busy, back_bytes, job, back, now, record,
                                   h)  # fmt: skip
+                    if IS[I_SHARED]:
+                        _dispatch(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, now, record,
+                                  used_out, h)  # fmt: skip
                     continue
                 IS[I_IN_FLIGHT] -= nbytes
                 IS[I_BUSY_ACTIVE] -= 1
@@ -1319,8 +1326,11 @@ def run_block(  # noqa: C901
                     free[n - 1], free[n] = free[n], free[n - 1]
                     n -= 1
                 IS[I_NFREE] += 1
+                IS[I_SBUSY] = 0
                 if JB[job, J_LEFT] > 0:  # chunks left: back to the front of its class
                     _enqueue(JB, qb, job, 0 if JB[job, J_DEMAND] else 1, True)
+                    if IS[I_SHARED] and back >= 0:  # OneStream: write-backs first
+                        _dispatch_back(JB, jfree, IS, IG, hT, hI, free_back, WB, back, now, h)
                     _dispatch(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, now, record, used_out, h)
                     continue
                 if not JB[job, J_BYPASS]:  # del jobs[key]; cache.complete
@@ -1335,4 +1345,6 @@ def run_block(  # noqa: C901
                 if JB[job, J_WAITER]:
                     schedule(IG, hT, hI, now, NORMAL, EV_STREAM, h)
                 _retire(JB, jfree, IS, IG, hT, hI, job, now, h)
+                if IS[I_SHARED] and back >= 0:  # OneStream: write-backs first
+                    _dispatch_back(JB, jfree, IS, IG, hT, hI, free_back, WB, back, now, h)
                 _dispatch(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, now, record, used_out, h)

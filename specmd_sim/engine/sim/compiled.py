@@ -176,6 +176,7 @@ class _Core:
         X[T.X_RECORD], X[T.X_GPUS] = spans.enabled, G
         X[T.X_PREFETCHING] = gpus[0].objs.prefetch.lookahead > 0
         X[T.X_DRAIN] = sc0.runtime.copy_stream.value == "compute"
+        st["IS"][:, T.I_SHARED] = X[T.X_DRAIN]  # (OneStream: one copy at a time)
         chunk_bytes = sc0.config.timing.chunk_bytes
         X[T.X_CHUNK] = chunk_bytes or 0
         self.per_job = max(

@@ -4,6 +4,11 @@ Demand fetches are dispatched before prefetches (FIFO within a class); a queued 
 promoted to the demand class (a late hit waits on it) or cancelled. With chunking, a job gives
 its slot back after each chunk and re-enters the front of its class, so a demand fetch that
 arrived meanwhile overtakes it. The lowest free slot id is used first (deterministic lanes).
+When the runtime issues its copies on the compute stream (``copy_stream: compute``), the GPU's
+copy engines of both directions share one :class:`OneStream`: CUDA runs a stream's operations
+one at a time, in order, so one chunk moves at a time, and when it ends queued write-backs
+start before fetches (with the compute stream waiting for every copy before it runs a kernel,
+the order between them moves no kernel).
 A chunk runs as callbacks started where a SimPy process for it would start
 (:func:`~specmd_sim.engine.sim.events.soon`): a process per chunk costs more, and nothing waits
 on it.
@@ -34,6 +39,15 @@ class Job:
 
 
 @dataclass(eq=False)
+class OneStream:
+    """The copies of one GPU's compute stream: at most one chunk of ``engines`` moves at a time;
+    when it ends, the engines dispatch in list order."""
+
+    engines: list[CopyEngines] = field(default_factory=list)
+    busy: bool = False
+
+
+@dataclass(eq=False)
 class CopyEngines:
     env: simpy.Environment
     slots: int
@@ -48,6 +62,7 @@ class CopyEngines:
     free: list[int] = field(default_factory=list)
     active: int = 0  # jobs submitted and neither done nor cancelled
     idle_event: simpy.Event | None = None
+    stream: OneStream | None = None  # copies on the compute stream (shared with write-backs)
 
     def __post_init__(self) -> None:
         self.free = list(range(self.slots))
@@ -94,14 +109,18 @@ class CopyEngines:
         return done
 
     def _dispatch(self) -> None:
-        free, demand_q, prefetch_q = self.free, self.demand_q, self.prefetch_q
+        free, demand_q, prefetch_q, stream = self.free, self.demand_q, self.prefetch_q, self.stream
         while free and (demand_q or prefetch_q):
+            if stream is not None and stream.busy:
+                return
             job = demand_q.popleft() if demand_q else prefetch_q.popleft()
             if not job.started and not job.demand and self.should_cancel(job):
                 self.on_cancel(job)
                 self._retired()
                 continue
             slot = free.pop(0)
+            if stream is not None:
+                stream.busy = True
             soon(self.env, functools.partial(self._run, job, slot))
 
     def _run(self, job: Job, slot: int, _: object) -> None:
@@ -117,4 +136,9 @@ class CopyEngines:
         else:
             self.on_done(job)
             self._retired()
-        self._dispatch()
+        if self.stream is None:
+            self._dispatch()
+            return
+        self.stream.busy = False
+        for engines in self.stream.engines:
+            engines._dispatch()

@@ -11,8 +11,11 @@ does not demand (newest first), then waits for a transfer to end.
 
 With memory parity (the runtime's ``memory_parity``) every expert the cache evicts is copied
 back to host DRAM by :class:`WriteBacks` on the GPU's device-to-host copy engines, over the
-links' reverse direction, concurrently with the loads: the loaded expert goes to a spare buffer
-(as mixtral-offloading's ``_swap`` does), so nothing waits for a write-back.
+links' reverse direction: the loaded expert goes to a spare buffer (as mixtral-offloading's
+``_swap`` does), so no load waits for a write-back — unless both are issued on the compute
+stream (``copy_stream: compute``, as ``_swap`` issues them: src/expert_cache.py at ce54518),
+where they run one at a time (:class:`~.copy_engines.OneStream`) and the stream waits for
+both.
 
 With a DRAM cache (:mod:`specmd_sim.engine.dram`) every fetch first reads its expert from DRAM:
 a DRAM miss is read from the NVMe drive into DRAM (a flow over the drive, its link and DRAM, at

@@ -22,6 +22,7 @@ from specmd_sim.engine.coverage import simulate_path
 from specmd_sim.engine.dram import DramLevel, dram_metrics
 from specmd_sim.engine.replay import belady_gap, dram_sequence
 from specmd_sim.engine.sim.compiled import GpuParts, run_compiled
+from specmd_sim.engine.sim.copy_engines import OneStream
 from specmd_sim.engine.sim.cpu import HostCpu
 from specmd_sim.engine.sim.events import Environment
 from specmd_sim.engine.sim.fetch import Fetcher, WriteBacks
@@ -179,6 +180,10 @@ class _Gpu:
         copies = [self.fetcher.engines]
         if self.write_backs is not None:
             copies.append(self.write_backs.engines)
+        if sc.runtime.copy_stream.value == "compute":  # one copy at a time, write-backs first
+            stream = OneStream(copies[::-1])
+            for copy_engines in copies:
+                copy_engines.stream = stream
         self.stream = GpuStream(
             env, objs, self.cost, self.fetcher, cpu, spans, self.tally, pass_base,
             compute_lane, pass_done, copies, f"{suffix}cache_capacity_bytes",

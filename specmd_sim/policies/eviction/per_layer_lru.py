@@ -16,6 +16,11 @@ again: it ends the step with the experts it loaded last. (The released code load
 in ascending expert id, the layer step in gate order: on the shared Mixtral routing at one
 slot per layer that moves the hit rate by 0.011.) A prefetch into a layer whose experts are all
 in use or loading is admitted beyond the quota, which the layer's next admission restores.
+
+With ``preload``, the run starts as mixtral-offloading's ``build_model`` leaves the GPU
+(src/build_model.py at ce54518: ``do_offload = expert_idx < offload_per_layer``, registered in
+expert order): each layer's last ``slots_per_layer`` experts resident, the lowest id least
+recently used.
 """
 
 from __future__ import annotations
@@ -35,6 +40,14 @@ class PerLayerLRUConfig(PluginConfig):
     kind: Literal["per-layer-lru"] = "per-layer-lru"
     slots_per_layer: int | None = Field(
         default=None, ge=1, description="Slots of each layer; null = cache slots // layers."
+    )
+    preload: bool = Field(
+        default=False,
+        description=(
+            "Start with each layer's last slots_per_layer experts on the GPU, least recently "
+            "used first, as mixtral-offloading's build_model places them (experts with "
+            "expert_idx >= offload_per_layer stay on the device); false = start empty."
+        ),
     )
 
 
@@ -57,6 +70,13 @@ class PerLayerLRUEviction(EvictionPolicy[PerLayerLRUConfig]):
         for queue in (self._layer(key), self.order):
             del queue[key]
             queue[key] = None
+
+    def initial_contents(self) -> list[int]:
+        if not self.config.preload:
+            return []
+        first = max(0, self.num_experts - self.quota)
+        return [layer * self.num_experts + e for layer in range(len(self.layers))
+                for e in range(first, self.num_experts)]  # fmt: skip
 
     def on_insert(self, key: int, reason: FetchReason) -> None:
         self._layer(key)[key] = None
