@@ -312,7 +312,10 @@ def _check_capacity(
                 f"on {profile.id}), got {format_bytes(max(low, 0))} = {max(low, 0) // eb} expert "
                 f"slots; lower workload.batch_size or use a larger GPU"
             )
-    if demand.num_accesses:
+    # a miss handler that never fetches on demand (cpu-execute always, drop) pins no missing
+    # expert, so a layer's demand set need not fit (a plug-in's config without the property
+    # is taken to fetch)
+    if demand.num_accesses and getattr(config.miss, "fetches_on_demand", True):
         size, p, layer = demand.max_layer_demand()
         if size > slots:
             raise SpecmdError(

@@ -218,6 +218,22 @@ def test_cache_smaller_than_one_layers_demand_set() -> None:
     )  # fmt: skip
 
 
+def test_a_miss_handler_that_never_fetches_needs_no_room_for_a_demand_set(tmp_path: Path) -> None:
+    """cpu-execute always (kTransformers) and drop pin no missing expert: the same whole-prompt
+    prefill beside a 7-slot cache runs, and no missing expert is fetched on demand."""
+    args = ("run", "--cache", "7", "--set", "workload.prefill_chunk_tokens=0",
+            "--set", "workload.max_requests=1", "--json")  # fmt: skip
+    for name, miss in (
+        ("cpu", ("miss.kind=cpu-execute", "miss.mode=always")),
+        ("drop", ("miss.kind=drop",)),
+    ):
+        sets = [a for m in miss for a in ("--set", m)]
+        proc = specmd(*args, *sets, "--out", str(tmp_path / name))
+        assert proc.returncode == 0, proc.stderr
+        metrics = json.loads(proc.stdout)
+        assert metrics["bytes_demand"] == 0  # (prefetches still fill the cache)
+
+
 @pytest.mark.parametrize(
     ("args", "fragments"),
     [

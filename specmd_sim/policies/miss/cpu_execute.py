@@ -44,6 +44,11 @@ class CPUExecuteConfig(PluginConfig):
         ),
     )
 
+    @property
+    def fetches_on_demand(self) -> bool:
+        """Whether a missing expert may be fetched into the cache (not with ``always``)."""
+        return self.mode != "always"
+
 
 @MISS.register
 class CPUExecuteMiss(MissHandler[CPUExecuteConfig]):

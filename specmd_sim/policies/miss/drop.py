@@ -17,6 +17,11 @@ from specmd_sim.policies.registry import MISS
 class DropConfig(PluginConfig):
     kind: Literal["drop"] = "drop"
 
+    @property
+    def fetches_on_demand(self) -> bool:
+        """Whether a missing expert may be fetched into the cache: never."""
+        return False
+
 
 @MISS.register
 class DropMiss(MissHandler[DropConfig]):
