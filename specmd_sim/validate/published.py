@@ -3,7 +3,8 @@
 The data set (``published.yaml`` beside this module) holds one row per published number, in
 groups of one system on one machine; each row is a scenario (model, precisions, hardware
 profile, runtime profile, cache and policies, a routing trace) and the figure measured on the
-real system. Each row is simulated with the timing engine; decode speed is ``1 / tpot_s``.
+real system. Each row is simulated with the timing engine and read as its group's metric
+(:data:`Metric`: decode speed is ``1 / tpot_s``; a whole generate call, a prefill, ...).
 The result says, per row, simulated vs published and the ratio; per group, whether the ordering
 of the published figures is preserved; overall, whether the targets hold on the validation rows
 (the rows no constant was fitted on).
