@@ -18,7 +18,7 @@ from specmd_sim.runtime import DEFAULT_RUNTIME, RuntimeProfile, list_runtimes, l
 from specmd_sim.runtime.loader import runtime_dir
 from specmd_sim.validate.published import load_dataset
 
-BUNDLED = ["fiddler", "fused-kernels", "hf-eager", "ktransformers", "mixtral-offloading",
+BUNDLED = ["deepspeed-zero3", "fiddler", "fused-kernels", "hf-eager", "ktransformers", "mixtral-offloading",
            "moe-infinity", "roofline"]  # fmt: skip
 
 
