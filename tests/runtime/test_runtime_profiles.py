@@ -18,8 +18,8 @@ from specmd_sim.runtime import DEFAULT_RUNTIME, RuntimeProfile, list_runtimes, l
 from specmd_sim.runtime.loader import runtime_dir
 from specmd_sim.validate.published import load_dataset
 
-BUNDLED = ["deepspeed-zero3", "fiddler", "fused-kernels", "hf-eager", "ktransformers", "mixtral-offloading",
-           "moe-infinity", "roofline"]  # fmt: skip
+BUNDLED = ["deepspeed-zero3", "fiddler", "fused-kernels", "hf-eager", "ktransformers",
+           "mixtral-offloading", "moe-infinity", "roofline"]  # fmt: skip
 
 
 def raw(runtime: str) -> dict[str, Any]:
