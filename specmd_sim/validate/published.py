@@ -26,12 +26,12 @@ from typing import Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from specmd_sim.atomic import write_text
 from specmd_sim.config import build_config
 from specmd_sim.engine.sim.run import simulate
-from specmd_sim.errors import SpecmdError
+from specmd_sim.errors import SpecmdError, from_validation_error
 from specmd_sim.runtime import load_runtime
 from specmd_sim.schema_base import InputModel
 from specmd_sim.traces.io import save_trace
@@ -239,8 +239,8 @@ class _Bench:
             return None
         try:
             return spec.synthetic.model_validate({**spec.synthetic.model_dump(), **row.trace_set})
-        except ValueError as exc:
-            raise SpecmdError(f"{where}: trace_set: {exc}") from None
+        except ValidationError as exc:
+            raise from_validation_error(f"{where}: trace_set", exc) from None
 
     def trace(self, group: Group, row: Row) -> str:
         """The path or bundled name of the row's trace."""

@@ -165,6 +165,14 @@ def test_runtime_settings_reach_nested_fields_and_name_a_wrong_one() -> None:
     assert "'kernels.nope'" in failed.failure and "\n" not in failed.failure
 
 
+def test_a_wrong_trace_setting_is_one_line_naming_it() -> None:
+    data = _probe("s_per_token", {"trace_set": {"decode_tokens": -3}})
+    with _bench(data) as bench:
+        failed = bench.run(data.groups[0], data.groups[0].rows[0])
+    assert failed.failure.startswith("published.yaml: g/s: trace_set: decode_tokens")
+    assert "-3" in failed.failure and "\n" not in failed.failure
+
+
 def test_trace_settings_need_a_synthetic_trace() -> None:
     data = _probe("s_per_token", {"trace_set": {"decode_tokens": 3}})
     data.traces["t"] = data.traces["t"].model_validate({"bundled": "olmoe-synthetic"})
