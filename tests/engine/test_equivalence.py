@@ -228,3 +228,24 @@ def test_near_instant_timing_makes_replays_decisions_under_kv_pressure(
         timed, timed_log = _run(simulate, trace, [*overrides, *machine])
     assume(replayed.metrics["evictions_kv"] > 0)  # a cache not full at the peak shows nothing
     assert_the_same_decisions(replayed, replay_log, timed, timed_log, more=("evictions_kv",))
+
+
+@pytest.mark.parametrize("pin", ["true", "false"])
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(workload=workloads())
+def test_near_instant_released_swap_makes_replays_decisions(pin, workload):
+    """mixtral-offloading's mechanisms: per-layer LRU starting as build_model leaves the GPU
+    (``preload``, staging when a layer's slots are all in use) and the swap's copies one at a
+    time on the compute stream, write-backs included (memory parity): on the near-instant
+    machine, replay's decisions."""
+    trace, overrides = workload
+    overrides = [
+        *overrides, "eviction.kind=per-layer-lru", "eviction.preload=true", "prefetch.kind=none",
+        f"cache.pin_demand_set={pin}",
+    ]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        machine = near_instant(Path(tmp), memory_parity=True, copy_stream="compute")
+        overrides = [*overrides, *machine]
+        replayed, replay_log = _run(_python_replay, trace, overrides)
+        timed, timed_log = _run(simulate, trace, overrides)
+    assert_the_same_decisions(replayed, replay_log, timed, timed_log)

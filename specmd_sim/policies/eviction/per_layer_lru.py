@@ -20,7 +20,7 @@ in use or loading is admitted beyond the quota, which the layer's next admission
 With ``preload``, the run starts as mixtral-offloading's ``build_model`` leaves the GPU
 (src/build_model.py at ce54518: ``do_offload = expert_idx < offload_per_layer``, registered in
 expert order): each layer's last ``slots_per_layer`` experts resident, the lowest id least
-recently used.
+recently used (as many as the cache's slots hold, layer 0 first).
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class PerLayerLRUEviction(EvictionPolicy[PerLayerLRUConfig]):
     def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
         super().__init__(config, ctx)
         self.num_experts = ctx.num_experts
+        self.slots = ctx.slots
         self.quota = self.config.slots_per_layer or max(1, ctx.slots // ctx.num_layers)
         self.layers: list[dict[int, None]] = [{} for _ in range(ctx.num_layers)]
         self.order: dict[int, None] = {}
@@ -75,8 +76,9 @@ class PerLayerLRUEviction(EvictionPolicy[PerLayerLRUConfig]):
         if not self.config.preload:
             return []
         first = max(0, self.num_experts - self.quota)
-        return [layer * self.num_experts + e for layer in range(len(self.layers))
+        keys = [layer * self.num_experts + e for layer in range(len(self.layers))
                 for e in range(first, self.num_experts)]  # fmt: skip
+        return keys[: self.slots]  # (fewer slots than layers: the first layers' only)
 
     def on_insert(self, key: int, reason: FetchReason) -> None:
         self._layer(key)[key] = None
