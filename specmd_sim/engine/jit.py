@@ -9,8 +9,11 @@ machine code beside the module, so only a first run pays the compilation.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import importlib.util
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -30,15 +33,70 @@ def compiled(fn: F) -> F:
         import numba
     except ImportError:
         return fn
-    return numba.njit(cache=True, nogil=True)(fn)  # type: ignore[return-value]
+    _cache_by_sources()
+    # (forceinline off, said: a callee left unsaid inherits its caller's)
+    return numba.njit(cache=True, nogil=True, forceinline=False)(fn)  # type: ignore[return-value]
 
 
 def compiled_inline(fn: F) -> F:
-    """:func:`compiled`, and inlined into its compiled callers by numba itself: a call between
-    compiled functions that LLVM does not inline (one with a loop, say) costs an atomic
-    reference count per array argument, more than a small helper's own work."""
+    """:func:`compiled`, and inlined by LLVM into its compiled callers before numba drops
+    redundant reference counts (``forceinline``): a call between compiled functions that is not
+    inlined (one with a loop, say) costs an atomic reference count per array argument, more
+    than a small helper's own work. (numba's own ``inline="always"``, which inlines its IR,
+    leaves a reference count per array argument at each call site: measured 2-4x slower on the
+    replay kernel's hits.) An inlined function must not create an array, not even a view of a
+    row, in a branch never taken: that too leaves reference counts in its callers' loops."""
     try:
         import numba
     except ImportError:
         return fn
-    return numba.njit(cache=True, nogil=True, inline="always")(fn)  # type: ignore[return-value]
+    _cache_by_sources()
+    options: dict[str, Any] = {"cache": True, "nogil": True, "forceinline": True, "_nrt": False}
+    return numba.njit(**options)(fn)
+
+
+@functools.cache
+def _cache_by_sources() -> None:
+    """Have numba's cache of the compiled engines (the modules of :mod:`specmd_sim.engine.fast`
+    and this one) keyed by all of their sources, not each function's own file: a kernel calls
+    and inlines functions of other modules, and numba's own key would keep a kernel's machine
+    code after an edit of one of them. A numba whose cache has other internals keeps its own
+    key (then clear ``__pycache__`` after editing a kernel's callee)."""
+    from numba.core import caching
+
+    impl = getattr(caching, "CacheImpl", None)
+    bases = [
+        getattr(caching, name, None) for name in ("InTreeCacheLocator", "UserWideCacheLocator")
+    ]
+    if impl is None or None in bases or not hasattr(impl, "_locator_classes"):
+        return
+    ours = [_by_sources(base) for base in bases]
+    impl._locator_classes[:0] = ours
+
+
+def _by_sources(base: Any) -> Any:
+    class Locator(base):
+        @classmethod
+        def from_function(cls, py_func: Any, py_file: str) -> Any:
+            if Path(py_file).resolve() not in _SOURCES:
+                return None
+            return super().from_function(py_func, py_file)
+
+        def get_source_stamp(self) -> Any:
+            return _sources_stamp()
+
+    Locator.__name__ = Locator.__qualname__ = f"BySources{base.__name__}"
+    return Locator
+
+
+_SOURCES = frozenset(
+    [Path(__file__).resolve(), *(Path(__file__).resolve().parent / "fast").rglob("*.py")]
+)
+
+
+def _sources_stamp() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(_SOURCES):
+        stat = path.stat()
+        digest.update(f"{path.name}:{stat.st_mtime_ns}:{stat.st_size}\n".encode())
+    return digest.hexdigest()

@@ -125,5 +125,8 @@ def test_the_engine_path_is_named_and_a_fallback_says_why(tmp_path: Path, write_
     assert "\nengine path: compiled replay\n" in covered
     assert "\nengine path: compiled timing core\n" in timed
     text, _ = _summary(tmp_path / "random", "replay", *args, "random")
-    fallback = "Python layer step, ~100x slower than the compiled replay (why: eviction 'random')"
+    fallback = (
+        "Python layer step, ~100x slower than the compiled replay (why: eviction 'random' has no "
+        "compiled form)"
+    )
     assert f"\nengine path: {fallback}\n" in text

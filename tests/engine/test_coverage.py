@@ -23,6 +23,7 @@ from specmd_sim.scenario import RunObjects, build_run, build_runs, build_scenari
 
 REPLAY_SLOWER = "Python layer step, ~100x slower than the compiled replay"
 SIMULATE_SLOWER = "Python layer step on SimPy, ~10x slower than the compiled timing core"
+MINE = "eviction 'my-policy' (MyPolicy, a subclass) declares no compiled form of its own"
 
 
 class MyPolicy(LRUEviction):
@@ -82,7 +83,7 @@ DRAWS = "'random', which may draw from the run's generator"
 @pytest.mark.parametrize(
     ("data", "reason", "plans"),
     [
-        ({"eviction": "random"}, "eviction 'random'", DRAWS),
+        ({"eviction": "random"}, "eviction 'random' has no compiled form", DRAWS),
         ({"memory": {"dram_cache": {}}}, "a DRAM cache (memory.dram_cache)", None),
     ],
     ids=["random", "dram-cache"],
@@ -106,8 +107,8 @@ def test_a_users_policy_says_why_and_result_json_is_the_same(config) -> None:
         with _user_policy():
             python = replay(config()), simulate(config())
     assert [r.engine_path for r in python] == [
-        f"{REPLAY_SLOWER} (why: eviction 'my-policy')",
-        f"{SIMULATE_SLOWER} (why: eviction 'my-policy'); prefetch plans drawn one at a time "
+        f"{REPLAY_SLOWER} (why: {MINE})",
+        f"{SIMULATE_SLOWER} (why: {MINE}); prefetch plans drawn one at a time "
         "(why: 'my-policy', which may draw from the run's generator)",
     ]
     assert [r.engine_path for r in compiled] == ["compiled replay", "compiled timing core"]

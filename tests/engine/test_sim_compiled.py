@@ -96,7 +96,7 @@ EVICTIONS = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("eviction", EVICTIONS, ids=lambda e: "-".join(e.values()))
+@pytest.mark.parametrize("eviction", EVICTIONS, ids=lambda e: "-".join(map(str, e.values())))
 @pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "one-at-a-time"])
 @pytest.mark.parametrize("prefetch", ["none", "top-k"])
 def test_every_policy_gives_the_same_run(
@@ -309,7 +309,7 @@ def test_runs_it_does_not_cover_say_why(traces: dict[str, str]) -> None:
     assert why(runtime="roofline") is None
     assert why(timing={"chunk_bytes": 1 << 20}) is None
     assert why(runtime="mixtral-offloading") is None  # (memory parity)
-    assert why(eviction="random") == "eviction 'random'"
+    assert why(eviction="random") == "eviction 'random' has no compiled form"
     assert why(miss={"kind": "drop"}) == "miss 'drop'"
     assert why(memory={"dram_capacity": "50%"}) is None  # (experts on the NVMe drive)
     assert why(memory={"dram_cache": {}}) == "a DRAM cache (memory.dram_cache)"

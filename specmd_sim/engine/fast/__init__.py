@@ -1,10 +1,11 @@
 """The replay engine's compiled path: the built-in policies' decisions over arrays.
 
-:func:`replay_compiled` runs one GPU's replay with :mod:`.kernel` (the cache and the eviction
-policy) and :mod:`.plans` (the prefetch plans, drawn in bulk) instead of driving
-:class:`~specmd_sim.engine.layer.LayerStep`; its counters equal the Python engine's exactly.
-:func:`compiled_unsupported` says why a run is not covered (any other plug-in, a user's
-subclass of a built-in, a miss handler that does not always fetch, a home shard): those runs
+:func:`replay_compiled` runs one GPU's replay with :mod:`.kernel` (the layer step over
+:mod:`.cache`, the compiled cache and policies) and :mod:`.plans` (the prefetch plans, drawn in
+bulk) instead of driving :class:`~specmd_sim.engine.layer.LayerStep`; its counters equal the
+Python engine's exactly. :func:`compiled_unsupported` says why a run is not covered (a policy
+without a compiled form, another plug-in, a miss handler that does not always fetch, a home
+shard): those runs
 take the Python path, which stays the specification.
 """
 
@@ -19,37 +20,48 @@ from specmd_sim.engine.common import Progress, report_progress
 from specmd_sim.engine.fast import layout as L
 from specmd_sim.engine.fast.aot import kernels
 from specmd_sim.engine.fast.plans import BulkPlans, plans_unsupported
-from specmd_sim.policies.eviction.belady import BeladyEviction
-from specmd_sim.policies.eviction.belady_bypass import BeladyBypassEviction
-from specmd_sim.policies.eviction.fifo import FIFOEviction
-from specmd_sim.policies.eviction.least_stale import LeastStaleEviction
-from specmd_sim.policies.eviction.lfu import LFUEviction
-from specmd_sim.policies.eviction.lru import LRUEviction
+from specmd_sim.policies.eviction.base import CompiledForm, EvictionPolicy
 from specmd_sim.scenario import RunObjects
 
-__all__ = ["compiled_unsupported", "kernels", "plans_unsupported", "replay_compiled"]
+__all__ = [
+    "compiled_form",
+    "compiled_unsupported",
+    "kernels",
+    "plans_unsupported",
+    "replay_compiled",
+]
 
-_LEAST_STALE = {"fifo": L.LS_FIFO, "touch": L.LS_TOUCH, "layer": L.LS_LAYER}
-_STAMP_SPAN = 1 << 36  # LFU priorities are count * span + stamp: stamps stay below it
+_STAMP_SPAN = 1 << 36  # count priorities are count * span + stamp: stamps stay below it
 _MAX_ACCESSES = 1 << 26  # ... and counts below 2**26, so the priority fits an int64
 # passes are run, and their plans drawn, in blocks of about this many accesses, and of at most
 # this many predicted scores (a prediction scores every expert of its layer)
 _BLOCK_ACCESSES, _BLOCK_SCORES = 1 << 20, 1 << 22
 
 
-def _policy_code(run: RunObjects) -> int | None:
-    policy = run.eviction
-    kind = type(policy)
-    if kind is LeastStaleEviction:
-        return _LEAST_STALE[policy.config.order]
-    codes = {
-        FIFOEviction: L.FIFO,
-        LRUEviction: L.LRU,
-        LFUEviction: L.LFU,
-        BeladyEviction: L.BELADY,
-        BeladyBypassEviction: L.BELADY_BYPASS,
-    }
-    return codes.get(kind)
+def compiled_form(policy: EvictionPolicy) -> CompiledForm | None:
+    """The policy's compiled form (:meth:`EvictionPolicy.compiled_form
+    <specmd_sim.policies.eviction.base.EvictionPolicy.compiled_form>`), where its own class
+    declares one (a subclass inherits none: its overrides would not run)."""
+    if "compiled_form" not in type(policy).__dict__:
+        return None
+    return policy.compiled_form()
+
+
+def _form_unsupported(policy: EvictionPolicy) -> str | None:
+    form = compiled_form(policy)
+    if form is None and policy.compiled_form() is not None:
+        return (f"eviction {policy.kind!r} ({type(policy).__name__}, a subclass) declares no "
+                "compiled form of its own")  # fmt: skip
+    if form is None:
+        return f"eviction {policy.kind!r} has no compiled form"
+    for field, names in (("recency", L.RECENCY), ("victim", L.VICTIM), ("priority", L.PRIORITY)):
+        value = getattr(form, field)
+        if value not in names:
+            return f"eviction {policy.kind!r}'s compiled {field} {value!r} is not the engines'"
+    unknown = sorted(set(form.options) - set(L.OPTIONS))
+    if unknown:
+        return f"eviction {policy.kind!r}'s compiled option {unknown[0]!r} is not the engines'"
+    return None
 
 
 def compiled_unsupported(run: RunObjects, home: bool = False) -> str | None:
@@ -58,8 +70,9 @@ def compiled_unsupported(run: RunObjects, home: bool = False) -> str | None:
     shard) does. A part of the one coverage check (:mod:`specmd_sim.engine.coverage`)."""
     if run.dram is not None:
         return "a DRAM cache (memory.dram_cache)"
-    if _policy_code(run) is None:
-        return f"eviction {run.eviction.kind!r}"
+    why = _form_unsupported(run.eviction)
+    if why is not None:
+        return why
     if not run.miss.always_fetches:
         return f"miss {run.miss.kind!r}"
     cache = run.cache
@@ -69,8 +82,9 @@ def compiled_unsupported(run: RunObjects, home: bool = False) -> str | None:
         return "a capacity that follows the KV cache"
     if type(cache) is not ExpertCache or cache.listeners or cache.occupancy_hook is not None:
         return "a cache observed during the run"  # (a subclass's overrides would not run)
-    if run.eviction.kind == "lfu" and run.scenario.demand.num_accesses >= _MAX_ACCESSES:
-        return f"lfu over {_MAX_ACCESSES} accesses or more"
+    form = compiled_form(run.eviction)
+    if form and form.priority == "count" and run.scenario.demand.num_accesses >= _MAX_ACCESSES:
+        return f"a count priority ({run.eviction.kind!r}) over {_MAX_ACCESSES} accesses or more"
     return plans_unsupported(run)
 
 
@@ -98,8 +112,10 @@ def replay_compiled(
     scores_per_pass = layers * run.prefetch.lookahead * scenario.trace.num_experts
     block = max(1, min(_BLOCK_ACCESSES // per_pass, _BLOCK_SCORES // max(1, scores_per_pass)))
     empty = np.zeros(0, np.int64)
+    sc = S[L.R_SC]
     classic = (plans is None and not scenario.config.cache.pin_demand_set
-               and S[L.R_SC, L.SC_POLICY] in (L.FIFO, L.LRU))  # fmt: skip
+               and sc[L.SC_RECENCY] in (L.REC_INSERTION, L.REC_LAST_USE)
+               and sc[L.SC_VICTIM] == L.VIC_FIRST)  # fmt: skip
     for lo in range(0, total, block):
         hi = min(total, lo + block)
         # the block's keys (built for it alone where the demand sets have not built them all)
@@ -135,18 +151,20 @@ def kernel_state(
     scenario, cache = run.scenario, run.cache
     layers, experts = scenario.trace.num_layers, scenario.trace.num_experts
     n = layers * experts
-    code = _policy_code(run)
-    assert code is not None, "the kernel called on an uncovered run"
+    form = compiled_form(run.eviction)
+    assert form is not None, "the kernel called on an uncovered run"
     S = L.new_state(n, layers)
     S[L.K_NBYTES, :n] = cache.nbytes
     after = np.zeros(0, np.int64)
-    if code >= L.BELADY:  # (over the whole access sequence: its keys are built)
+    if form.priority == "next-use":  # (over the whole access sequence: its keys are built)
         keys = np.ascontiguousarray(scenario.demand.keys, np.int32)
         after, S[L.K_NEXT_USE, :n] = K.next_uses(keys, n)
     sc = S[L.R_SC]
     sc[L.SC_CAPACITY] = cache.capacity_bytes
-    sc[L.SC_POLICY] = code
-    sc[L.SC_LRU_END] = isinstance(run.eviction, LRUEviction) and run.eviction.prefetch_at_lru_end
+    sc[L.SC_RECENCY], sc[L.SC_VICTIM] = L.RECENCY[form.recency], L.VICTIM[form.victim]
+    sc[L.SC_PRIORITY] = L.PRIORITY[form.priority]
+    for option, value in form.options.items():
+        sc[getattr(L, L.OPTIONS[option])] = value
     sc[L.SC_WRITE_BACK] = cache.write_back is not None
     sc[L.SC_PINNED] = scenario.config.cache.pin_demand_set
     sc[L.SC_STAMP_SPAN] = _STAMP_SPAN

@@ -45,7 +45,7 @@ from types import ModuleType
 
 _HERE = Path(__file__).resolve().parent
 # what the module is compiled from: a change in any of them makes a new module
-SOURCES = ("kernel.py", "layout.py", "plan_kernel.py", "aot.py")
+SOURCES = ("kernel.py", "cache.py", "layout.py", "plan_kernel.py", "aot.py", "../jit.py")
 # the state S, an int64 vector, the access sequence (int32, as the demand sets hold it), a
 # float64 vector, a float64 matrix in any layout
 _S, _A, _KEYS, _F, _M = "i8[:, ::1]", "i8[::1]", "i4[::1]", "f8[::1]", "f8[:, :]"

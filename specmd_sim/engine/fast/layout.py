@@ -1,27 +1,47 @@
 """The layout of the replay kernel's state ``S``: its rows, scalars, counters and codes.
 
 Numba-free, so that a process running the kernel compiled ahead of time
-(:mod:`specmd_sim.engine.fast.aot`) never imports numba; :mod:`.kernel` describes the layout.
+(:mod:`specmd_sim.engine.fast.aot`) never imports numba; :mod:`.cache` describes the structures.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-# eviction policies (S[R_SC, SC_POLICY])
-FIFO, LRU, LFU, LS_FIFO, LS_TOUCH, LS_LAYER, BELADY, BELADY_BYPASS = range(8)
+# A compiled eviction policy is made of mechanisms of :mod:`.cache`, named by its
+# ``compiled_form()`` (:class:`~specmd_sim.policies.eviction.base.CompiledForm`) and held in S's
+# scalars. How a cached key's place in the queues follows its uses (S[R_SC, SC_RECENCY]):
+# none (a heap orders the keys), insertion order, last use, or Least-Stale's two queues (a key
+# touched this pass is *current*; ``pass-first-touch``: a current key keeps its place)
+REC_NONE, REC_INSERTION, REC_LAST_USE, REC_PASS, REC_PASS_FIRST = range(5)
+RECENCY = {"none": REC_NONE, "insertion": REC_INSERTION, "last-use": REC_LAST_USE,
+           "pass": REC_PASS, "pass-first-touch": REC_PASS_FIRST}  # fmt: skip
+# the victim (S[R_SC, SC_VICTIM]): the first evictable in queue order (stale before current),
+# the one whose layer the sweep reaches last, or the least priority of the heap
+VIC_FIRST, VIC_FARTHEST_LAYER, VIC_HEAP = range(3)
+VICTIM = {"first": VIC_FIRST, "farthest-layer": VIC_FARTHEST_LAYER, "least-priority": VIC_HEAP}
+# the heap's priority (S[R_SC, SC_PRIORITY]): none, uses since admission (ties: the earlier
+# count), or the next use (farthest first; Belady)
+PRIO_NONE, PRIO_COUNT, PRIO_NEXT_USE = range(3)
+PRIORITY = {"none": PRIO_NONE, "count": PRIO_COUNT, "next-use": PRIO_NEXT_USE}
+# the mechanisms' settings (CompiledForm.options) and the scalar each is held in: a prefetch
+# enters the queue at its head; a key whose next use is not nearer than its victim's is
+# declined (needs the next-use priority)
+OPTIONS = {"prefetch_at_head": "SC_PREFETCH_AT_HEAD", "bypass": "SC_BYPASS"}
 
 # rows of S: per key, then the scalars, counters, per-layer counts and the heap
 K_STATE, K_PINS, K_EVER, K_EVICTED, K_UNUSED, K_PREV, K_NEXT = range(7)
 K_TOUCHED, K_AUX, K_FREQ, K_NEXT_USE, K_NBYTES, K_HEAP_AT = range(7, 13)
 R_SC, R_STATS, R_BY_LAYER = 13, 14, 15  # R_BY_LAYER + AccessClass: 5 rows
-R_HEAP, R_HELD = 20, 22  # the heap: 2 rows (priority, key); a scratch row
-ROWS = 23
+R_HEAP, R_HELD, R_EVICTED = 20, 22, 23  # the heap: 2 rows (priority, key); two scratch rows
+ROWS = 24
 
 # scalars (columns of row R_SC)
-SC_USED, SC_CAPACITY, SC_PASS, SC_LAYER, SC_POLICY, SC_LRU_END = range(6)
-SC_WRITE_BACK, SC_PINNED, SC_HEAP_N, SC_STAMP, SC_STAMP_SPAN, SC_NEVER = range(6, 12)
-SC_NUM_EXPERTS, SC_NUM_LAYERS, SC_KEYS = range(12, 15)
+SC_USED, SC_CAPACITY, SC_PASS, SC_LAYER, SC_RECENCY, SC_VICTIM, SC_PRIORITY = range(7)
+SC_PREFETCH_AT_HEAD, SC_BYPASS, SC_NEVICTED = range(7, 10)
+SC_WRITE_BACK, SC_PINNED, SC_HEAP_N, SC_STAMP, SC_STAMP_SPAN, SC_NEVER = range(10, 16)
+SC_NUM_EXPERTS, SC_NUM_LAYERS, SC_KEYS = range(16, 19)
+SCALARS = SC_KEYS + 1
 
 # counters (columns of row R_STATS): the CacheStats attributes of the same names
 STAT_NAMES = (
@@ -63,7 +83,7 @@ OUTSIDE = -2  # TOUCHED of a key in no queue
 def new_state(n: int, layers: int) -> np.ndarray:
     """``S`` for ``n`` keys over ``layers`` layers: an empty cache, both queues empty, an empty
     heap (room for every key)."""
-    S = np.zeros((ROWS, max(n + 4, layers)), np.int64)
+    S = np.zeros((ROWS, max(n + 4, layers, SCALARS, len(STAT_NAMES))), np.int64)
     S[K_EVICTED], S[K_TOUCHED], S[K_AUX], S[K_HEAP_AT] = -1, OUTSIDE, -1, -1
     S[R_SC, SC_PASS] = -1
     S[R_SC, SC_KEYS], S[R_SC, SC_NUM_LAYERS] = n, layers

@@ -28,8 +28,9 @@ from specmd_sim.engine.common import Progress, report_progress
 from specmd_sim.engine.fast import compiled_unsupported as kernel_unsupported
 from specmd_sim.engine.fast import kernel, kernel_state, kernel_stats
 from specmd_sim.engine.fast import layout as L
-from specmd_sim.engine.fast import timed as T
 from specmd_sim.engine.fast.plans import BulkPlans
+from specmd_sim.engine.fast.timed import state as T
+from specmd_sim.engine.fast.timed.stream import run_block
 from specmd_sim.engine.layer import bulk_plans_unsupported
 from specmd_sim.engine.sim.fetch import Fetcher, WriteBacks, split
 from specmd_sim.engine.sim.flows import FlowNetwork
@@ -103,14 +104,14 @@ def run_compiled(
     while True:
         outcome = core.run(blocks)
         if outcome == T.BLOCKED:
-            IS = core.state["IS"]
+            IS = core.state.IS
             g = next(h for h in range(len(gpus)) if IS[h, T.I_STAGE] != T.ST_FINISHED)
             raise RuntimeError(
                 f"timing engine: {gpus[g].node.id}'s stream is blocked at pass "
                 f"{int(IS[g, T.I_DEC_PASS])}, layer {int(IS[g, T.I_DEC_LAYER])} with nothing "
                 "left to happen"
             )
-        report_progress(progress, int(core.state["IS"][:, T.I_PASS].sum()), core.total)
+        report_progress(progress, int(core.state.IS[:, T.I_PASS].sum()), core.total)
         if outcome == T.OK:
             break
         blocks[outcome - T.REFILL].next()
@@ -161,37 +162,50 @@ class _Core:
         # jobs: loading keys, streamed and held ones; a write-back's chunk moving
         self.pool = pool = G * (self.n_keys + 2 * demand_rows + back_engines + 8)
         st = self.state = T.new_state(
-            G, self.n_keys, pool, engines, len(self.names), demand_rows, back_engines
+            self.S3,
+            self.after2,
+            self.n_keys,
+            pool,
+            engines,
+            len(self.names),
+            demand_rows,
+            back_engines,
         )
         B[:, T.B_QB] = pool + 4 * np.arange(G)
         for g, gpu in enumerate(gpus):
             source = gpu.objs.ctx.source
-            st["KR"][g, T.KR_HOME] = source < 0
-            st["KR"][g, T.KR_PATH] = np.where(source < 0, -1, self.path_base[g] + source)
+            st.KR[g, T.KR_HOME] = source < 0
+            st.KR[g, T.KR_PATH] = np.where(source < 0, -1, self.path_base[g] + source)
         capacity = network.capacity
-        st["NF"][T.N_CAP, : len(self.names)] = [capacity.get(r, 0.0) for r in self.names]
-        st["NI"][T.NI_DYN, : len(self.names)] = [r == self.dynamic for r in self.names]
+        st.NF[T.N_CAP, : len(self.names)] = [capacity.get(r, 0.0) for r in self.names]
+        st.NI[T.NI_DYN, : len(self.names)] = [r == self.dynamic for r in self.names]
         X = self.X = np.zeros(T.X_SIZE, np.int64)
         X[T.X_LAYERS], X[T.X_PINNED] = layers, sc0.config.cache.pin_demand_set
         X[T.X_RECORD], X[T.X_GPUS] = spans.enabled, G
         X[T.X_PREFETCHING] = gpus[0].objs.prefetch.lookahead > 0
         X[T.X_DRAIN] = sc0.runtime.copy_stream.value == "compute"
-        st["IS"][:, T.I_SHARED] = X[T.X_DRAIN]  # (OneStream: one copy at a time)
+        st.IS[:, T.I_SHARED] = X[T.X_DRAIN]  # (OneStream: one copy at a time)
         chunk_bytes = sc0.config.timing.chunk_bytes
         X[T.X_CHUNK] = chunk_bytes or 0
         self.per_job = max(
             len(split(n, chunk_bytes)) for g in gpus for n in set(g.objs.cache.nbytes)
         )
-        self.TL3, self.TP = np.zeros((G, 6, layers)), np.zeros((int(self.PF.shape[0]), 4))
-        self.engine_busy = np.zeros((G, engines))
-        self.engine_bytes = np.zeros((G, engines), np.int64)
-        self.lanes2 = np.array([g.fetcher.copy_lanes for g in gpus], np.int64)
-        self.back_busy = np.zeros((G, back_engines))
-        self.back_bytes = np.zeros((G, back_engines), np.int64)
-        self.back_lanes2 = np.array(
+        back_lanes = np.array(
             [[0] * back_engines if g.write_backs is None else g.write_backs.lanes for g in gpus],
             np.int64,
         )
+        self.arrays = T.Run(
+            keys=self.all_keys, offsets=self.all_offsets, PF=self.PF, PI=self.PI, X=X,
+            lanes=np.array([g.fetcher.copy_lanes for g in gpus], np.int64),
+            back_lanes=back_lanes, PR=self.PR, PL=self.PL, PLAT=self.PLAT, PCAP=self.PCAP,
+            PREQ=self.PREQ, DTAB=self.DTAB,
+        )  # fmt: skip
+        self.sums = T.Tallies(
+            TL=np.zeros((G, 6, layers)), TP=np.zeros((int(self.PF.shape[0]), 4)),
+            engine_busy=np.zeros((G, engines)), engine_bytes=np.zeros((G, engines), np.int64),
+            back_busy=np.zeros((G, back_engines)),
+            back_bytes=np.zeros((G, back_engines), np.int64), used_paths=self.used_paths,
+        )  # fmt: skip
 
     def _paths(self) -> None:
         """The GPUs' transfer paths, numbered across the GPUs (``path_base``: each GPU's first),
@@ -241,33 +255,26 @@ class _Core:
         B[:, T.B_PKOFF] = np.cumsum([0] + [b.plan_keys.size for b in blocks])[:-1]
         # room for every write-back the call can queue: of the keys cached when it starts and
         # of those it reserves
-        T.grow_write_backs(st, self.n_keys + t_exp.size + plan_keys.size + 8)
+        st = self.state = T.grow_write_backs(st, self.n_keys + t_exp.size + plan_keys.size + 8)
         # the write-backs the call can move: those queued when it starts and one for each key
         # it reserves (those moving when it starts are among the pool's jobs)
-        queued = int(st["IS"][:, T.I_WB_COUNT].sum())
+        queued = int(st.IS[:, T.I_WB_COUNT].sum())
         write_backs = queued + t_exp.size + plan_keys.size if self.writes_back else 0
         out = _buffers(
             t_exp.size + plan_keys.size + self.pool, write_backs, self.per_job,
             sum(b.hi - b.lo for b in blocks), self.layers, G * self.n_keys, len(self.names),
             self.spans.enabled,
         )  # fmt: skip
-        outcome = T.run_block(
-            self.S3, self.after2, self.all_keys, self.all_offsets, t_exp, plan_offsets, plan_keys,
-            B, self.PF, self.PI, self.X, self.lanes2, self.PR, self.PL, self.PLAT, self.PCAP,
-            self.PREQ, self.DTAB, self.used_paths, st["IG"], st["FG"], st["IS"], st["FS"],
-            st["hT"], st["hI"], st["JB"], st["FL"], st["jfree"], st["KR"], st["free"], st["act"],
-            st["NF"], st["NI"], st["run_i"], st["run_t"], st["held"], self.TL3, self.TP,
-            self.engine_busy, self.engine_bytes, st["free_back"], st["WB"], self.back_lanes2,
-            self.back_busy, self.back_bytes, out["spF"], out["spI"], out["civ"], out["siv"],
-            out["tiv"], out["used_out"], out["flight_out"], out["bw_out"],
-        )  # fmt: skip
-        IG, gpus = st["IG"], self.gpus
+        outcome = run_block(
+            self.arrays, T.Block(B, t_exp, plan_offsets, plan_keys), st, self.sums, out
+        )
+        IG, gpus = st.IG, self.gpus
         for name, counter, intervals in (
             ("civ", T.G_NCIV, [g.tally.compute_iv for g in gpus]),
             ("siv", T.G_NSIV, [g.tally.stall_iv for g in gpus]),
             ("tiv", T.G_NTIV, [g.tally.transfers.intervals for g in gpus]),
         ):
-            for g, rows in _by_gpu(out[name][: IG[counter]], G):
+            for g, rows in _by_gpu(getattr(out, name)[: IG[counter]], G):
                 intervals[g].starts.frombytes(np.ascontiguousarray(rows[:, 0]).tobytes())
                 intervals[g].ends.frombytes(np.ascontiguousarray(rows[:, 1]).tobytes())
         if self.spans.enabled:
@@ -278,18 +285,19 @@ class _Core:
         """The tallies' sums, the paths used, the cache counters and the network's."""
         for g, gpu in enumerate(self.gpus):
             base, n = int(self.B[g, T.B_PASS0]), self.passes[g]
-            _fill_tally(gpu.tally, self.TL3[g], self.TP[base : base + n], self.engine_busy[g],
-                        self.engine_bytes[g], self.state["FS"][g], n)  # fmt: skip
+            sums = self.sums
+            _fill_tally(gpu.tally, sums.TL[g], sums.TP[base : base + n], sums.engine_busy[g],
+                        sums.engine_bytes[g], self.state.FS[g], n)  # fmt: skip
             first = int(self.path_base[g])
             used = self.used_paths[first : first + len(gpu.objs.ctx.paths)]
             gpu.fetcher.used_paths.update(np.flatnonzero(used).tolist())
             if gpu.write_backs is not None:
-                gpu.tally.d2h_busy = self.back_busy[g].tolist()
-                gpu.tally.d2h_bytes = self.back_bytes[g].tolist()
+                gpu.tally.d2h_busy = sums.back_busy[g].tolist()
+                gpu.tally.d2h_bytes = sums.back_bytes[g].tolist()
                 gpu.write_backs.used = bool(self.S3[g, L.R_STATS, L.ST_BYTES_WRITTEN_BACK])
             # (its finish() adds nothing: it held no prefetch)
             gpu.objs.cache.stats = kernel_stats(self.S3[g], self.layers)
-        NF, NI = self.state["NF"], self.state["NI"]
+        NF, NI = self.state.NF, self.state.NI
         for r, name in enumerate(self.names):
             if NI[T.NI_THROUGH, r]:
                 self.network.bytes_through[name] = float(NF[T.N_THROUGH, r])
@@ -348,7 +356,7 @@ def _buffers(
     keys: int,
     resources: int,
     record: bool,
-) -> dict[str, np.ndarray]:
+) -> T.Out:
     """A call's outputs, each as long as the call can fill: ``jobs`` bounds its accesses and
     the host-to-device transfers that end in it (those it starts and those in flight when it
     began), ``write_backs`` its device-to-host ones (queued, moving or reserved during it),
@@ -356,14 +364,14 @@ def _buffers(
     the links' bandwidth samples."""
     computes, chunks = jobs + passes * (layers + 2) + 8, (jobs + write_backs) * per_job + 8
     spans = computes + jobs + chunks if record else 0
-    return {
-        "spF": np.zeros((spans, 2)), "spI": np.zeros((spans, 8), np.int64),
-        "civ": np.zeros((computes, 3)), "siv": np.zeros((jobs + 8, 3)),
-        "tiv": np.zeros((chunks, 3)),
-        "used_out": np.zeros((3 * jobs + keys + 8 if record else 0, 3)),
-        "flight_out": np.zeros((2 * chunks if record else 0, 3)),
-        "bw_out": np.zeros((resources * 3 * chunks if record else 0, 3)),
-    }  # fmt: skip
+    return T.Out(
+        spF=np.zeros((spans, 2)), spI=np.zeros((spans, 8), np.int64),
+        civ=np.zeros((computes, 3)), siv=np.zeros((jobs + 8, 3)),
+        tiv=np.zeros((chunks, 3)),
+        used_out=np.zeros((3 * jobs + keys + 8 if record else 0, 3)),
+        flight_out=np.zeros((2 * chunks if record else 0, 3)),
+        bw_out=np.zeros((resources * 3 * chunks if record else 0, 3)),
+    )  # fmt: skip
 
 
 def _pass_tables(
@@ -419,7 +427,7 @@ class _ExpertTimes:
 
 
 def _record(
-    out: dict[str, np.ndarray],
+    out: T.Out,
     IG: np.ndarray,
     spans: SpanRecorder,
     fetchers: list[Fetcher],
@@ -428,19 +436,19 @@ def _record(
     """A call's spans and counter samples into the recorder."""
     n = int(IG[T.G_NSPANS])
     rows = np.empty(n, SPAN_DTYPE)
-    rows["start"], rows["end"] = out["spF"][:n, 0], out["spF"][:n, 1]
+    rows["start"], rows["end"] = out.spF[:n, 0], out.spF[:n, 1]
     for c, field in enumerate(("lane", "kind", "pass_", "layer", "expert", "bytes", "request",
                                "klass")):  # fmt: skip
-        rows[field] = out["spI"][:n, c]
+        rows[field] = out.spI[:n, c]
     spans.extend(rows)
     for counter, name, series_of in (
         (T.G_NUSED, "used_out", lambda f: f.counter_used),
         (T.G_NFLIGHT, "flight_out", lambda f: f.counter_flight),
     ):
-        for g, samples in _by_gpu(out[name][: int(IG[counter])], len(fetchers)):
+        for g, samples in _by_gpu(getattr(out, name)[: int(IG[counter])], len(fetchers)):
             series = spans.series(series_of(fetchers[g]))
             series.extend(_counter_rows(samples[:, 0], samples[:, 1]))
-    bw = out["bw_out"][: int(IG[T.G_NBW])]
+    bw = out.bw_out[: int(IG[T.G_NBW])]
     for r, resource in enumerate(names):
         mine = bw[bw[:, 0] == r]
         if mine.size:

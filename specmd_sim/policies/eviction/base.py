@@ -27,13 +27,16 @@ and, for the run, ``on_pass_start(pass_index)``, ``on_layer(layer)`` at each rou
 predictor scores a layer's experts.
 
 ``may_bypass``: the policy may decline demand fetches (``admit``), so its Belady reference is
-``belady-bypass``. The class satisfies :class:`specmd_sim.cache.CachePolicy`, what the cache
-calls.
+``belady-bypass``. ``compiled_form()``: where the policy's rule is made of the compiled
+engines' mechanisms, which (:class:`CompiledForm`); the engines then run it compiled. Only a
+class's own declaration counts: a subclass that overrides a hook and not this runs in Python.
+The class satisfies :class:`specmd_sim.cache.CachePolicy`, what the cache calls.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
@@ -46,7 +49,25 @@ from specmd_sim.policies.plugin import C, Plugin, PluginConfig
 if TYPE_CHECKING:
     from specmd_sim.cache.expert_cache import ExpertCache
 
-__all__ = ["Evictable", "EvictionPolicy", "first_evictable"]
+__all__ = ["CompiledForm", "Evictable", "EvictionPolicy", "first_evictable"]
+
+
+@dataclass(frozen=True)
+class CompiledForm:
+    """A policy as the compiled engines' mechanisms, by name (:mod:`specmd_sim.engine.fast.cache`
+    documents them; :mod:`specmd_sim.engine.fast.layout` lists the names: ``RECENCY``,
+    ``VICTIM``, ``PRIORITY``, ``OPTIONS``).
+
+    ``recency``: how the cached keys' queue follows their uses; ``victim``: the rule that picks
+    one; ``priority``: the heap's, for the ``least-priority`` victim; ``options``: the
+    mechanisms' settings (a name the engines do not know makes the policy run in Python, and
+    the run say why).
+    """
+
+    recency: str = "none"
+    victim: str = "first"
+    priority: str = "none"
+    options: Mapping[str, int] = field(default_factory=dict)
 
 
 class EvictionPolicy(Plugin[C]):
@@ -59,6 +80,11 @@ class EvictionPolicy(Plugin[C]):
     def attach(self, cache: ExpertCache) -> None:
         """Called once by the cache that uses this policy (offline policies read its clock)."""
         self.cache = cache
+
+    def compiled_form(self) -> CompiledForm | None:
+        """The compiled engines' mechanisms this policy is made of, or None: it runs on the
+        Python engines only."""
+        return None
 
     def initial_contents(self) -> list[int]:
         """Keys to place in the cache before the run (moving no bytes)."""

@@ -16,7 +16,7 @@ import numpy as np
 
 from specmd_sim.cache.states import FetchReason
 from specmd_sim.policies.context import OfflineContext
-from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy
+from specmd_sim.policies.eviction.base import CompiledForm, Evictable, EvictionPolicy
 from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.registry import EVICTION
 
@@ -48,6 +48,9 @@ class BeladyEviction(EvictionPolicy[BeladyConfig]):
     description = "Offline optimum (MIN): farthest next use first; always admits."
     source = "Belady 1966; the bound every online policy is compared to"
     offline = True
+
+    def compiled_form(self) -> CompiledForm:
+        return CompiledForm(victim="least-priority", priority="next-use")
 
     def __init__(self, config: PluginConfig, ctx: OfflineContext) -> None:
         super().__init__(config, ctx)

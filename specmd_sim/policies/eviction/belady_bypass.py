@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from specmd_sim.cache.states import FetchReason
+from specmd_sim.policies.eviction.base import CompiledForm
 from specmd_sim.policies.eviction.belady import BeladyEviction
 from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.registry import EVICTION
@@ -28,6 +29,9 @@ class BeladyBypassEviction(BeladyEviction):
     description = "Offline optimum with bypass: farthest next use, or don't cache at all."
     source = "Belady 1966 with optional admission (MIN with bypass)"
     may_bypass = True
+
+    def compiled_form(self) -> CompiledForm:
+        return CompiledForm(victim="least-priority", priority="next-use", options={"bypass": 1})
 
     def admit(self, key: int, reason: FetchReason) -> bool:
         cache = self.cache

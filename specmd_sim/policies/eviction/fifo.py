@@ -6,7 +6,12 @@ from typing import Literal
 
 from specmd_sim.cache.states import FetchReason
 from specmd_sim.policies.context import RunContext
-from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy, first_evictable
+from specmd_sim.policies.eviction.base import (
+    CompiledForm,
+    Evictable,
+    EvictionPolicy,
+    first_evictable,
+)
 from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.registry import EVICTION
 
@@ -19,6 +24,9 @@ class FIFOConfig(PluginConfig):
 class FIFOEviction(EvictionPolicy[FIFOConfig]):
     description = "First in, first out: the earliest admitted expert first."
     source = "classic"
+
+    def compiled_form(self) -> CompiledForm:
+        return CompiledForm(recency="insertion", victim="first")
 
     def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
         super().__init__(config, ctx)

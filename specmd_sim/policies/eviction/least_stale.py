@@ -32,7 +32,12 @@ from pydantic import Field
 
 from specmd_sim.cache.states import FetchReason
 from specmd_sim.policies.context import RunContext
-from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy, first_evictable
+from specmd_sim.policies.eviction.base import (
+    CompiledForm,
+    Evictable,
+    EvictionPolicy,
+    first_evictable,
+)
 from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.registry import EVICTION
 
@@ -52,6 +57,12 @@ class LeastStaleConfig(PluginConfig):
 class LeastStaleEviction(EvictionPolicy[LeastStaleConfig]):
     description = "SpecMD's Least-Stale: stale (untouched this pass) experts first, FIFO."
     source = "SpecMD (Hoang et al., arXiv 2602.03921)"
+
+    def compiled_form(self) -> CompiledForm:
+        return CompiledForm(
+            recency="pass" if self.refresh_current else "pass-first-touch",
+            victim="farthest-layer" if self.by_layer else "first",
+        )
 
     def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
         super().__init__(config, ctx)

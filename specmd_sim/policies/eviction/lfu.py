@@ -10,7 +10,7 @@ from typing import Literal
 
 from specmd_sim.cache.states import FetchReason
 from specmd_sim.policies.context import RunContext
-from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy
+from specmd_sim.policies.eviction.base import CompiledForm, Evictable, EvictionPolicy
 from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.registry import EVICTION
 
@@ -23,6 +23,9 @@ class LFUConfig(PluginConfig):
 class LFUEviction(EvictionPolicy[LFUConfig]):
     description = "Least frequently used expert first (in-cache counts; ties: oldest count)."
     source = "classic; MoE-Infinity and others build on expert frequency"
+
+    def compiled_form(self) -> CompiledForm:
+        return CompiledForm(victim="least-priority", priority="count")
 
     def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
         super().__init__(config, ctx)

@@ -15,6 +15,7 @@ from pydantic import Field
 
 from specmd_sim.cache.states import FetchReason
 from specmd_sim.policies.context import RunContext
+from specmd_sim.policies.eviction.base import CompiledForm
 from specmd_sim.policies.eviction.fifo import FIFOEviction
 from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.registry import EVICTION
@@ -36,6 +37,13 @@ class LRUEviction(FIFOEviction):
     Config: ClassVar[type[PluginConfig]] = LRUConfig  # wide type: subclasses name theirs
     description = "Least recently used expert first."
     source = "classic; the default of mixtral-offloading and many offloading systems"
+
+    def compiled_form(self) -> CompiledForm:
+        return CompiledForm(
+            recency="last-use",
+            victim="first",
+            options={"prefetch_at_head": int(self.prefetch_at_lru_end)},
+        )
 
     def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
         super().__init__(config, ctx)

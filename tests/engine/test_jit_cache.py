@@ -1,0 +1,41 @@
+"""numba's cache of the compiled engines is keyed by all of their sources: a kernel inlines
+functions of other files (the replay's layer step and the timing core inline ``fast/cache.py``),
+and numba's own key, the function's own file, would keep a kernel's machine code after an edit
+of one of them."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from specmd_sim.engine import jit
+
+
+def test_an_edit_of_any_source_changes_every_kernels_stamp(tmp_path, monkeypatch) -> None:
+    files = [tmp_path / name for name in ("kernel.py", "cache.py")]
+    for path in files:
+        path.write_text("x = 1\n")
+    monkeypatch.setattr(jit, "_SOURCES", frozenset(files))
+    before = jit._sources_stamp()
+    assert jit._sources_stamp() == before  # (stable)
+    stat = files[1].stat()
+    os.utime(files[1], ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert jit._sources_stamp() != before
+
+
+def test_the_engines_functions_take_the_stamp_of_their_sources() -> None:
+    pytest.importorskip("numba")
+    from specmd_sim.engine.fast import cache, kernel
+    from specmd_sim.engine.fast.timed import stream
+
+    for module in (kernel, cache, stream):
+        assert os.path.realpath(module.__file__) in {str(p) for p in jit._SOURCES}
+    from numba.core import caching
+
+    ours = [c for c in caching.CacheImpl._locator_classes if c.__name__.startswith("BySources")]
+    assert ours, "the locators are not registered"
+    locator = ours[0].from_function(kernel.run_passes.py_func, kernel.__file__)
+    assert locator is not None and locator.get_source_stamp() == jit._sources_stamp()
+    # a module outside the engines keeps numba's own key
+    assert ours[0].from_function(jit._sources_stamp, __file__) is None
