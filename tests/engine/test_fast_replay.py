@@ -40,6 +40,7 @@ EVICTIONS = [
     {"kind": "least-stale", "order": "layer"},
     "belady",
     "belady-bypass",
+    {"kind": "lfu-aging", "period_passes": 2},  # (counts halved often: fractions decide ties)
 ]
 PREFETCHES = [
     ("none", "noisy-oracle"),

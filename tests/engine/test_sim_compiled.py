@@ -92,7 +92,7 @@ def _both(data: dict[str, Any], block: int | None = None) -> tuple[Any, Any]:
 EVICTIONS = [
     {"kind": "fifo"}, {"kind": "lru"}, {"kind": "lfu"}, {"kind": "least-stale", "order": "fifo"},
     {"kind": "least-stale", "order": "touch"}, {"kind": "least-stale", "order": "layer"},
-    {"kind": "belady"}, {"kind": "belady-bypass"},
+    {"kind": "belady"}, {"kind": "belady-bypass"}, {"kind": "lfu-aging", "period_passes": 2},
 ]  # fmt: skip
 
 

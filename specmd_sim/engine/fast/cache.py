@@ -12,8 +12,8 @@ hit's own work).
 A policy is not a code here but the mechanisms it is made of, chosen by its
 ``compiled_form()`` (:class:`~specmd_sim.policies.eviction.base.CompiledForm`) and held in
 ``S``'s scalars (``SC_RECENCY``, ``SC_VICTIM``, ``SC_PRIORITY`` and the options'
-``SC_PREFETCH_AT_HEAD``, ``SC_BYPASS``); each hook below branches on them explicitly. The built-in
-policies are
+``SC_PREFETCH_AT_HEAD``, ``SC_BYPASS``, ``SC_AGING``); each hook below branches on them
+explicitly. The built-in policies are
 
 ============================ ==================== ================== ============== ===========
 policy                       recency              victim             priority       other
@@ -27,6 +27,7 @@ policy                       recency              victim             priority   
 ``least-stale`` layer        pass                 farthest-layer
 ``belady``                   none                 least-priority     next-use
 ``belady-bypass``            none                 least-priority     next-use       bypass
+``lfu-aging``                last-use             least-count                       aging
 ============================ ==================== ================== ============== ===========
 
 Their data structures:
@@ -41,7 +42,9 @@ Their data structures:
   admission, stamp), the stamp ordering a count bucket by arrival as the Python class's buckets
   are ordered; ``next-use`` is (farthest next use, smallest key), a key's next use
   (``K_NEXT_USE``) being its first position at or after the clock, moved on at each of its
-  accesses through ``after`` (each position's next position of the same key).
+  accesses through ``after`` (each position's next position of the same key);
+- aged lifetime counts (``K_COUNT``, float64 bits, for every key, kept across evictions):
+  +1 at each use and admission, halved every ``SC_AGING`` passes.
 
 Adding a policy whose rule these mechanisms express touches only its own module (its
 ``compiled_form``); a new mechanism touches this module and :mod:`.layout` (its name and
@@ -49,6 +52,9 @@ code): see ``docs/design.md``, "The compiled engines".
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +65,7 @@ from specmd_sim.engine.fast.layout import (
     COMPULSORY,
     HIT,
     K_AUX,
+    K_COUNT,
     K_EVER,
     K_EVICTED,
     K_FREQ,
@@ -85,6 +92,7 @@ from specmd_sim.engine.fast.layout import (
     REC_PASS,
     REC_PASS_FIRST,
     RESIDENT,
+    SC_AGING,
     SC_BYPASS,
     SC_CAPACITY,
     SC_HEAP_N,
@@ -115,6 +123,7 @@ from specmd_sim.engine.fast.layout import (
     ST_PF_WASTED,
     VIC_FARTHEST_LAYER,
     VIC_HEAP,
+    VIC_LEAST_COUNT,
 )
 from specmd_sim.engine.jit import compiled, compiled_inline
 
@@ -188,6 +197,71 @@ def farthest_layer(S: np.ndarray, n: int, q: int) -> int:
                 break
         key = S[K_NEXT, key]
     return best
+
+
+@compiled_inline
+def least_count(S: np.ndarray, n: int) -> int:
+    """The evictable key of queue 0 with the least aged count; the first in queue order among
+    equals."""
+    best, best_count = -1, np.inf
+    key = S[K_NEXT, n]
+    while key < n:
+        count = float_of_bits(S[K_COUNT, key])
+        if count < best_count and evictable(S, key):
+            best, best_count = key, count
+        key = S[K_NEXT, key]
+    return best
+
+
+# --- aged lifetime counts: float64s kept as their bits in the int64 row K_COUNT -------------
+# (not through a float view of the row: an inlined function must not create an array)
+
+
+def _float_of_bits_py(bits: int) -> float:
+    return float(np.array(bits, np.int64).view(np.float64))
+
+
+def _bits_of_float_py(value: float) -> int:
+    return int(np.array(value, np.float64).view(np.int64))
+
+
+def _bit_casts() -> tuple[Callable[[int], float], Callable[[float], int]]:
+    """The float64 whose bits are an int64's, and back: LLVM bit casts where numba compiles
+    (callable from compiled code only), numpy's views where it does not."""
+    try:
+        import numba
+        from numba.core import types
+        from numba.extending import intrinsic
+    except ImportError:
+        return _float_of_bits_py, _bits_of_float_py
+    if numba.config.DISABLE_JIT:
+        return _float_of_bits_py, _bits_of_float_py
+
+    def cast(to: Any, source: Any) -> Any:
+        @intrinsic
+        def _cast(typingctx: Any, value: Any) -> Any:
+            def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+                return builder.bitcast(args[0], context.get_value_type(to))
+
+            return to(source), codegen
+
+        return _cast
+
+    return cast(types.float64, types.int64), cast(types.int64, types.float64)
+
+
+float_of_bits, bits_of_float = _bit_casts()
+
+
+@compiled_inline
+def count_use(S: np.ndarray, key: int) -> None:
+    S[K_COUNT, key] = bits_of_float(float_of_bits(S[K_COUNT, key]) + 1.0)
+
+
+@compiled_inline
+def halve_counts(S: np.ndarray) -> None:
+    for key in range(S[R_SC, SC_KEYS]):
+        S[K_COUNT, key] = bits_of_float(float_of_bits(S[K_COUNT, key]) * 0.5)
 
 
 # --- the heap of (priority, key), smallest on top: one entry per key in the cache -------------
@@ -341,10 +415,12 @@ def touch(S: np.ndarray, key: int) -> None:
 
 @compiled_inline
 def use(S: np.ndarray, key: int) -> None:
-    """A use of a key of the recency queue: to its tail."""
+    """A use of a key of the recency queue: to its tail; with aging, its count grows."""
     n = S[R_SC, SC_KEYS]
     list_remove(S, key)
     list_append(S, n, 0, key)
+    if S[R_SC, SC_AGING]:
+        count_use(S, key)
 
 
 @compiled_inline
@@ -373,6 +449,8 @@ def on_insert(S: np.ndarray, key: int, prefetch: bool) -> None:
             list_prepend(S, n, 0, key)
         else:
             list_append(S, n, 0, key)
+        if S[R_SC, SC_AGING]:
+            count_use(S, key)
 
 
 @compiled_inline
@@ -390,6 +468,8 @@ def victim(S: np.ndarray) -> int:
     rule, n = S[R_SC, SC_VICTIM], S[R_SC, SC_KEYS]
     if rule == VIC_HEAP:
         return heap_victim(S)
+    if rule == VIC_LEAST_COUNT:
+        return least_count(S, n)
     queues = 2 if two_queues(S) else 1  # stale first, then current
     for q in range(queues):
         key = farthest_layer(S, n, q) if rule == VIC_FARTHEST_LAYER else first_evictable(S, n, q)
@@ -411,10 +491,13 @@ def bypass_admits(S: np.ndarray, key: int) -> bool:
 
 @compiled_inline
 def begin_pass(S: np.ndarray, p: int) -> None:
-    """ExpertCache.begin_pass: *current* joins the tail of *stale*."""
+    """ExpertCache.begin_pass: *current* joins the tail of *stale*; counts age."""
     S[R_SC, SC_PASS] = p
     if two_queues(S):
         list_move_all(S, S[R_SC, SC_KEYS], 1, 0)
+    aging = S[R_SC, SC_AGING]
+    if aging and p and p % aging == 0:
+        halve_counts(S)
 
 
 @compiled_inline

@@ -17,31 +17,37 @@ REC_NONE, REC_INSERTION, REC_LAST_USE, REC_PASS, REC_PASS_FIRST = range(5)
 RECENCY = {"none": REC_NONE, "insertion": REC_INSERTION, "last-use": REC_LAST_USE,
            "pass": REC_PASS, "pass-first-touch": REC_PASS_FIRST}  # fmt: skip
 # the victim (S[R_SC, SC_VICTIM]): the first evictable in queue order (stale before current),
-# the one whose layer the sweep reaches last, or the least priority of the heap
+# the one whose layer the sweep reaches last, the least lifetime count (aged; ties: queue
+# order), or the least priority of the heap
 VIC_FIRST, VIC_FARTHEST_LAYER, VIC_HEAP = range(3)
-VICTIM = {"first": VIC_FIRST, "farthest-layer": VIC_FARTHEST_LAYER, "least-priority": VIC_HEAP}
+VIC_LEAST_COUNT = 3
+VICTIM = {"first": VIC_FIRST, "farthest-layer": VIC_FARTHEST_LAYER, "least-priority": VIC_HEAP,
+          "least-count": VIC_LEAST_COUNT}  # fmt: skip
 # the heap's priority (S[R_SC, SC_PRIORITY]): none, uses since admission (ties: the earlier
 # count), or the next use (farthest first; Belady)
 PRIO_NONE, PRIO_COUNT, PRIO_NEXT_USE = range(3)
 PRIORITY = {"none": PRIO_NONE, "count": PRIO_COUNT, "next-use": PRIO_NEXT_USE}
 # the mechanisms' settings (CompiledForm.options) and the scalar each is held in: a prefetch
 # enters the queue at its head; a key whose next use is not nearer than its victim's is
-# declined (needs the next-use priority)
-OPTIONS = {"prefetch_at_head": "SC_PREFETCH_AT_HEAD", "bypass": "SC_BYPASS"}
+# declined (needs the next-use priority); least-count's counts are halved every N passes
+OPTIONS = {"prefetch_at_head": "SC_PREFETCH_AT_HEAD", "bypass": "SC_BYPASS",
+           "aging_passes": "SC_AGING"}  # fmt: skip
 
 # rows of S: per key, then the scalars, counters, per-layer counts and the heap
 K_STATE, K_PINS, K_EVER, K_EVICTED, K_UNUSED, K_PREV, K_NEXT = range(7)
 K_TOUCHED, K_AUX, K_FREQ, K_NEXT_USE, K_NBYTES, K_HEAP_AT = range(7, 13)
 R_SC, R_STATS, R_BY_LAYER = 13, 14, 15  # R_BY_LAYER + AccessClass: 5 rows
 R_HEAP, R_HELD, R_EVICTED = 20, 22, 23  # the heap: 2 rows (priority, key); two scratch rows
-ROWS = 24
+K_COUNT = 24  # least-count's aged counts: float64 bits, per key
+ROWS = 25
 
 # scalars (columns of row R_SC)
 SC_USED, SC_CAPACITY, SC_PASS, SC_LAYER, SC_RECENCY, SC_VICTIM, SC_PRIORITY = range(7)
 SC_PREFETCH_AT_HEAD, SC_BYPASS, SC_NEVICTED = range(7, 10)
 SC_WRITE_BACK, SC_PINNED, SC_HEAP_N, SC_STAMP, SC_STAMP_SPAN, SC_NEVER = range(10, 16)
 SC_NUM_EXPERTS, SC_NUM_LAYERS, SC_KEYS = range(16, 19)
-SCALARS = SC_KEYS + 1
+SC_AGING = 19
+SCALARS = SC_AGING + 1
 
 # counters (columns of row R_STATS): the CacheStats attributes of the same names
 STAT_NAMES = (

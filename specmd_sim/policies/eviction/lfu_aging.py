@@ -15,7 +15,7 @@ from pydantic import Field
 
 from specmd_sim.cache.states import FetchReason
 from specmd_sim.policies.context import RunContext
-from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy
+from specmd_sim.policies.eviction.base import CompiledForm, Evictable, EvictionPolicy
 from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.registry import EVICTION
 
@@ -35,6 +35,11 @@ class LFUAgingEviction(EvictionPolicy[LFUAgingConfig]):
         self.period = self.config.period_passes
         self.count = np.zeros(ctx.num_layers * ctx.num_experts)
         self.recency: dict[int, None] = {}
+
+    def compiled_form(self) -> CompiledForm:
+        return CompiledForm(
+            recency="last-use", victim="least-count", options={"aging_passes": self.period}
+        )
 
     def on_pass_start(self, pass_index: int) -> None:
         if pass_index and pass_index % self.period == 0:
