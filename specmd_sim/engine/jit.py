@@ -65,13 +65,15 @@ def _cache_by_sources() -> None:
     from numba.core import caching
 
     impl = getattr(caching, "CacheImpl", None)
-    bases = [
-        getattr(caching, name, None) for name in ("InTreeCacheLocator", "UserWideCacheLocator")
-    ]
-    if impl is None or None in bases or not hasattr(impl, "_locator_classes"):
+    names = ("UserProvidedCacheLocator", "InTreeCacheLocator", "UserWideCacheLocator")
+    bases = [getattr(caching, name, None) for name in names]
+    classes = getattr(impl, "_locator_classes", None)
+    if None in bases or not isinstance(classes, list) or not set(bases) <= set(classes):
         return
-    ours = [_by_sources(base) for base in bases]
-    impl._locator_classes[:0] = ours
+    # each just before the locator it refines, so that numba's order holds (NUMBA_CACHE_DIR
+    # first, then beside the source, then the user's cache folder)
+    for base in bases:
+        classes.insert(classes.index(base), _by_sources(base))
 
 
 def _by_sources(base: Any) -> Any:

@@ -229,12 +229,11 @@ def _bit_casts() -> tuple[Callable[[int], float], Callable[[float], int]]:
     """The float64 whose bits are an int64's, and back: LLVM bit casts where numba compiles
     (callable from compiled code only), numpy's views where it does not."""
     try:
-        import numba
-        from numba.core import types
+        from numba.core import config, types
         from numba.extending import intrinsic
     except ImportError:
         return _float_of_bits_py, _bits_of_float_py
-    if numba.config.DISABLE_JIT:
+    if getattr(config, "DISABLE_JIT", 0):  # (numba's switch for debugging kernels as Python)
         return _float_of_bits_py, _bits_of_float_py
 
     def cast(to: Any, source: Any) -> Any:
