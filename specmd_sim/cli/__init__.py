@@ -6,10 +6,14 @@ Each module of this package registers its commands on :data:`app`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import os
 import sys
+import warnings
+from collections.abc import Iterator
+from typing import Any
 
 import typer
 
@@ -26,6 +30,7 @@ from specmd_sim.cli import (  # noqa: F401  (they register their commands)
     validate,
 )
 from specmd_sim.cli.app import app
+from specmd_sim.engine.jit import CompileNotice
 from specmd_sim.errors import SpecmdError
 
 __all__ = ["app", "app_for", "main", "process_main"]
@@ -41,7 +46,8 @@ def main() -> None:
     """Entry point: run the app; a user error (ours, or a usage error of an option) is one line
     and exit code 2, an interrupt says so and exits 130."""
     try:
-        code = app_for(sys.argv[1:])(standalone_mode=False)
+        with _notices():
+            code = app_for(sys.argv[1:])(standalone_mode=False)
     except SpecmdError as exc:
         _fail(str(exc))
     except _USAGE_ERROR as exc:
@@ -56,6 +62,24 @@ def main() -> None:
     if code == 130:
         print("interrupted", file=sys.stderr)
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+@contextlib.contextmanager
+def _notices() -> Iterator[None]:
+    """The engines' notices (:class:`~specmd_sim.engine.jit.CompileNotice`: compiling for this
+    machine) as lines on stderr, each time; other warnings as Python shows them."""
+    show = warnings.showwarning
+
+    def notice(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        if issubclass(category, CompileNotice):
+            print(f"specmd: {message}", file=sys.stderr, flush=True)
+        else:
+            show(message, category, *args, **kwargs)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", CompileNotice)
+        warnings.showwarning = notice
+        yield
 
 
 def app_for(args: list[str]) -> typer.Typer:

@@ -9,10 +9,13 @@ machine code beside the module, so only a first run pays the compilation.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.util
-from collections.abc import Callable
+import time
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,6 +23,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # why a compiled path is not taken without numba (:mod:`specmd_sim.engine.coverage`)
 UNCOMPILED = "kernels not compiled (numba, the fast extra, is not installed)"
+
+
+class CompileNotice(UserWarning):
+    """The compiled engines compile for this machine: once, the first run after an install or
+    an upgrade (numba's cache keeps the machine code). The CLI prints it as a line on stderr."""
 
 
 def available() -> bool:
@@ -53,6 +61,37 @@ def compiled_inline(fn: F) -> F:
     _cache_by_sources()
     options: dict[str, Any] = {"cache": True, "nogil": True, "forceinline": True, "_nrt": False}
     return numba.njit(**options)(fn)
+
+
+def compiled_already(fn: Any) -> bool | None:
+    """Whether numba's cache holds machine code of the compiled ``fn`` for the sources as they
+    are; None where that cannot be told (numba not installed, or its cache's internals
+    changed)."""
+    try:
+        return bool(fn._cache._cache_file._load_index())
+    except Exception:  # (numba's private cache API: any change of it only silences the notice)
+        return None
+
+
+@contextlib.contextmanager
+def compiling(what: str, expected: str, fn: Any) -> Iterator[None]:
+    """Around the first call of the compiled ``fn``: where numba's cache does not hold it yet, a
+    :class:`CompileNotice` before (what compiles, and ``expected``: about how long) and one
+    after (how long it took, the first call included)."""
+    if compiled_already(fn) is not False:
+        yield
+        return
+    warnings.warn(
+        f"compiling {what} for this machine: once, {expected} (then cached beside the package "
+        "or in ~/.cache)",
+        CompileNotice,
+        stacklevel=3,
+    )
+    started = time.perf_counter()
+    yield
+    warnings.warn(
+        f"{what} compiled in {time.perf_counter() - started:.0f} s", CompileNotice, stacklevel=3
+    )
 
 
 @functools.cache

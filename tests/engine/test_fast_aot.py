@@ -50,6 +50,7 @@ def test_a_replay_imports_no_numba_nor_what_it_does_not_use(compiled_ahead, tmp_
     assert others == "[]", others
 
 
+@pytest.mark.filterwarnings("ignore::specmd_sim.engine.jit.CompileNotice")  # (the build's, said)
 def test_a_failed_build_warns_once_and_leaves_the_jit(tmp_path, monkeypatch, capfd) -> None:
     pytest.importorskip("numba")
     monkeypatch.delenv("NUMBA_DISABLE_JIT", raising=False)

@@ -1,4 +1,5 @@
-"""numba's cache of the compiled engines is keyed by all of their sources: a kernel inlines
+"""The compiled engines and numba's cache: keyed by all of their sources, and a first compilation
+said. numba's cache of the compiled engines is keyed by all of their sources: a kernel inlines
 functions of other files (the replay's layer step and the timing core inline ``fast/cache.py``),
 and numba's own key, the function's own file, would keep a kernel's machine code after an edit
 of one of them."""
@@ -45,3 +46,60 @@ def test_the_engines_functions_take_the_stamp_of_their_sources() -> None:
     assert locator is not None and locator.get_source_stamp() == jit._sources_stamp()
     # a module outside the engines keeps numba's own key
     assert ours[1].from_function(jit._sources_stamp, __file__) is None
+
+
+class _Index:
+    def __init__(self, held: dict) -> None:
+        self._cache = type("C", (), {"_cache_file": self})()
+        self.held = held
+
+    def _load_index(self) -> dict:
+        return self.held
+
+
+def test_a_first_compilation_is_said_before_and_after() -> None:
+    with pytest.warns(jit.CompileNotice) as said, jit.compiling("the core", "a while", _Index({})):
+        pass
+    lines = [str(w.message) for w in said]
+    assert lines[0].startswith("compiling the core for this machine: once, a while")
+    assert lines[1].startswith("the core compiled in ") and lines[1].endswith(" s")
+    import warnings
+
+    for held in (_Index({"sig": 1}), object()):  # cached, or numba's internals unknown: silence
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            with jit.compiling("the core", "a while", held):
+                pass
+
+
+def test_a_run_that_compiles_the_core_says_so(monkeypatch) -> None:
+    pytest.importorskip("numba")
+    from specmd_sim import build_config, simulate
+
+    monkeypatch.setattr(jit, "compiled_already", lambda fn: False)
+    config = build_config({"cache": {"capacity": "20%"}, "workload": {"max_requests": 1}})
+    with pytest.warns(jit.CompileNotice, match="compiling the timing engine's compiled core"):
+        simulate(config)
+
+
+def test_the_cli_prints_a_notice_as_a_line(capsys) -> None:
+    import warnings
+
+    from specmd_sim.cli import _notices
+
+    with _notices():
+        warnings.warn("compiling X for this machine", jit.CompileNotice, stacklevel=1)
+        warnings.warn("compiling X for this machine", jit.CompileNotice, stacklevel=1)  # again
+    err = capsys.readouterr().err
+    assert err == "specmd: compiling X for this machine\n" * 2
+
+
+def test_building_the_replays_kernels_ahead_is_said() -> None:
+    from specmd_sim.engine.fast import aot
+
+    with pytest.warns(jit.CompileNotice) as said, aot.compiling_ahead():
+        pass
+    assert [str(w.message)[:30] for w in said] == [
+        "compiling the replay's kernels",
+        "the replay's kernels compiled ",
+    ]

@@ -37,11 +37,14 @@ import platform
 import shutil
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from types import ModuleType
+
+from specmd_sim.engine.jit import CompileNotice
 
 _HERE = Path(__file__).resolve().parent
 # what the module is compiled from: a change in any of them makes a new module
@@ -140,7 +143,8 @@ def load() -> ModuleType | None:
         if not os.access(folder, os.W_OK):
             continue
         try:
-            path = _build(name, folder)
+            with compiling_ahead():
+                path = _build(name, folder)
         except Exception as exc:  # any failure of the build leaves the JIT to do the work
             why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             (folder / (name + ".failed")).write_text(why + "\n")
@@ -153,6 +157,25 @@ def load() -> ModuleType | None:
             return None
         return _import(name, path)
     return None
+
+
+@contextlib.contextmanager
+def compiling_ahead() -> Iterator[None]:
+    """The build said (:class:`~specmd_sim.engine.jit.CompileNotice`): before, and how long it
+    took."""
+    warnings.warn(
+        "compiling the replay's kernels for this machine: once, about 10 s (then cached beside "
+        "the package or in ~/.cache)",
+        CompileNotice,
+        stacklevel=4,
+    )
+    started = time.perf_counter()
+    yield
+    warnings.warn(
+        f"the replay's kernels compiled in {time.perf_counter() - started:.0f} s",
+        CompileNotice,
+        stacklevel=4,
+    )
 
 
 def _import(name: str, path: Path) -> ModuleType:

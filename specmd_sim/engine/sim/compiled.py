@@ -101,8 +101,9 @@ def run_compiled(
     ]
     for block in blocks:
         block.next()
-    while True:
+    with jit.compiling("the timing engine's compiled core", "about a minute", run_block):
         outcome = core.run(blocks)
+    while True:
         if outcome == T.BLOCKED:
             IS = core.state.IS
             g = next(h for h in range(len(gpus)) if IS[h, T.I_STAGE] != T.ST_FINISHED)
@@ -115,6 +116,7 @@ def run_compiled(
         if outcome == T.OK:
             break
         blocks[outcome - T.REFILL].next()
+        outcome = core.run(blocks)
     core.finish()
 
 
