@@ -340,7 +340,9 @@ class ExpertCache:
         """The layer step released its pins: for each staged expert in turn, its layer gives up
         its quota victim (the layer's least recently used evictable expert), and the staged
         expert, unpinned, takes the capacity that freed. One whose layer has nothing evictable
-        yet stays staged until the next step settles."""
+        yet stays staged until the next step settles; so does one larger than what its victim
+        and every other evictable expert free (sizes per key), its victim's eviction standing
+        (as a failed reservation's do): the cache never holds more than its capacity."""
         staged, self.staged_keys = self.staged_keys, []
         for key in staged:
             victim = self.policy.quota_victim(key, self.evictable)
@@ -348,7 +350,9 @@ class ExpertCache:
                 self.staged_keys.append(key)
                 continue
             self._evict(victim)
-            self._make_room(self.nbytes[key], key)  # (sizes per key: one victim may not do)
+            if not self._make_room(self.nbytes[key], key):  # (one victim may not do)
+                self.staged_keys.append(key)
+                continue
             self.used_bytes += self.nbytes[key]
             if self.occupancy_hook is not None:
                 self.occupancy_hook(self.used_bytes)

@@ -191,3 +191,47 @@ def test_least_stale_fifo_keeps_entry_order_where_touch_keeps_recency(
     assert cache.state[evicted] == State.ABSENT
     kept = C2 if evicted == B1 else B1
     assert cache.state[kept] == State.RESIDENT
+
+
+class _Quota:
+    """A per-layer budget's bare bones: key 0 is the quota victim, the staged key stays
+    staged until settled, and the victim of a full cache is the first evictable of 2 and 3."""
+
+    def __getattr__(self, hook: str):  # the other hooks: nothing to do
+        return lambda *args: None
+
+    def admit(self, key: int, reason: FetchReason) -> bool:
+        return True
+
+    def quota_victim(self, incoming: int, evictable) -> int | None:
+        return 0 if evictable(0) else None
+
+    def stages(self, incoming: int) -> bool:
+        return True
+
+    def choose_victim(self, evictable, incoming: int) -> int | None:
+        return next((key for key in (2, 3) if evictable(key)), None)
+
+
+def test_settle_never_fills_the_cache_past_its_capacity() -> None:
+    """A staged expert larger than its quota victim, nothing else evictable: it stays staged
+    (the victim's eviction stands) rather than overfilling the cache; once others can go, the
+    next settle makes room for it."""
+    cache = ExpertCache(1, 4, [1, 3, 1, 1], 3, _Quota())
+    cache.preload([0, 2, 3])
+    for key in (0, 2, 3):  # the layer step's pins: no quota victim, so key 1 is staged
+        cache.pin(key)
+    assert cache.reserve(1, FetchReason.DEMAND)  # staged, outside the capacity
+    assert cache.staged_keys == [1] and cache.used_bytes == 3
+    cache.unpin(0)  # the step released its pins, 2 and 3 held elsewhere
+    cache.settle()
+    assert cache.state[0] == State.ABSENT  # the quota victim went
+    assert cache.staged_keys == [1] and cache.pins[1] == 1  # still staged, still held
+    assert cache.used_bytes == 2 <= cache.capacity_bytes
+    cache.unpin(2)
+    cache.unpin(3)
+    cache.preload([0])
+    cache.settle()  # 0 (its quota victim), then 2 and 3 (the cache's victims) make room
+    assert cache.staged_keys == [] and cache.pins[1] == 0
+    assert [cache.state[k] for k in (0, 2, 3)] == [State.ABSENT] * 3
+    assert cache.used_bytes == 3 == cache.capacity_bytes
