@@ -66,7 +66,10 @@ def compiled_inline(fn: F) -> F:
 def compiled_already(fn: Any) -> bool | None:
     """Whether numba's cache holds machine code of the compiled ``fn`` for the sources as they
     are; None where that cannot be told (numba not installed, or its cache's internals
-    changed)."""
+    changed). Code this process already holds counts as cached: only a first call reads the
+    cache's index file."""
+    if getattr(fn, "signatures", None):
+        return True
     try:
         return bool(fn._cache._cache_file._load_index())
     except Exception:  # (numba's private cache API: any change of it only silences the notice)
@@ -119,25 +122,36 @@ def _by_sources(base: Any) -> Any:
     class Locator(base):
         @classmethod
         def from_function(cls, py_func: Any, py_file: str) -> Any:
-            if Path(py_file).resolve() not in _SOURCES:
+            if Path(py_file).resolve() not in _sources():
                 return None
             return super().from_function(py_func, py_file)
 
         def get_source_stamp(self) -> Any:
-            return _sources_stamp()
+            return _stamp_at_start()
 
     Locator.__name__ = Locator.__qualname__ = f"BySources{base.__name__}"
     return Locator
 
 
-_SOURCES = frozenset(
-    [Path(__file__).resolve(), *(Path(__file__).resolve().parent / "fast").rglob("*.py")]
-)
+@functools.cache
+def _sources() -> frozenset[Path]:
+    """The compiled engines' sources: this module and those of :mod:`specmd_sim.engine.fast`
+    (found once, when numba first compiles or loads one of them, not at import)."""
+    here = Path(__file__).resolve()
+    return frozenset([here, *(here.parent / "fast").rglob("*.py")])
 
 
 def _sources_stamp() -> str:
+    """A digest of the sources' paths, modification times and sizes."""
     digest = hashlib.sha256()
-    for path in sorted(_SOURCES):
+    for path in sorted(_sources()):
         stat = path.stat()
-        digest.update(f"{path.name}:{stat.st_mtime_ns}:{stat.st_size}\n".encode())
+        name = f"{path.parent.name}/{path.name}"  # (not where the package is installed)
+        digest.update(f"{name}:{stat.st_mtime_ns}:{stat.st_size}\n".encode())
     return digest.hexdigest()
+
+
+@functools.cache
+def _stamp_at_start() -> str:
+    """:func:`_sources_stamp` once per process: numba asks it for each compiled function."""
+    return _sources_stamp()

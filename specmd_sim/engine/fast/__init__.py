@@ -49,11 +49,11 @@ def compiled_form(policy: EvictionPolicy) -> CompiledForm | None:
 
 def _form_unsupported(policy: EvictionPolicy) -> str | None:
     form = compiled_form(policy)
-    if form is None and policy.compiled_form() is not None:
+    if form is None:
+        if policy.compiled_form() is None:
+            return f"eviction {policy.kind!r} has no compiled form"
         return (f"eviction {policy.kind!r} ({type(policy).__name__}, a subclass) declares no "
                 "compiled form of its own")  # fmt: skip
-    if form is None:
-        return f"eviction {policy.kind!r} has no compiled form"
     for field, names in (("recency", L.RECENCY), ("victim", L.VICTIM), ("priority", L.PRIORITY)):
         value = getattr(form, field)
         if value not in names:

@@ -267,17 +267,21 @@ def halve_counts(S: np.ndarray) -> None:
 
 
 @compiled_inline
+def heap_place(S: np.ndarray, i: int, value: int, key: int) -> None:
+    """(``value``, ``key``) at the heap's index ``i``, the key's index kept."""
+    S[R_HEAP, i], S[R_HEAP + 1, i], S[K_HEAP_AT, key] = value, key, i
+
+
+@compiled_inline
 def heap_sift_up(S: np.ndarray, i: int, value: int, key: int) -> None:
-    """Place (``value``, ``key``) at ``i`` or above it. (The moves are written out, here and
-    below: a helper called in a loop would not be inlined.)"""
+    """Place (``value``, ``key``) at ``i`` or above it."""
     while i > 0:
         parent = (i - 1) >> 1
         if S[R_HEAP, parent] <= value:
             break
-        moved = S[R_HEAP + 1, parent]
-        S[R_HEAP, i], S[R_HEAP + 1, i], S[K_HEAP_AT, moved] = S[R_HEAP, parent], moved, i
+        heap_place(S, i, S[R_HEAP, parent], S[R_HEAP + 1, parent])  # the parent moves down
         i = parent
-    S[R_HEAP, i], S[R_HEAP + 1, i], S[K_HEAP_AT, key] = value, key, i
+    heap_place(S, i, value, key)
 
 
 @compiled_inline
@@ -292,10 +296,9 @@ def heap_sift_down(S: np.ndarray, i: int, value: int, key: int) -> None:
             child += 1
         if S[R_HEAP, child] >= value:
             break
-        moved = S[R_HEAP + 1, child]
-        S[R_HEAP, i], S[R_HEAP + 1, i], S[K_HEAP_AT, moved] = S[R_HEAP, child], moved, i
+        heap_place(S, i, S[R_HEAP, child], S[R_HEAP + 1, child])  # the child moves up
         i = child
-    S[R_HEAP, i], S[R_HEAP + 1, i], S[K_HEAP_AT, key] = value, key, i
+    heap_place(S, i, value, key)
 
 
 @compiled_inline
