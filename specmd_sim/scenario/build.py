@@ -16,6 +16,7 @@ from specmd_sim.hardware import HardwareProfile, load_profile
 from specmd_sim.hardware.schema import GPUNode
 from specmd_sim.models import ModelSpec, load_model
 from specmd_sim.policies.fit import TrainingRoutes
+from specmd_sim.policies.registry import MISS
 from specmd_sim.runtime import RuntimeProfile, load_runtime
 from specmd_sim.scenario.budget import MemoryBudget
 from specmd_sim.scenario.dram import check_dram_cache
@@ -313,9 +314,8 @@ def _check_capacity(
                 f"slots; lower workload.batch_size or use a larger GPU"
             )
     # a miss handler that never fetches on demand (cpu-execute always, drop) pins no missing
-    # expert, so a layer's demand set need not fit (a plug-in's config without the property
-    # is taken to fetch)
-    if demand.num_accesses and getattr(config.miss, "fetches_on_demand", True):
+    # expert, so a layer's demand set need not fit
+    if demand.num_accesses and MISS.get(config.miss.kind).fetches_on_demand(config.miss):
         size, p, layer = demand.max_layer_demand()
         if size > slots:
             raise SpecmdError(

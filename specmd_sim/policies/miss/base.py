@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, ClassVar
 
-from specmd_sim.policies.plugin import C, Plugin
+from specmd_sim.policies.plugin import C, Plugin, PluginConfig
 
 if TYPE_CHECKING:
     from specmd_sim.cache.expert_cache import ExpertCache
@@ -55,6 +55,13 @@ def substitute(by: int) -> MissDecision:
 
 class MissHandler(Plugin[C]):
     always_fetches: ClassVar[bool] = False  # lets engines skip the call on their hot path
+
+    @classmethod
+    def fetches_on_demand(cls, config: PluginConfig) -> bool:
+        """Whether, with ``config``, a missing expert may be fetched into the cache (pinned with
+        its layer's demand set, which must then fit in it); False where it never is, so that a
+        layer's demand set may exceed the cache (a long prefill beside a small cache)."""
+        return True
 
     def decide(
         self, pass_index: int, layer: int, key: int, cache: ExpertCache, taken: set[int]

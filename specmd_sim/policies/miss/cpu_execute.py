@@ -44,16 +44,15 @@ class CPUExecuteConfig(PluginConfig):
         ),
     )
 
-    @property
-    def fetches_on_demand(self) -> bool:
-        """Whether a missing expert may be fetched into the cache (not with ``always``)."""
-        return self.mode != "always"
-
 
 @MISS.register
 class CPUExecuteMiss(MissHandler[CPUExecuteConfig]):
     description = "Run a missing expert on the host CPU when that is faster than fetching it."
     source = "Fiddler (Kamahori et al., 2024); HybriMoE's CPU-GPU split (Zhong et al., 2025)"
+
+    @classmethod
+    def fetches_on_demand(cls, config: PluginConfig) -> bool:
+        return getattr(config, "mode", "always") != "always"  # (``always``: never fetched)
 
     def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
         super().__init__(config, ctx)

@@ -17,16 +17,15 @@ from specmd_sim.policies.registry import MISS
 class DropConfig(PluginConfig):
     kind: Literal["drop"] = "drop"
 
-    @property
-    def fetches_on_demand(self) -> bool:
-        """Whether a missing expert may be fetched into the cache: never."""
-        return False
-
 
 @MISS.register
 class DropMiss(MissHandler[DropConfig]):
     description = "Skip the missing expert's activation (no demand fetch)."
     source = "lossy expert skipping, e.g. AdapMoE / approximate offloading studies"
+
+    @classmethod
+    def fetches_on_demand(cls, config: PluginConfig) -> bool:
+        return False
 
     def decide(
         self, pass_index: int, layer: int, key: int, cache: ExpertCache, taken: set[int]
