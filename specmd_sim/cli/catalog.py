@@ -59,7 +59,8 @@ def hardware_show(
     if json_:
         typer.echo(json.dumps(p.model_dump(mode="json"), indent=2))
         return
-    print_quantities(f"{p.id}: {p.name}", list(p.quantities()))
+    facts = [(f"nodes.{h.id}.isa", h.isa) for h in p.hosts if h.isa is not None]
+    print_quantities(f"{p.id}: {p.name}", list(p.quantities()), facts)
 
 
 @hardware_app.command("validate")

@@ -80,6 +80,37 @@ class Count(Quantity):
     value: int = Field(ge=1, le=MAX_COUNT, description="A whole number in [1, 1e9].")
 
 
+# The widest vector or matrix extension a host CPU has, by name: x86 CPUs have AVX2 since 2013
+# (Haswell) and 2015 (AMD Excavator), AVX-512 since Skylake-SP (2017) and Zen 4 (2022), AMX (with
+# AVX-512) since Sapphire Rapids (2023); Arm cores NEON (all AArch64) and SVE2 (Armv9, e.g.
+# NVIDIA Grace). 'baseline': none of these. A CPU kernel built for an extension runs on a host
+# whose level includes it.
+IsaName = Literal["baseline", "avx2", "avx512", "amx", "neon", "sve2"]
+ISA_INCLUDES: dict[str, frozenset[str]] = {
+    "baseline": frozenset(),
+    "avx2": frozenset({"avx2"}),
+    "avx512": frozenset({"avx2", "avx512"}),
+    "amx": frozenset({"avx2", "avx512", "amx"}),
+    "neon": frozenset({"neon"}),
+    "sve2": frozenset({"neon", "sve2"}),
+}
+
+
+class IsaLevel(InputModel):
+    """A host CPU's widest vector/matrix extension, with provenance."""
+
+    value: IsaName = Field(
+        description="'avx2', 'avx512' (AVX2 too), 'amx' (AVX-512 too), 'neon', 'sve2' (NEON "
+        "too), or 'baseline' (none of them)."
+    )
+    source: str = Field(min_length=1, description="Where the fact comes from.")
+    grade: Grade = Field(description="Confidence: A measured, B vendor spec, C derived, D assumed.")
+
+    def has(self, extension: str) -> bool:
+        """Whether the CPU has ``extension`` ('avx2', 'avx512', 'amx', 'neon', 'sve2')."""
+        return extension in ISA_INCLUDES[self.value]
+
+
 # CUDA reports a GPU's concurrent DMA copy engines (asyncEngineCount) as a single-digit number;
 # 64 leaves room for any GPU and bounds what engines cost: a slot and a timeline lane each in
 # the timing engine, a thread each in the real executor.
@@ -192,6 +223,21 @@ class HostNode(InputModel):
     )
     dram_channels: Count | None = Field(
         default=None, description="DRAM channels over all sockets (documents the bandwidth)."
+    )
+    # The CPU as a machine that runs kernels: a runtime that states its CPU expert kernel's
+    # throughput per core and cycle (its ``cpu_kernel_ops_per_cycle``) runs it at cores x clock x
+    # that throughput on a host that gives all three; otherwise at cpu_flops x the runtime's
+    # cpu_flops_efficiency.
+    physical_cores: Count | None = Field(
+        default=None,
+        description="Physical CPU cores over all sockets (for a VM, the cores its vCPUs are).",
+    )
+    cpu_clock_hz: Rate | None = Field(
+        default=None, description="All-core clock under vector load, Hz (base clock if unknown)."
+    )
+    isa: IsaLevel | None = Field(
+        default=None,
+        description="The widest vector/matrix extension: avx2, avx512, amx, neon, sve2, baseline.",
     )
 
 

@@ -27,8 +27,13 @@ Operations per pass (``n`` tokens; token ``i`` at 1-based position ``pos_i`` of 
 Peak FLOP/s by precision (:mod:`specmd_sim.models.precision`): fp8 weights use the GPU's FP8
 peak where it has one; weight-only quantized experts run at the BF16 peak (W4A16-style).
 
-CPU experts: ``max(flops / (cpu_flops * cpu_flops_efficiency) + cpu_expert_overhead, bytes /
-(dram_bandwidth * cpu_dram_efficiency [/ sockets unless NUMA-aware]))``.
+CPU experts: ``max(flops / cpu_rate + cpu_expert_overhead, bytes / (dram_bandwidth *
+cpu_dram_efficiency [/ sockets unless NUMA-aware]))``, where ``cpu_rate`` is ``min(cpu_threads,
+physical_cores) * cpu_clock_hz * ops_per_cycle`` when the runtime states its kernel's measured
+throughput per core and cycle for an extension the host has (``cpu_kernel_ops_per_cycle``) and
+the host its cores, clock and extensions, else ``cpu_flops * cpu_flops_efficiency``. A pass of
+fewer tokens than the runtime's ``cpu_grouped_min_tokens`` runs each CPU expert once per token
+(each run reads the weights again).
 
 Every hardware number a time is computed from is read through :meth:`CostModel.read`, which
 records it in ``used``: a run's lowest grade is derived from what its cost model read.
@@ -141,12 +146,33 @@ class CostModel:
         )
         return dequant + self.op_time(flops, expanded + acts, dtype, kernels, tokens) + fixed
 
-    def cpu_expert_flops_time(self, host: HostNode, tokens: int) -> float:
-        """The compute part of one routed expert on the host CPU, for ``tokens`` tokens."""
+    def cpu_rate(self, host: HostNode) -> float:
+        """FLOP/s of the runtime's CPU expert kernel on ``host``: its measured throughput per
+        core and cycle for the widest extension the host has, times the cores it runs on and
+        their clock; else the fraction ``cpu_flops_efficiency`` of the host's peak."""
         rt, read = self.runtime, self.read
+        kernels, cores, clock, isa = (
+            rt.cpu_kernel_ops_per_cycle, host.physical_cores, host.cpu_clock_hz, host.isa,
+        )  # fmt: skip
+        kernel = kernels.for_host(isa) if kernels is not None and isa is not None else None
+        if kernel is None or cores is None or clock is None:
+            return read(host.cpu_flops) * read(rt.cpu_flops_efficiency)
+        threads = read(cores) if rt.cpu_threads is None else min(read(rt.cpu_threads), read(cores))
+        return threads * read(clock) * read(kernel)
+
+    def cpu_runs(self, tokens: int, pass_tokens: int | None) -> tuple[int, int]:
+        """(runs, tokens per run) of one CPU expert over ``tokens`` tokens of a pass of
+        ``pass_tokens`` (None: unknown, grouped): one run, unless the pass has fewer tokens
+        than the runtime's ``cpu_grouped_min_tokens``, when each token runs alone."""
+        floor = self.runtime.cpu_grouped_min_tokens
+        if floor is not None and pass_tokens is not None and pass_tokens < self.read(floor):
+            return tokens, 1
+        return 1, tokens
+
+    def cpu_expert_flops_time(self, host: HostNode, tokens: int) -> float:
+        """The compute part of one run of a routed expert on the host CPU over ``tokens``."""
         flops = float(self.model.expert_flops_per_token) * tokens
-        compute = flops / (read(host.cpu_flops) * read(rt.cpu_flops_efficiency))
-        return compute + read(rt.cpu_expert_overhead_s)
+        return flops / self.cpu_rate(host) + self.read(self.runtime.cpu_expert_overhead_s)
 
     def cpu_dram_rate(self, host: HostNode) -> float:
         """Bytes/s one CPU expert kernel reads its weights at: the runtime's fraction of the
@@ -157,11 +183,16 @@ class CostModel:
             rate /= read(host.sockets)
         return rate
 
-    def cpu_expert_time(self, host: HostNode, tokens: int, nbytes: int | None = None) -> float:
+    def cpu_expert_time(
+        self, host: HostNode, tokens: int, nbytes: int | None = None, pass_tokens: int | None = None
+    ) -> float:
         """One routed expert of ``nbytes`` (default: at the model's dtype) on the CPU alone: its
-        compute against its weight reads at :meth:`cpu_dram_rate` (weights are read once)."""
+        compute against its weight reads at :meth:`cpu_dram_rate`, once per run
+        (:meth:`cpu_runs`)."""
         nbytes = self.model.expert_bytes if nbytes is None else nbytes
-        return max(self.cpu_expert_flops_time(host, tokens), nbytes / self.cpu_dram_rate(host))
+        runs, per_run = self.cpu_runs(tokens, pass_tokens)
+        one = max(self.cpu_expert_flops_time(host, per_run), nbytes / self.cpu_dram_rate(host))
+        return runs * one
 
     def lm_head_time(self, tokens: int = 1) -> float:
         """The output projection for ``tokens`` tokens (one per request of the pass)."""

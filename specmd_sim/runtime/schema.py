@@ -17,8 +17,11 @@ hardware profile's:
   per-transfer latency), the fraction of the link bandwidth a copy achieves (1 for pinned
   memory; pageable copies go through a driver staging buffer), and whether copies run on their
   own streams or on the compute stream (then no copy overlaps compute);
-- **CPU expert kernels**: the fraction of DRAM bandwidth and of CPU FLOP/s they achieve, and
-  whether they are NUMA-aware (each socket reads its own DRAM) or read one socket's;
+- **CPU expert kernels**: the fraction of DRAM bandwidth they achieve; their compute rate, either
+  measured per core and cycle for the instruction-set extension they are built for (the host
+  supplies cores, clock and extensions) or as a fraction of the host's CPU FLOP/s; the threads
+  they run on; whether they are NUMA-aware (each socket reads its own DRAM) or read one
+  socket's; and how few tokens a pass may have before they run one token at a time;
 - **memory**: the GPU workspace the runtime keeps besides weights and KV cache, and whether the
   host keeps only the experts the GPU does not (*memory parity*: each evicted expert is copied
   back).
@@ -34,7 +37,15 @@ from typing import Literal
 
 from pydantic import Field
 
-from specmd_sim.hardware.schema import Count, Fraction, Grade, NonNegativeBytes, Quantity, Seconds
+from specmd_sim.hardware.schema import (
+    Count,
+    Fraction,
+    Grade,
+    IsaLevel,
+    NonNegativeBytes,
+    Quantity,
+    Seconds,
+)
 from specmd_sim.schema_base import InputModel
 
 
@@ -85,6 +96,29 @@ class Kernels(InputModel):
     )
 
 
+class OpsPerCycle(Quantity):
+    value: float = Field(
+        gt=0, le=1e6, description="Useful operations (2 per multiply-add) per core per cycle."
+    )
+
+
+class CpuKernels(InputModel):
+    """The measured throughput of a runtime's CPU expert kernel, per core and cycle, for each
+    instruction-set extension it is built for (the build picks the widest the host has)."""
+
+    avx2: OpsPerCycle | None = Field(default=None, description="Built for AVX2.")
+    avx512: OpsPerCycle | None = Field(default=None, description="Built for AVX-512 (VNNI).")
+    amx: OpsPerCycle | None = Field(default=None, description="Built for AMX.")
+
+    def for_host(self, isa: IsaLevel) -> OpsPerCycle | None:
+        """The kernel a host of extension level ``isa`` runs: the widest one it has."""
+        for name in ("amx", "avx512", "avx2"):
+            kernel = getattr(self, name)
+            if kernel is not None and isa.has(name):
+                return kernel
+        return None
+
+
 class RuntimeProfile(InputModel):
     """A software stack: dispatch costs, dequantization, copies, CPU kernels, workspace."""
 
@@ -130,6 +164,22 @@ class RuntimeProfile(InputModel):
     cpu_flops_efficiency: Fraction = Field(
         description="Fraction of CPU peak FLOP/s CPU expert kernels reach."
     )
+    cpu_kernel_ops_per_cycle: CpuKernels | None = Field(
+        default=None,
+        description="The CPU expert kernel's measured throughput per core and cycle, by the "
+        "extension it is built for; on a host that states its cores, clock and extensions it "
+        "replaces cpu_flops x cpu_flops_efficiency.",
+    )
+    cpu_threads: Count | None = Field(
+        default=None,
+        description="Threads the CPU expert kernels run on (at most one per physical core "
+        "counts); None: every physical core.",
+    )
+    cpu_grouped_min_tokens: Count | None = Field(
+        default=None,
+        description="A pass of fewer tokens runs its CPU experts one token at a time, each "
+        "token reading its experts' weights again; None: the tokens of a pass share the reads.",
+    )
     cpu_numa_aware: Flag = Field(
         description="CPU experts read their own socket's DRAM on every socket (else one socket's)."
     )
@@ -161,6 +211,7 @@ class RuntimeProfile(InputModel):
             value = getattr(self, name)
             if isinstance(value, Quantity):
                 yield name, value
-            elif isinstance(value, Kernels):
-                for sub in Kernels.model_fields:
-                    yield f"kernels.{sub}", getattr(value, sub)
+            elif isinstance(value, Kernels | CpuKernels):
+                for sub in type(value).model_fields:
+                    if getattr(value, sub) is not None:
+                        yield f"{name}.{sub}", getattr(value, sub)

@@ -274,6 +274,10 @@ def test_hardware_commands() -> None:
     assert " 8 " in hgx and "56.0 GB/s" in hgx  # 8 GPUs, the NVMe array
     shown = specmd("hardware", "show", "gh200", "--json")
     assert json.loads(shown.stdout)["id"] == "gh200"
+    # the host's instruction-set level, a fact and not a number, is shown with its source
+    (isa,) = [ln for ln in specmd("hardware", "show", "xeon6454s-rtx4090").stdout.splitlines()
+              if "nodes.host.isa" in ln]  # fmt: skip
+    assert "amx" in isa and "Sapphire Rapids" in isa
     ok = specmd("hardware", "validate", "hardware_profiles/h100-pcie.yaml",
                 cwd=Path(__file__).resolve().parents[2])  # fmt: skip
     assert ok.returncode == 0 and "valid profile 'h100-pcie'" in ok.stdout

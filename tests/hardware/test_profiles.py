@@ -161,6 +161,7 @@ def test_fp8_absent_only_before_ada() -> None:
         ("gh200", 96e9, 4.0e12, 989.5e12, "nvlink-c2c"),
         ("rtx4090", 24e9, 1.008e12, 165.2e12, "pcie-gen4"),
         ("l4", 24e9, 300e9, 121e12, "pcie-gen4"),
+        ("l4-cascade-lake", 24e9, 300e9, 121e12, "pcie-gen3"),  # a Gen4 card on Gen3 lanes
     ],
 )
 def test_key_numbers(

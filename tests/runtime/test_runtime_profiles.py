@@ -16,6 +16,7 @@ from specmd_sim.hardware import load_profile
 from specmd_sim.hardware.schema import Quantity
 from specmd_sim.runtime import DEFAULT_RUNTIME, RuntimeProfile, list_runtimes, load_runtime
 from specmd_sim.runtime.loader import runtime_dir
+from specmd_sim.runtime.schema import Kernels
 from specmd_sim.validate.published import load_dataset
 
 BUNDLED = ["deepspeed-zero3", "fiddler", "fused-kernels", "hf-eager", "ktransformers",
@@ -43,17 +44,23 @@ def test_every_number_has_a_source_and_a_grade(runtime: str) -> None:
     assert isinstance(profile, RuntimeProfile)
     assert profile.id == runtime  # a bundled runtime's id is its file stem
     names = dict(profile.quantities())
-    # every numeric field of the YAML (kernels.* flattened) is one of quantities()
+    # every numeric field of the YAML (groups such as kernels.* flattened) is one of
+    # quantities()
     data = raw(runtime)
     numeric = {
-        f"{k}.{s}" if k == "kernels" else k
+        f"{k}.{s}" if s is not None else k
         for k, v in data.items() if isinstance(v, dict)
-        for s, q in (v.items() if k == "kernels" else [(None, v)])
+        for s, q in (v.items() if "value" not in v else [(None, v)])
         if isinstance(q, dict) and isinstance(q.get("value"), int | float)
         and not isinstance(q.get("value"), bool)
     }  # fmt: skip
     assert numeric == set(names)
-    assert len(names) == 15
+    # ... and quantities() yields every required number
+    required = {
+        n for n, f in RuntimeProfile.model_fields.items()
+        if f.is_required() and isinstance(getattr(profile, n), Quantity | Kernels)
+    }  # fmt: skip
+    assert {n.split(".")[0] for n in names} >= required
     for name, q in names.items():
         assert isinstance(q, Quantity)
         assert q.source.strip(), f"{runtime}: {name} has no source"

@@ -57,25 +57,35 @@ class HostCpu:
         self.quantities.update((id(q), q) for q in quantities)
 
     def start(
-        self, cost: CostModel, key: int, tokens: int, klass: int, where: dict[str, int]
-    ) -> simpy.Process:
-        """Run expert ``key`` over ``tokens`` tokens once the CPU is free; the process ends
-        when both its compute and its weight reads are done."""
-        if self.lane is None:
-            self.lane = self.spans.lane(f"{self.host.id}/cpu-experts")
-        nbytes = int(self.placement.nbytes[key])
-        resources, latency, depth = self.read_path(key)
-        return self.env.process(self._execute(cost, key, tokens, klass, where, nbytes,
-                                              resources, latency, depth))  # fmt: skip
-
-    def _execute(
         self,
         cost: CostModel,
         key: int,
         tokens: int,
         klass: int,
         where: dict[str, int],
+        pass_tokens: int | None = None,
+    ) -> simpy.Process:
+        """Run expert ``key`` over ``tokens`` tokens of a pass of ``pass_tokens`` once the CPU
+        is free; the process ends when both its compute and its weight reads are done (once
+        per run: :meth:`CostModel.cpu_runs`)."""
+        if self.lane is None:
+            self.lane = self.spans.lane(f"{self.host.id}/cpu-experts")
+        nbytes = int(self.placement.nbytes[key])
+        resources, latency, depth = self.read_path(key)
+        runs, per_run = cost.cpu_runs(tokens, pass_tokens)
+        compute, reads = runs * cost.cpu_expert_flops_time(self.host, per_run), runs * nbytes
+        return self.env.process(self._execute(cost, key, compute, klass, where, nbytes, reads,
+                                              resources, latency, depth))  # fmt: skip
+
+    def _execute(
+        self,
+        cost: CostModel,
+        key: int,
+        compute: float,
+        klass: int,
+        where: dict[str, int],
         nbytes: int,
+        read_bytes: int,
         resources: tuple[str, ...],
         latency: float,
         depth: int,
@@ -84,10 +94,10 @@ class HostCpu:
         with self.resource.request() as turn:
             yield turn
             start = env.now
-            flops = env.timeout(cost.cpu_expert_flops_time(self.host, tokens))
+            flops = env.timeout(compute)
             assert self.network is not None, "HostCpu.network is set before the run"
             rate = cost.cpu_dram_rate(self.host)
-            read = env.process(self.network.transfer(nbytes, resources, latency, depth, rate))
+            read = env.process(self.network.transfer(read_bytes, resources, latency, depth, rate))
             yield flops & read
             self.spans.add(
                 self.lane if self.lane is not None else -1, "cpu_expert", start, env.now,

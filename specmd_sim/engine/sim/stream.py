@@ -92,6 +92,7 @@ class GpuStream:
         self.demanded: frozenset[int] = frozenset()  # ... and the demand set it decided
         self.where: dict[str, int] = {}  # span fields of the layer running
         self.phase = 0
+        self.pass_tokens = 0  # the tokens of the pass running
         self.capacity_counter, self.capacity = capacity_counter, -1
 
     # --- passes ----------------------------------------------------------------------------
@@ -107,6 +108,7 @@ class GpuStream:
                 yield from self._admit(members)
             tally.begin_pass(p, env.now)
             self.phase = int(passes.phase[p])
+            self.pass_tokens = passes.tokens(p)
             self.step.begin_pass(p)
             if self.objs.capacities is not None:  # the KV cache moved the capacity
                 capacity = self.objs.cache.capacity_bytes
@@ -165,7 +167,8 @@ class GpuStream:
                 yield from fetcher.make_room()
             elif type(request) is RunOnCpu:
                 key, tokens, klass = request.key, request.tokens, request.klass
-                outcome = self.cpu.start(self.cost, key, tokens, klass, self.where)
+                outcome = self.cpu.start(self.cost, key, tokens, klass, self.where,
+                                         self.pass_tokens)  # fmt: skip
             else:
                 assert isinstance(request, AwaitCpu)
                 for cpu_expert in request.experts:

@@ -2,8 +2,10 @@
 
 For each missing expert the handler compares two estimates: fetching it to the GPU,
 ``t_fetch = path latency + expert_bytes / path bandwidth`` (then the GPU runs it), and running it
-on the host CPU, ``t_cpu = max(flops / (cpu_flops * cpu_compute_efficiency), expert_bytes /
-dram_bandwidth)`` for the tokens routed to it in the pass; ``expert_bytes`` are the expert's own
+on the host CPU, ``t_cpu = max(flops / cpu_rate, expert_bytes / dram_rate)`` for the tokens
+routed to it in the pass (:meth:`~specmd_sim.models.cost.CostModel.cpu_expert_time`: the rate of
+the runtime's CPU kernel on this host, once per token in a pass too short to group its tokens);
+``expert_bytes`` are the expert's own
 (``precision``), and the fetch estimate uses the path the expert comes by (host DRAM, the NVMe
 drive, or a peer GPU's HBM in expert-sharded runs).
 
@@ -64,7 +66,8 @@ class CPUExecuteMiss(MissHandler[CPUExecuteConfig]):
     def cpu_time(self, pass_index: int, layer: int, key: int, nbytes: int) -> float:
         chosen = self.ctx.history.demand_set(pass_index, layer)
         tokens = int(chosen.tokens[chosen.keys.tolist().index(key)])
-        return self.ctx.cost.cpu_expert_time(self.host, tokens, nbytes)
+        pass_tokens = self.ctx.history.pass_info(pass_index).tokens
+        return self.ctx.cost.cpu_expert_time(self.host, tokens, nbytes, pass_tokens)
 
     def decide(
         self, pass_index: int, layer: int, key: int, cache: ExpertCache, taken: set[int]
