@@ -93,9 +93,12 @@ def validate_published(
     write_part(out, "published", markdown(result, command))
     if json_:
         rows = [r.as_dict() for r in result.rows]
+        machines = [{"series": p.series, "setup": p.faster.row.setup,
+                     "faster": p.faster.group, "slower": p.slower.group, "kept": p.kept}
+                    for p in result.machine_pairs]  # fmt: skip
         typer.echo(json.dumps({"rows": rows, "orderings": result.orderings,
-                               "median_error": result.median_error, "holds": result.holds},
-                              default=str))  # fmt: skip
+                               "machine_pairs": machines, "median_error": result.median_error,
+                               "holds": result.holds}, default=str))  # fmt: skip
     else:
         t = result.targets
         c = console()
@@ -110,7 +113,9 @@ def validate_published(
         c.print(
             f"validation rows within ±{t.row_error:.0%}: {result.within} of "
             f"{len(result.validation_rows)}; median error {result.median_error:.1%}; ordering "
-            f"preserved in {sum(result.orderings.values())} of {len(result.orderings)} groups; "
+            f"preserved in {sum(result.orderings.values())} of {len(result.orderings)} groups "
+            f"and {sum(p.kept for p in result.machine_pairs)} of {len(result.machine_pairs)} "
+            f"machine pairs; "
             f"targets {'met' if result.holds else 'missed'}; report: {out}"
         )
     if check and not result.holds:

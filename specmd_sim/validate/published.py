@@ -12,6 +12,8 @@ of the published figures is preserved; overall, whether the targets hold on the 
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
 import os
 import statistics
@@ -116,6 +118,14 @@ class Group(InputModel):
         default_factory=dict, description="Runtime settings shared by rows (the rows' win)."
     )
     ordered: bool = Field(default=True, description="Preserve the published ordering.")
+    series: str | None = Field(
+        default=None,
+        description=(
+            "Groups of one series ran the same system and settings on different machines: rows "
+            "of theirs with the same setup, metric and settings are compared across machines "
+            "(does the simulator order the machines as the measurements do?)."
+        ),
+    )
 
 
 class Fit(InputModel):
@@ -184,11 +194,30 @@ class RowResult:
         return float("inf") if self.failure else abs(self.ratio - 1.0)
 
 
+@dataclass(frozen=True)
+class MachinePair:
+    """One setup measured on two machines with the same system and settings: ``faster`` is the
+    row the measurement found faster (the larger figure of a rate, the smaller of a time)."""
+
+    series: str
+    faster: RowResult
+    slower: RowResult
+
+    @property
+    def kept(self) -> bool:
+        """Whether the simulator finds the same machine faster."""
+        f, s = self.faster, self.slower
+        if f.failure or s.failure:
+            return False
+        return (f.simulated > s.simulated) == _higher_is_faster(f.spec.metric)
+
+
 @dataclass
 class Validation:
     targets: Targets
     rows: list[RowResult] = field(default_factory=list)
     orderings: dict[str, bool] = field(default_factory=dict)
+    machine_pairs: list[MachinePair] = field(default_factory=list)
 
     @property
     def validation_rows(self) -> list[RowResult]:
@@ -209,6 +238,7 @@ class Validation:
             self.within == len(self.validation_rows)
             and self.median_error <= self.targets.median_error
             and all(self.orderings.values())
+            and all(p.kept for p in self.machine_pairs)
         )
 
 
@@ -369,7 +399,42 @@ def run_validation(
             out.rows += results
             if group.ordered and len(results) > 1:
                 out.orderings[group.id] = _same_order(results)
+    out.machine_pairs = machine_pairs(out.rows)
     return out
+
+
+def _higher_is_faster(metric: str) -> bool:
+    return metric not in ("s_per_token", "decode_s", "prefill_s")
+
+
+def _settings(r: RowResult) -> str:
+    """Everything a row's simulation depends on but its machine, as one comparable string."""
+    g, row = r.spec, r.row
+    return json.dumps([
+        g.series, g.runtime, g.metric, row.setup, row.model or g.model, row.trace or g.trace,
+        g.expert_dtype, g.dense_dtype, {**g.config, **row.config}, row.trace_set,
+        {**g.runtime_set, **row.runtime_set},
+    ], sort_keys=True)  # fmt: skip
+
+
+def machine_pairs(rows: list[RowResult]) -> list[MachinePair]:
+    """Every two rows of one series with the same settings on different machines, whose
+    published figures differ, in data-set order."""
+    alike: dict[str, list[RowResult]] = {}
+    for r in rows:
+        if r.spec.series is not None:
+            alike.setdefault(_settings(r), []).append(r)
+    pairs = []
+    for same in alike.values():
+        for a, b in itertools.combinations(same, 2):
+            if a.spec.hardware == b.spec.hardware or a.row.published == b.row.published:
+                continue
+            higher, lower = (a, b) if a.row.published > b.row.published else (b, a)
+            faster, slower = (
+                (higher, lower) if _higher_is_faster(a.spec.metric) else (lower, higher)
+            )
+            pairs.append(MachinePair(str(a.spec.series), faster, slower))
+    return pairs
 
 
 def _run_group(task: tuple[DataSet, int]) -> list[RowResult]:
@@ -461,6 +526,15 @@ def _least_squares(
     return x
 
 
+def _by_machines(pairs: list[MachinePair]) -> dict[tuple[str, str, str, str], list[MachinePair]]:
+    """The pairs by (series, metric, faster machine, slower machine), in data-set order."""
+    out: dict[tuple[str, str, str, str], list[MachinePair]] = {}
+    for p in pairs:
+        key = (p.series, p.faster.spec.metric, p.faster.spec.hardware, p.slower.spec.hardware)
+        out.setdefault(key, []).append(p)
+    return out
+
+
 def markdown(result: Validation, command: str) -> str:
     """The validation report (``docs/validation.md`` is this, written by the command)."""
     t = result.targets
@@ -478,6 +552,9 @@ def markdown(result: Validation, command: str) -> str:
         f"- median error of the validation rows: **{result.median_error:.1%}**",
         f"- groups with the published ordering preserved: "
         f"**{sum(result.orderings.values())} of {len(result.orderings)}**",
+        f"- machines ordered as measured (one setup, the same system and settings on two "
+        f"machines): **{sum(p.kept for p in result.machine_pairs)} of "
+        f"{len(result.machine_pairs)}** pairs",
         f"- targets met: **{'yes' if result.holds else 'no'}**",
         "",
         "| group | setup | role | metric | published | simulated | ratio | hit rate | "
@@ -497,6 +574,20 @@ def markdown(result: Validation, command: str) -> str:
         )
     lines += ["", "| group | published ordering preserved |", "|---|---|"]
     lines += [f"| {g} | {'yes' if ok else '**no**'} |" for g, ok in result.orderings.items()]
+    if result.machine_pairs:
+        lines += ["", "## Across machines", "",
+                  "Rows of one series with the same setup and settings on two machines; "
+                  "the measured faster machine first.", "",
+                  "| series | metric | faster (measured) | slower | pairs | ordered as measured "
+                  "| inverted |", "|---|---|---|---|---:|---:|---|"]  # fmt: skip
+        for (series, metric, fast, slow), pairs in _by_machines(result.machine_pairs).items():
+            inverted = ", ".join(
+                p.faster.row.setup + (" (not simulated)" if p.faster.failure or p.slower.failure
+                                      else "")
+                for p in pairs if not p.kept
+            ) or "—"  # fmt: skip
+            lines.append(f"| {series} | {metric} | {fast} | {slow} | {len(pairs)} | "
+                         f"{sum(p.kept for p in pairs)} | {inverted} |")  # fmt: skip
     lines += ["", "## Sources", ""]
     for citation in dict.fromkeys(r.spec.citation for r in result.rows):
         cited = (r.group for r in result.rows if r.spec.citation == citation)

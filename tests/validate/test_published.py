@@ -19,6 +19,7 @@ from specmd_sim.validate.published import (
     _bench,
     fit_constants,
     load_dataset,
+    machine_pairs,
     markdown,
     run_validation,
 )
@@ -66,6 +67,16 @@ def test_orderings_hold_or_are_explained(validation: Validation) -> None:
     explained = {g.id for g in data.groups if any(r.known_gap for r in g.rows)}
     broken = [g for g, ok in validation.orderings.items() if not ok and g not in explained]
     assert not broken, f"published ordering lost in {broken}"
+
+
+def test_machines_keep_their_measured_order(validation: Validation) -> None:
+    """Where the same system and settings ran on two machines, the simulator finds the same one
+    faster (a pair with a row the simulator cannot express aside: its reason is recorded)."""
+    assert len(validation.machine_pairs) >= 60
+    inverted = [f"{p.faster.group} > {p.slower.group} ({p.faster.row.setup})"
+                for p in validation.machine_pairs
+                if not p.kept and not (p.faster.failure or p.slower.failure)]  # fmt: skip
+    assert not inverted, inverted
 
 
 def test_calibration_rows_fit_their_constants(validation: Validation) -> None:
@@ -179,3 +190,49 @@ def test_trace_settings_need_a_synthetic_trace() -> None:
     with _bench(data) as bench:
         failed = bench.run(data.groups[0], data.groups[0].rows[0])
     assert "trace_set: expected a synthetic trace" in failed.failure
+
+
+def _two_machines(metric: str, a: dict, b: dict, **group: Any) -> list[RowResult]:
+    """Rows ``a`` and ``b`` (published, simulated, optional row fields) on two machines."""
+    groups = []
+    for i, (hardware, row) in enumerate([("h100-pcie", a), ("rtx4090", b)]):
+        fields = {k: v for k, v in row.items() if k != "simulated"}
+        groups.append({"id": f"g{i}", "citation": "test", "hardware": hardware,
+                       "runtime": "hf-eager", "metric": metric, "model": "olmoe-1b-7b",
+                       "trace": "t", "series": "s", **group,
+                       "rows": [{"setup": "x", **fields}]})  # fmt: skip
+    data = DataSet.model_validate({"targets": {"row_error": 0.15, "median_error": 0.1},
+                                   "traces": {"t": TRACE}, "groups": groups})  # fmt: skip
+    return [RowResult(g, g.rows[0], simulated=row["simulated"])
+            for g, row in zip(data.groups, (a, b), strict=True)]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("metric", "a", "b", "kept"),
+    [
+        ("tokens_per_s", (2.0, 1.5), (1.0, 1.4), True),  # a measured and simulated faster
+        ("tokens_per_s", (2.0, 1.3), (1.0, 1.4), False),  # the simulator inverts them
+        ("prefill_s", (5.0, 6.0), (7.0, 6.5), True),  # a time: the smaller is faster
+        ("prefill_s", (5.0, 7.0), (7.0, 6.5), False),
+    ],
+)
+def test_machines_are_ordered_as_measured(metric: str, a: tuple, b: tuple, kept: bool) -> None:
+    rows = _two_machines(metric, {"published": a[0], "simulated": a[1]},
+                         {"published": b[0], "simulated": b[1]})  # fmt: skip
+    (pair,) = machine_pairs(rows)
+    assert (pair.faster.group, pair.slower.group) == ("g0", "g1")
+    assert pair.kept is kept
+
+
+@pytest.mark.parametrize(
+    ("b", "group"),
+    [
+        ({"trace_set": {"decode_tokens": 3}}, {}),  # other settings: not the same setup
+        ({"published": 2.0}, {}),  # measured equal: no ordering to keep
+        ({}, {"series": None}),  # not in a series
+    ],
+)
+def test_only_the_same_settings_on_two_machines_are_paired(b: dict, group: dict) -> None:
+    rows = _two_machines("tokens_per_s", {"published": 2.0, "simulated": 1.0},
+                         {"published": 1.0, "simulated": 2.0, **b}, **group)  # fmt: skip
+    assert machine_pairs(rows) == []
