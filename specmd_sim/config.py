@@ -437,11 +437,26 @@ class SimConfig(_Frozen):
     hardware: str = Field(
         default="h100-pcie", description="Bundled hardware profile id or path to a YAML file."
     )
+    hardware_set: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "What-ifs on the hardware profile: a dotted path (list items by id or index) -> a "
+            "value, with its field's unit if you like ('links.pcie0.bandwidth_bytes_per_s': "
+            "'64GB/s'); `--set hardware.<path>=<value>` writes here (docs/hardware.md)."
+        ),
+    )
     runtime: str = Field(
         default="fused-kernels",
         description=(
             "Bundled runtime profile id (the software stack: dispatch costs, dequantization, "
             "copies, CPU kernels, workspace) or path to a YAML file; docs/runtimes.md."
+        ),
+    )
+    runtime_set: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "What-ifs on the runtime profile, as hardware_set ('dispatch_overhead_s': '10us', "
+            "'kernels.attention': 49); `--set runtime.<path>=<value>` writes here."
         ),
     )
     trace: str = Field(
@@ -522,6 +537,11 @@ def build_config(
         raise type(exc)(f"{source}: {exc}") from None
 
 
+# ``hardware.<path>`` and ``runtime.<path>`` assign a field of the profile (the sections name
+# profiles by id): they go to the config's what-ifs on it
+PROFILE_OVERRIDES = {"hardware": "hardware_set", "runtime": "runtime_set"}
+
+
 def apply_overrides(
     data: dict[str, Any], assignments: list[str], source: str = "--set"
 ) -> dict[str, Any]:
@@ -541,6 +561,11 @@ def apply_overrides(
             value = parse_yaml(raw, f"{source}: {key.strip()}") if raw.strip() else ""
         except YamlSyntaxError:  # not YAML: the text itself (bounds still apply)
             value = raw
+        section, dot, path = key.strip().partition(".")
+        if dot and section in PROFILE_OVERRIDES:  # a field of the profile, not the id
+            overrides = out.get(PROFILE_OVERRIDES[section])
+            out[PROFILE_OVERRIDES[section]] = {**(overrides or {}), path: value}
+            continue
         parts = key.strip().split(".")
         node = out
         for part in parts[:-1]:

@@ -177,11 +177,18 @@ def result_row(result: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+# config mappings whose keys are paths into a profile, not config sections: one column each,
+# as JSON (as a sweep's table stores mappings)
+_PATH_MAPPINGS = {"config.hardware_set", "config.runtime_set"}
+
+
 def _flatten(data: dict[str, Any], prefix: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():
         name = f"{prefix}.{key}"
-        if isinstance(value, dict):
+        if name in _PATH_MAPPINGS:
+            out[name] = json.dumps(value, sort_keys=True)
+        elif isinstance(value, dict):
             out.update(_flatten(value, name))
         else:
             out[name] = value

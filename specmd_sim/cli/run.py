@@ -193,6 +193,11 @@ def _summary(out: Console, result: Any) -> None:
         table.add_row("lowest hardware grade used", result.hardware_grade)
     out.print(table)
     out.print(f"engine path: {result.engine_path}", highlight=False)
+    for section in ("hardware", "runtime"):
+        changed = cfg.get(f"{section}_set") or {}
+        if changed:
+            what = ", ".join(f"{path}={value}" for path, value in changed.items())
+            out.print(f"what-if: {section} {cfg[section]} with {what} (grade D)", highlight=False)
     note = late_hit_note(m)
     if note:
         out.print(note, highlight=False)

@@ -28,7 +28,16 @@ from plotly.subplots import make_subplots
 
 from specmd_sim.metrics import METRICS
 from specmd_sim.report.html import Block, table_html, write_page
-from specmd_sim.report.rows import BANDWIDTH, CAPACITY, POLICY, SETTING, Axis, Plan, Row
+from specmd_sim.report.rows import (
+    BANDWIDTH,
+    CAPACITY,
+    POLICY,
+    SETTING,
+    Axis,
+    Plan,
+    Row,
+    what_ifs,
+)
 from specmd_sim.report.style import SPARE_COLOURS, base_layout
 
 SHOWN = ("hit_rate", "misses_collision", "ttft_s", "tpot_s", "stall_s")
@@ -102,6 +111,8 @@ def _context(row: Row, axes: list[Axis]) -> str:
     parts = [row[SETTING]] if row[SETTING] else []
     for a in axes:
         value = row.get("config.hardware") if a.column == BANDWIDTH else row.get(a.column)
+        if a.column == BANDWIDTH and what_ifs(row):  # a what-if on its link
+            value = f"{value} at {row[BANDWIDTH]:.3g} GB/s"
         parts.append(f"{_axis_name(a)}={_short(value)}")
     return " · ".join(parts)
 

@@ -14,6 +14,7 @@ categorical fields that vary form the *setting* (``hardware=l4``), and seeds are
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ CAPACITY = "capacity_pct"
 BANDWIDTH = "link_bandwidth_gbps"
 POLICY = "policy"
 SETTING = "setting"
+WHAT_IF = "config.hardware_set"  # a run's what-ifs on its hardware profile (path -> value)
 _NOT_SETTINGS = {"config.cache.capacity", "config.seed", "config.hardware"}
 
 
@@ -85,15 +87,46 @@ def _plain(value: Any) -> Any:
 
 
 @cache
-def link_bandwidth(hardware: str) -> float | None:
-    """Bytes/s of one transfer alone on the first host-to-GPU path of a profile; None when
-    the profile cannot be loaded (a path that no longer exists)."""
+def link_bandwidth(hardware: str, overrides: tuple[tuple[str, Any], ...] = ()) -> float | None:
+    """Bytes/s of one transfer alone on the first host-to-GPU path of a profile (with the
+    run's what-ifs on it, ``hardware_set``); None when the profile cannot be loaded (a path
+    that no longer exists)."""
     from specmd_sim.hardware import host_path, load_profile
+    from specmd_sim.hardware.overrides import override_profile
 
     try:
-        return host_path(load_profile(hardware)).bandwidth
+        profile = override_profile(load_profile(hardware), dict(overrides), "hardware_set")
+        return host_path(profile).bandwidth
     except (SpecmdError, OSError, ValueError, KeyError, IndexError):
         return None
+
+
+def _bandwidth_axis(ok: list[Row], result: Plan) -> bool:
+    """The host-to-GPU bandwidth as an axis when it varies between the machines the rows ran
+    on (profiles, and the what-ifs on them); whether it alone tells them apart."""
+    hardware = {_machine(r) for r in ok}
+    if len(hardware) <= 1:
+        return False
+    for r in ok:
+        bw = link_bandwidth(*_machine(r))
+        r[BANDWIDTH] = bw / 1e9 if bw else None
+    bandwidths = {bw for _, bw in {(_machine(r), r[BANDWIDTH]) for r in ok}}
+    if not _numeric(ok, BANDWIDTH) or len(bandwidths) <= 1:
+        return False
+    result.axes.append(Axis(BANDWIDTH, "host→GPU bandwidth (GB/s)", log=True))
+    return len(bandwidths) == len(hardware)
+
+
+def what_ifs(row: Row) -> dict[str, Any]:
+    """A row's what-ifs on its hardware profile (a mapping in a run's result, JSON in a sweep's
+    table)."""
+    value = row.get(WHAT_IF)
+    return json.loads(value) if isinstance(value, str) else dict(value or {})
+
+
+def _machine(row: Row) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """What a row ran on: its profile and the what-ifs on it (hashable)."""
+    return str(row.get("config.hardware")), tuple(sorted(what_ifs(row).items()))
 
 
 @dataclass(frozen=True)
@@ -153,21 +186,16 @@ def plan(rows: list[Row]) -> Plan:
     if len(_distinct(ok, CAPACITY)) > 1 and _numeric(ok, CAPACITY):
         result.axes.append(Axis(CAPACITY, "cache capacity (% of routed-expert bytes)"))
 
-    # hardware: the host-to-GPU bandwidth when it tells the profiles apart
-    hardware = _distinct(ok, "config.hardware")
-    hardware_is_axis = False
-    if len(hardware) > 1:
-        for r in ok:
-            bw = link_bandwidth(str(r.get("config.hardware")))
-            r[BANDWIDTH] = bw / 1e9 if bw else None
-        pairs = {(repr(r.get("config.hardware")), r[BANDWIDTH]) for r in ok}
-        if _numeric(ok, BANDWIDTH) and len({bw for _, bw in pairs}) == len(hardware):
-            result.axes.append(Axis(BANDWIDTH, "host→GPU bandwidth (GB/s)", log=True))
-            hardware_is_axis = True
+    hardware_is_axis = _bandwidth_axis(ok, result)
+    link_what_ifs = BANDWIDTH in {a.column for a in result.axes} and all(
+        path.endswith("bandwidth_bytes_per_s") for r in ok for path in what_ifs(r)
+    )  # the bandwidth axis says all the what-ifs do
     result.seeds = len(_distinct(ok, "config.seed")) > 1
 
     for column in columns:
         if column in _NOT_SETTINGS or not (column.startswith("config.") or column == "engine"):
+            continue
+        if link_what_ifs and column == WHAT_IF:
             continue
         values = [r.get(column) for r in ok]
         if column in plugin_params and not column.endswith(".kind"):
@@ -180,7 +208,7 @@ def plan(rows: list[Row]) -> Plan:
             result.policy_columns.append(column)
         else:
             result.setting_columns.append(column)
-    if len(hardware) > 1 and not hardware_is_axis:
+    if len(_distinct(ok, "config.hardware")) > 1 and not hardware_is_axis:
         result.setting_columns.insert(0, "config.hardware")
 
     axis_columns = {a.column for a in result.axes}

@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from specmd_sim.config import CacheConfig, SimConfig
 from specmd_sim.errors import SpecmdError, from_validation_error
 from specmd_sim.hardware import HardwareProfile, load_profile
+from specmd_sim.hardware.overrides import override_profile
 from specmd_sim.hardware.schema import GPUNode
 from specmd_sim.models import ModelSpec, load_model
 from specmd_sim.policies.fit import TrainingRoutes
@@ -65,8 +66,10 @@ class Scenario:
 def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
     """Load and check everything ``config`` names; ``check_cache=False`` skips the checks of
     the cache's capacity (for analyses that run no cache, e.g. a predictor's quality)."""
-    profile = load_profile(config.hardware)
-    runtime = load_runtime(config.runtime)
+    profile = override_profile(load_profile(config.hardware), config.hardware_set,
+                               f"hardware_set (profile {config.hardware})")  # fmt: skip
+    runtime = override_profile(load_runtime(config.runtime), config.runtime_set,
+                               f"runtime_set (runtime {config.runtime})")  # fmt: skip
     trace = load_trace(config.trace)
     model = trace_model(config.model, trace, f"trace {config.trace}").with_dtypes(
         config.expert_dtype, config.dense_dtype, config.kv_dtype

@@ -58,6 +58,24 @@ def test_run_json_prints_one_object_and_writes_the_run_folder(tmp_path: Path) ->
     assert config["eviction"] == {"kind": "least-stale", "order": "fifo"}
 
 
+def test_a_hardware_what_if_in_one_command(tmp_path: Path) -> None:
+    """`--set hardware.<path>=<value with unit>`: the run says so, records it in its config,
+    and is slower on a slower link; a wrong path is one line naming the ids there are."""
+    fast = specmd("run", *SMALL, "--json", "--out", str(tmp_path / "a"))
+    slow = specmd("run", *SMALL, "--set", "hardware.links.pcie0.bandwidth_bytes_per_s=8GB/s",
+                  "--out", str(tmp_path / "b"))  # fmt: skip
+    assert slow.returncode == 0, slow.stderr
+    assert "what-if: hardware h100-pcie with links.pcie0.bandwidth_bytes_per_s=8GB/s" in slow.stdout
+    config = yaml.safe_load((tmp_path / "b" / "config.yaml").read_text())
+    assert config["hardware_set"] == {"links.pcie0.bandwidth_bytes_per_s": "8GB/s"}
+    result = json.loads((tmp_path / "b" / "result.json").read_text())
+    assert result["metrics"]["tpot_s"] > json.loads(fast.stdout)["tpot_s"]
+    assert result["hardware_grade"] == "D"  # a what-if is an assumption
+    wrong = specmd("run", *SMALL, "--set", "hardware.links.pcie1.bandwidth_bytes_per_s=8GB/s")
+    assert_user_error(wrong, "hardware_set (profile h100-pcie): links.pcie1: expected an item id "
+                      "among pcie0, nvme-pcie0")  # fmt: skip
+
+
 def test_run_on_more_gpus_than_requests_shows_each_gpu(tmp_path: Path) -> None:
     proc = specmd(
         "run", "--hardware", "hgx-h100-8gpu", "--set", "parallel.gpus=4",
