@@ -61,8 +61,18 @@ _PAGE_FILE = re.compile(
 
 
 def config_hash(config: SimConfig) -> str:
-    text = json.dumps(config_to_dict(config), sort_keys=True)
+    """12 hex digits of the config's SHA-256. Fields added with an empty default since a hash
+    was first taken (the what-if mappings) count only when set, so a config that does not use
+    them keeps its hash, and its baselines and run folders their names."""
+    data = config_to_dict(config)
+    for name in _COUNTED_WHEN_SET:
+        if not data.get(name):
+            data.pop(name, None)
+    text = json.dumps(data, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+_COUNTED_WHEN_SET = ("hardware_set", "runtime_set")
 
 
 def default_run_dir(engine: str, config: SimConfig) -> Path:
