@@ -80,11 +80,13 @@ class LatencyChecker:
         key: str = "run",
         metrics: list[str] | None = None,
         plugins: Sequence[str] = (),
+        tolerance: float | None = None,
     ) -> RunResult:
         """Run ``config`` and check its metrics against the point ``key`` of ``baseline``.
 
         ``baseline`` is relative to the test file's folder. ``metrics`` names the metrics a
-        new baseline checks (default: TTFT, TPOT, stall, makespan, hit rate, misses);
+        new baseline checks (default: TTFT, TPOT, stall, makespan, hit rate, misses), each
+        exactly (counts) or to a relative 1e-9 unless ``tolerance`` (relative) is given;
         ``plugins`` as for :meth:`run`. Returns the result, for further assertions.
         """
         from specmd_sim import regress as rg
@@ -108,7 +110,8 @@ class LatencyChecker:
         result = self.run(config, engine, plugins)
         current = [rg.current_from_result(result.to_dict(), key)]
         if self.update or old is None:
-            rg.save_baseline(rg.update_baseline(old, current, metrics, replace_all=False), path)
+            new = rg.update_baseline(old, current, metrics, replace_all=False, rel=tolerance)
+            rg.save_baseline(new, path)
             return result
         comparison = rg.compare(old, current, only=[key])
         if comparison.regressed:

@@ -5,12 +5,12 @@ A baseline is a JSON file::
     {
       "format": "specmd-baseline", "version": 1,
       "metrics": {                                  # what to check, and how strictly
-        "ttft_s":   {"better": "lower",  "rel": 0.05, "abs": 1e-06},
-        "hit_rate": {"better": "higher", "rel": 0.0,  "abs": 0.01}
+        "ttft_s":   {"better": "lower",  "rel": 1e-09, "abs": 0.0},
+        "misses":   {"better": "lower",  "rel": 0.0,   "abs": 0.0}
       },
       "points": {                                   # the expected values, per point
         "run": {"engine": "simulate", "point_id": "simulate-3fa9c2b1d0e4", "axes": {},
-                "values": {"ttft_s": 14.86, "hit_rate": 0.0143}}
+                "values": {"ttft_s": 14.86, "misses": 6039}}
       }
     }
 
@@ -26,6 +26,11 @@ it *improved* when it moved the good way by more than that. A point of the basel
 missing, or failed, or a metric that has no value any more, is a regression too. A new
 baseline takes each metric's direction from the metric specification
 (:data:`specmd_sim.metrics.METRICS`; a metric with no good direction checks both).
+
+A run is deterministic (same config and seed, same result), so a new baseline checks counts
+exactly and every other metric to a relative 1e-9 (rounding across platforms, not noise): any
+change of behaviour shows. A looser tolerance is the user's explicit choice
+(``--tolerance REL``, ``check(..., tolerance=REL)``, or the file edited by hand).
 """
 
 from __future__ import annotations
@@ -48,16 +53,11 @@ RUN_KEY = "run"
 
 Better = Literal["lower", "higher", "both"]
 
-# metric -> (rel, abs): what a new baseline checks when no metrics are named
-DEFAULT_METRICS: dict[str, tuple[float, float]] = {
-    "ttft_s": (0.05, 1e-6),
-    "tpot_s": (0.05, 1e-6),
-    "stall_s": (0.05, 1e-6),
-    "makespan_s": (0.05, 1e-6),
-    "hit_rate": (0.0, 0.01),
-    "misses": (0.02, 0.0),
-    "misses_collision": (0.05, 1.0),
-}
+# what a new baseline checks when no metrics are named
+DEFAULT_METRICS = ("ttft_s", "tpot_s", "stall_s", "makespan_s", "hit_rate", "misses",
+                   "misses_collision")  # fmt: skip
+EXACT_UNITS = {"count", "B"}  # whole numbers: compared exactly
+DETERMINISTIC_REL = 1e-9  # anything else: equal up to floating-point rounding
 
 
 class Tolerance(InputModel):
@@ -270,9 +270,10 @@ def _number(value: Any) -> float | None:
 # --- writing a baseline ----------------------------------------------------------------------
 
 
-def default_tolerance(metric: str) -> Tolerance:
-    """The tolerance a new baseline gives a metric: its direction from the spec, and the
-    tolerance of :data:`DEFAULT_METRICS`, else 5% for times and 2% for everything else."""
+def default_tolerance(metric: str, rel: float | None = None) -> Tolerance:
+    """The tolerance a new baseline gives a metric: its direction from the spec; exact for
+    counts and bytes, a relative 1e-9 for anything else (a deterministic run), or ``rel`` when
+    the user chooses one."""
     spec = METRICS.get(metric)
     if spec is None:
         raise SpecmdError(
@@ -280,8 +281,9 @@ def default_tolerance(metric: str) -> Tolerance:
             f"hit_rate, misses_collision), got an unknown name"
         )
     better: Better = "both" if spec.better == "none" else spec.better
-    rel, abs_ = DEFAULT_METRICS.get(metric, (0.05 if spec.unit == "s" else 0.02, 0.0))
-    return Tolerance(better=better, rel=rel, abs=abs_)
+    if rel is None:
+        rel = 0.0 if spec.unit in EXACT_UNITS else DETERMINISTIC_REL
+    return Tolerance(better=better, rel=rel)
 
 
 def update_baseline(
@@ -289,13 +291,15 @@ def update_baseline(
     current: list[Current],
     metrics: list[str] | None = None,
     replace_all: bool = True,
+    rel: float | None = None,
 ) -> Baseline:
     """A baseline holding the present values.
 
     The metrics and tolerances of ``baseline`` are kept; ``metrics`` adds metrics (with default
-    tolerances), and a new baseline without ``metrics`` checks the default ones that the
-    results have. ``replace_all`` drops baseline points not in ``current`` (a sweep); otherwise
-    other points are kept (one run of several). Failed points are not written.
+    tolerances, or the relative tolerance ``rel`` when given), and a new baseline without
+    ``metrics`` checks the default ones that the results have. ``replace_all`` drops baseline
+    points not in ``current`` (a sweep); otherwise other points are kept (one run of several).
+    Failed points are not written.
     """
     tolerances = dict(baseline.metrics) if baseline else {}
     names = list(metrics or [])
@@ -303,7 +307,7 @@ def update_baseline(
         names = [m for m in DEFAULT_METRICS if any(_number(c.values.get(m)) is not None
                                                    for c in current)]  # fmt: skip
     for name in names:
-        tolerances.setdefault(name, default_tolerance(name))
+        tolerances.setdefault(name, default_tolerance(name, rel))
     points = {} if (baseline is None or replace_all) else dict(baseline.points)
     for c in current:
         if c.error is not None:

@@ -194,7 +194,9 @@ def _stop_on_signals(received: list[int]) -> Iterator[None]:
     "regress",
     help="Compare metrics with a baseline: a table of what moved; exit 1 on a regression. A "
     "metric regresses when it moves in its bad direction by more than max(abs, rel * "
-    "|baseline|). --update writes the present values (creating the file if needed) and exits 0.",
+    "|baseline|); a new metric is checked exactly (counts) or to a relative 1e-9 (a run is "
+    "deterministic) unless --tolerance says otherwise. --update writes the present values "
+    "(creating the file if needed) and exits 0.",
 )
 def regress(
     baseline: Annotated[Path, typer.Argument(help="Baseline JSON (see docs/regression.md).")],
@@ -214,6 +216,15 @@ def regress(
         list[str] | None,
         typer.Option("--metric", help="With --update: also check this metric (repeatable)."),
     ] = None,
+    tolerance: Annotated[
+        float | None,
+        typer.Option(
+            "--tolerance",
+            min=0.0,
+            help="With --update: the relative tolerance of the metrics it adds (default: exact "
+            "for counts, 1e-9 for the rest).",
+        ),
+    ] = None,
     show_all: Annotated[bool, typer.Option("--all", help="Show unchanged metrics too.")] = False,
     plugin: PluginOpt = None,
 ) -> None:
@@ -230,6 +241,8 @@ def regress(
         raise SpecmdError("--key: expected only with --run (sweep points are keyed by their axes)")
     if metric and not update:
         raise SpecmdError("--metric: expected together with --update, got it alone")
+    if tolerance is not None and not update:
+        raise SpecmdError("--tolerance: expected together with --update, got it alone")
     if update:
         check_output(baseline, "baseline", folder=False)
     if run is not None:
@@ -245,7 +258,7 @@ def regress(
             raise SpecmdError(
                 f"baseline {baseline}: expected a baseline file, got none (create it with --update)"
             )
-        new = rg.update_baseline(None, current, metric)
+        new = rg.update_baseline(None, current, metric, rel=tolerance)
         rg.save_baseline(new, baseline)
         out.print(f"wrote {baseline}: {len(new.points)} points x {len(new.metrics)} metrics")
         return
@@ -253,7 +266,7 @@ def regress(
     comparison = rg.compare(old, current, only)
     rg.print_report(out, comparison, show_all)
     if update:
-        new = rg.update_baseline(old, current, metric, replace_all=run is None)
+        new = rg.update_baseline(old, current, metric, replace_all=run is None, rel=tolerance)
         rg.save_baseline(new, baseline)
         out.print(f"updated {baseline}: {len(new.points)} points x {len(new.metrics)} metrics")
         return

@@ -80,6 +80,25 @@ def test_a_slower_policy_fails_beyond_tolerance_and_passes_within(
     assert json.loads(base.read_text())["metrics"]["ttft_s"]["rel"] == slowdown * 2  # kept
 
 
+def test_by_default_a_new_baseline_fails_any_slowdown_and_tolerance_is_a_choice(
+    runs: dict[str, Path], tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """A run is deterministic: the default check of a new baseline fails the policy change
+    whatever its size; `--update --tolerance 0.5` writes a looser check, by choice."""
+    strict, loose = tmp_path / "strict.json", tmp_path / "loose.json"
+    cli(monkeypatch, capsys, "regress", str(strict), "--run", str(runs["layer"]), "--update")
+    assert json.loads(strict.read_text())["metrics"]["ttft_s"]["rel"] == 1e-9
+    code, out, _ = cli(monkeypatch, capsys, "regress", str(strict), "--run", str(runs["lru"]))
+    assert code == 1 and "regressed" in out
+    code, out, _ = cli(monkeypatch, capsys, "regress", str(loose), "--run", str(runs["layer"]),
+                       "--update", "--metric", "ttft_s", "--tolerance", "0.5")  # fmt: skip
+    assert code == 0 and json.loads(loose.read_text())["metrics"]["ttft_s"]["rel"] == 0.5
+    slowdown = ttft(runs["lru"]) / ttft(runs["layer"]) - 1
+    assert 0 < slowdown < 0.5
+    code, out, _ = cli(monkeypatch, capsys, "regress", str(loose), "--run", str(runs["lru"]))
+    assert code == 0 and "ttft_s" in out  # moved, within the chosen tolerance
+
+
 def test_default_baseline_flags_slower_hardware(
     runs: dict[str, Path], tmp_path: Path, monkeypatch, capsys
 ) -> None:

@@ -115,7 +115,8 @@ def test_update_creates_keeps_tolerances_and_replaces_values(tmp_path: Path) -> 
                        "simulate", "simulate-x")]  # fmt: skip
     new = update_baseline(None, current)
     assert sorted(new.metrics) == ["hit_rate", "misses", "ttft_s"]  # defaults with values
-    assert new.metrics["ttft_s"] == Tolerance(better="lower", rel=0.05, abs=1e-6)
+    assert new.metrics["ttft_s"] == Tolerance(better="lower", rel=1e-9)  # a deterministic run
+    assert new.metrics["misses"] == Tolerance(better="lower")  # a count: exactly
     assert new.metrics["hit_rate"].better == "higher"
     assert new.points["run"].values == {"hit_rate": 0.4, "misses": 7.0, "ttft_s": 2.0}
     custom = new.model_copy(update={"metrics": {"ttft_s": TTFT}})
@@ -129,9 +130,11 @@ def test_update_creates_keeps_tolerances_and_replaces_values(tmp_path: Path) -> 
 
 
 def test_new_baselines_take_each_metrics_direction_from_the_spec() -> None:
-    assert default_tolerance("throughput_tok_s") == Tolerance(better="higher", rel=0.02)
+    assert default_tolerance("throughput_tok_s") == Tolerance(better="higher", rel=1e-9)
     assert default_tolerance("bytes_per_token").better == "lower"
-    assert default_tolerance("overlap_s") == Tolerance(better="higher", rel=0.05)
+    assert default_tolerance("overlap_s") == Tolerance(better="higher", rel=1e-9)
+    assert default_tolerance("bytes_demand") == Tolerance(better="lower")  # bytes: exactly
+    assert default_tolerance("overlap_s", rel=0.05) == Tolerance(better="higher", rel=0.05)
     assert default_tolerance("accesses").better == "both"  # no good direction: any change
     with pytest.raises(SpecmdError, match=r"metric 'ttft': expected a metric of docs/metrics"):
         update_baseline(None, [Current("run", {"ttft_s": 1.0})], metrics=["ttft"])
@@ -186,3 +189,19 @@ def test_sweep_points_are_keyed_by_axis_values(tmp_path: Path) -> None:
     assert ok == Current("hardware=h100-pcie,capacity=8", {"ttft_s": 1.0}, "simulate",
                          "simulate-0", {"hardware": "h100-pcie", "capacity": "8"})  # fmt: skip
     assert (failed.key, failed.error) == ("hardware=gh200,capacity=5%", "boom")
+
+
+def test_a_repeatable_small_regression_fails_by_default() -> None:
+    """A deterministic simulator repeats its numbers: a 4.9% TPOT regression, or two more
+    collision misses in thousands of accesses, is a change of behaviour and fails a new
+    baseline's check; a looser tolerance is the user's explicit choice."""
+    before = [Current("run", {"tpot_s": 0.0300, "misses_collision": 455}, "simulate", "x")]
+    after = [Current("run", {"tpot_s": 0.0300 * 1.049, "misses_collision": 457}, "simulate", "x")]
+    strict = update_baseline(None, before, metrics=["tpot_s", "misses_collision"])
+    verdicts = {v.metric: v.status for v in compare(strict, after).verdicts}
+    assert verdicts == {"tpot_s": "regressed", "misses_collision": "regressed"}
+    same = [Current("run", {"tpot_s": 0.0300 * (1 + 1e-12), "misses_collision": 455},
+                    "simulate", "x")]  # fmt: skip
+    assert not compare(strict, same).regressed  # floating-point rounding is not a change
+    loose = update_baseline(None, before, metrics=["tpot_s", "misses_collision"], rel=0.05)
+    assert not compare(loose, after).regressed
