@@ -56,8 +56,8 @@ REPORT_FILE = "report.html"
 PAGES = (TIMELINE_FILE, REPORT_FILE)
 """The pages ``specmd timeline`` and ``specmd report`` write into a run folder by default."""
 _PAGE_FILE = re.compile(
-    "|".join(rf"{re.escape(Path(p).stem)}(\.html|-\w+\.(png|svg))" for p in PAGES)
-)  # a page and its images (``--image``: ``report-ttft.png``)
+    "|".join(rf"{re.escape(Path(p).stem)}(-[\w.-]+)?\.(html|png|svg)" for p in PAGES)
+)  # a page, its windows (``timeline-500-520ms.html``) and images (``report-ttft.png``)
 
 
 def config_hash(config: SimConfig) -> str:

@@ -49,11 +49,15 @@ if TYPE_CHECKING:
 
 KINDS = (
     "attention", "expert", "lm_head", "stall", "demand_fetch", "prefetch", "cpu_expert",
-    "write_back", "nvme_read",
+    "write_back", "nvme_read", "promoted_prefetch",
 )  # fmt: skip
 """Span kinds; a span stores the index. Append only: saved spans keep their kind names."""
 COMPUTE_KINDS = ("attention", "expert", "lm_head")
-TRANSFER_KINDS = ("demand_fetch", "prefetch")
+TRANSFER_KINDS = ("demand_fetch", "prefetch", "promoted_prefetch")
+"""A transfer is drawn as what it was issued as: a demand fetch; a prefetch; or a prefetch that a
+layer needed before it had completed (a late hit: promoted to the demand queue if still queued,
+waited for if moving). A transfer moved in chunks (``timing.chunk_bytes``) draws each chunk as
+it was when it moved: those before the promotion as a prefetch."""
 KIND = {name: i for i, name in enumerate(KINDS)}
 
 SPAN_DTYPE = np.dtype(
@@ -344,12 +348,12 @@ def stall_causes(spans: np.ndarray, lanes: Sequence[str]) -> np.ndarray:
 
 
 def prefetch_uses(spans: np.ndarray) -> np.ndarray:
-    """For each prefetch span, the index of the expert span of the access it served: its
-    target (pass, expert) run on the GPU once it had arrived; -1 for other spans, and for a
-    prefetch that nothing used (its expert did not run in its target layer, or ran on the
-    CPU)."""
+    """For each prefetch span (promoted ones included), the index of the expert span of the
+    access it served: its target (pass, expert) run on the GPU once it had arrived; -1 for
+    other spans, and for a prefetch that nothing used (its expert did not run in its target
+    layer, or ran on the CPU)."""
     out = np.full(spans.size, -1, np.int64)
-    prefetch = np.flatnonzero(spans["kind"] == KIND["prefetch"])
+    prefetch = np.flatnonzero(np.isin(spans["kind"], [KIND["prefetch"], KIND["promoted_prefetch"]]))
     runs = np.flatnonzero((spans["kind"] == KIND["expert"]) & (spans["pass_"] >= 0))
     key = ("pass_", "expert")
     target = _take(runs, _match([spans[k][prefetch] for k in key], [spans[k][runs] for k in key]))

@@ -49,6 +49,11 @@ def _images(figures: dict[str, Any], page: Path, fmt: str | None) -> None:
         typer.echo(f"image export skipped: {reason}", err=True)
 
 
+def window_name(span: tuple[float, float]) -> str:
+    """``(0.5, 0.52)`` s as ``500-520ms``: what a window's page is called."""
+    return f"{span[0] * 1e3:g}-{span[1] * 1e3:g}ms"
+
+
 def parse_window(text: str | None) -> tuple[float, float] | None:
     """``"START:END"`` in milliseconds to seconds."""
     if text is None:
@@ -89,7 +94,11 @@ def report(
 def timeline(
     run_dir: RunDirArg,
     out: Annotated[
-        Path | None, typer.Option(help="Output page (default: RUN_DIR/timeline.html).")
+        Path | None,
+        typer.Option(
+            help="Output page (default: RUN_DIR/timeline.html; with --window, "
+            "RUN_DIR/timeline-START-ENDms.html, so the run's page stays as it is)."
+        ),
     ] = None,
     max_spans: Annotated[
         int, typer.Option(min=100, help="Spans drawn one by one; the rest is aggregated.")
@@ -104,8 +113,9 @@ def timeline(
     spans.npz."""
     from specmd_sim.report import RunData, write_timeline
 
-    path = _check_outputs(out, run_dir / "timeline.html", image)
     span = parse_window(window)
+    default = "timeline.html" if span is None else f"timeline-{window_name(span)}.html"
+    path = _check_outputs(out, run_dir / default, image)
     run = RunData.load(run_dir)
     run.require_spans("specmd timeline")
     check_output(path, "timeline page", folder=False)

@@ -85,6 +85,7 @@ class Job:
     staged: int  # its staging buffer (a streamed expert), else -1
     done: threading.Event = field(default_factory=threading.Event)
     started: bool = False
+    promoted: bool = False  # issued as a prefetch, needed before it completed (a late hit)
     start_s: float = 0.0
     end_s: float = 0.0
 
@@ -159,7 +160,7 @@ class Transfers:
         """A late hit: the compute thread now needs ``key`` (its queued prefetch is promoted)."""
         job = self.jobs[key]
         if not job.demand:
-            job.demand = True
+            job.demand = job.promoted = True
             if job in self.prefetch_q:
                 self.prefetch_q.remove(job)
                 self.demand_q.append(job)

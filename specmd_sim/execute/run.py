@@ -45,6 +45,7 @@ from specmd_sim.engine.layer import (
     Step,
     WaitForSpace,
 )
+from specmd_sim.engine.sim.copy_engines import transfer_kind
 from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.engine.sim.tally import GpuTally, timing_result
 from specmd_sim.errors import SpecmdError
@@ -217,7 +218,7 @@ class _Executor:
         self.tally.engine_bytes[engine] += job.slot.nbytes
         p, layer = job.target
         self.spans.add(
-            self.copy_lanes[engine], "demand_fetch" if job.demand else "prefetch", job.start_s,
+            self.copy_lanes[engine], transfer_kind(job), job.start_s,
             job.end_s, p, layer, job.key, job.slot.nbytes, int(self.passes.request[p]),
         )  # fmt: skip
 

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 
 from specmd_sim.atomic import atomic_file
 from specmd_sim.errors import SpecmdError
+from specmd_sim.report.style import without_ui_hints
 
 FORMATS = ("png", "svg")
 WIDTH = 1400
@@ -22,6 +23,19 @@ def check_format(fmt: str) -> None:
     """One line unless ``fmt`` is an image format this module writes."""
     if fmt not in FORMATS:
         raise SpecmdError(f"--image: expected one of {', '.join(FORMATS)}, got {fmt!r}")
+
+
+def for_image(fig: go.Figure) -> go.Figure:
+    """A copy of ``fig`` for a still image: the page's hints on dragging and clicking left out
+    of its subtitle and annotations (:func:`~specmd_sim.report.style.ui_hint`)."""
+    still = go.Figure(fig)
+    subtitle = still.layout.title.subtitle.text
+    if subtitle:
+        still.layout.title.subtitle.text = without_ui_hints(subtitle)
+    for note in still.layout.annotations:
+        if note.text:
+            note.text = without_ui_hints(note.text)
+    return still
 
 
 def export_images(
@@ -39,7 +53,8 @@ def export_images(
         path = out_dir / f"{stem}-{name}.{fmt}"
         try:
             with atomic_file(path) as tmp:  # a failed export leaves the old file
-                fig.write_image(tmp, format=fmt, width=WIDTH, scale=2 if fmt == "png" else 1)
+                still = for_image(fig)
+                still.write_image(tmp, format=fmt, width=WIDTH, scale=2 if fmt == "png" else 1)
         except Exception as exc:  # kaleido's failures (no Chrome, a crash) have many types
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             return written, f"kaleido could not export images: {type(exc).__name__}: {reason}"

@@ -27,7 +27,7 @@ from specmd_sim.report.analysis import layer_totals
 from specmd_sim.report.bars import span_traces, ttft_marks
 from specmd_sim.report.lod import Detail, choose_detail
 from specmd_sim.report.run_data import RunData
-from specmd_sim.report.style import base_layout, kind_colour, ms
+from specmd_sim.report.style import base_layout, kind_colour, ms, ui_hint
 from specmd_sim.timeline import KIND, TRANSFER_KINDS, track_rows
 
 BAND = 0.38  # height of each band, in layer rows
@@ -98,7 +98,7 @@ def layer_figure(
                 _note(detail)
                 + "<br>"
                 + view_note
-                + (" Choose the GPU in the menu on the right." if gpu is not None else ""),
+                + (ui_hint(" Choose the GPU in the menu on the right.") if gpu is not None else ""),
             )
         )
     shown = views[0]
@@ -278,17 +278,17 @@ def _first_view(
     """The x range shown first: the window asked for, else a few passes (of GPU ``gpu``),
     where the staircase is readable."""
     if asked and window is not None:
-        return [window[0] * 1e3, window[1] * 1e3], "Drag to zoom, double-click to reset."
+        return [window[0] * 1e3, window[1] * 1e3], ui_hint("Drag to zoom, double-click to reset.")
     passes = run.passes if gpu is None else run.passes[run.pass_gpu == gpu]
     if window is not None:
         passes = passes[(passes["end"] > window[0]) & (passes["start"] < window[1])]
     if passes.size <= FIRST_VIEW_PASSES:
-        return None, "Drag to zoom, double-click to reset."
+        return None, ui_hint("Drag to zoom, double-click to reset.")
     first, last = passes[0], passes[FIRST_VIEW_PASSES - 1]
     return (
         [float(first["start"]) * 1e3, float(last["end"]) * 1e3],
-        f"Showing passes {int(first['pass_'])}–{int(last['pass_'])} at first: drag to zoom, "
-        "double-click to see the whole window.",
+        f"Showing passes {int(first['pass_'])}–{int(last['pass_'])} at first."
+        + ui_hint(" Drag to zoom, double-click to see the whole window."),
     )
 
 

@@ -7,6 +7,8 @@ Kinds and classes not listed here (a kind a later engine records) get a colour f
 
 from __future__ import annotations
 
+import re
+
 from specmd_sim.cache.states import AccessClass
 from specmd_sim.timeline import KINDS
 from specmd_sim.units import format_seconds
@@ -19,6 +21,7 @@ KIND_COLOURS = {
     "stall": "#E45756",
     "demand_fetch": "#F58518",
     "prefetch": "#72B7B2",
+    "promoted_prefetch": "#2F7F7A",
     "write_back": "#D4A6C8",
     "nvme_read": "#8F6D31",
 }
@@ -30,6 +33,7 @@ KIND_LABELS = {
     "stall": "stall",
     "demand_fetch": "demand fetch",
     "prefetch": "prefetch",
+    "promoted_prefetch": "prefetch needed early (late hit)",
     "write_back": "write-back",
     "nvme_read": "NVMe read into DRAM",
 }
@@ -75,6 +79,21 @@ def ms(seconds: float | None) -> str:
     """A duration with an SI prefix and 4 significant digits (``'511 ms'``, ``'14.78 s'``);
     ``'–'`` for None."""
     return "–" if seconds is None else format_seconds(seconds)
+
+
+_UI_HINT = '<span style="font-style:italic">{}</span>'
+_UI_HINT_RE = re.compile(r'(<br>| )?<span style="font-style:italic">.*?</span>')
+
+
+def ui_hint(text: str) -> str:
+    """Text on how to use the interactive page (drag to zoom, click, the menu): italic on the
+    page, and left out of exported images, where there is nothing to drag or click."""
+    return _UI_HINT.format(text)
+
+
+def without_ui_hints(text: str) -> str:
+    """``text`` without its :func:`ui_hint` parts (and the line break or space before each)."""
+    return _UI_HINT_RE.sub("", text)
 
 
 def base_layout(

@@ -34,7 +34,7 @@ from specmd_sim.report.bars import (
 from specmd_sim.report.html import Block, write_page
 from specmd_sim.report.lod import bin_spans, choose_detail, step_bins
 from specmd_sim.report.run_data import RunData
-from specmd_sim.report.style import PHASE_COLOURS, base_layout, ms
+from specmd_sim.report.style import PHASE_COLOURS, base_layout, ms, ui_hint
 from specmd_sim.runs import TRACE_FILE
 from specmd_sim.timeline import KIND, counter_label, lane_process, track_rows
 
@@ -139,8 +139,11 @@ def timeline_figure(
     shapes, notes = ttft_marks(run, y=t.request_y[run.request_gpu])
     layout = base_layout(
         f"Per-resource timeline — {run.title}",
-        detail_note(detail, bins) + "<br>Drag to zoom in time, double-click to reset; "
-        "click a legend entry to hide a kind.",
+        detail_note(detail, bins)
+        + "<br>"
+        + ui_hint(
+            "Drag to zoom in time, double-click to reset; click a legend entry to hide a kind."
+        ),
         plot_height=lane_px + 110 * len(counters),
     )
     fig.update_layout(

@@ -43,6 +43,37 @@ def test_timeline_window_and_limit(timed_dir: Path, tmp_path: Path) -> None:
     assert "drawn one by one" in out.read_text()
 
 
+def test_a_window_is_a_page_of_its_own(timed_dir: Path, tmp_path: Path) -> None:
+    """`--window` without `--out` writes timeline-START-ENDms.html beside the run's page, which
+    stays as it was; the folder is still a valid run folder (the page is one of its pages)."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(timed_dir, run_dir)
+    before = (run_dir / "timeline.html").read_bytes()
+    proc = specmd("timeline", run_dir, "--window", "10:40.5")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"wrote {run_dir / 'timeline-10-40.5ms.html'}"
+    assert (run_dir / "timeline.html").read_bytes() == before
+    assert "drawn one by one" in (run_dir / "timeline-10-40.5ms.html").read_text()
+    assert specmd("report", run_dir).returncode == 0  # the folder still reads as a run
+
+
+def test_exported_images_leave_out_what_the_page_says_about_dragging(timed_dir: Path) -> None:
+    """The interactive hints (drag to zoom, click a legend entry) are on the page, not in a
+    still image; the rest of the subtitle is."""
+    from specmd_sim.report import RunData, write_timeline
+    from specmd_sim.report.images import for_image
+
+    figures = write_timeline(RunData.load(timed_dir), timed_dir.parent / "t.html")
+    assert figures
+    for name, fig in figures.items():
+        page, still = fig.layout.title.subtitle.text or "", for_image(fig)
+        subtitle = still.layout.title.subtitle.text or ""
+        text = " ".join([subtitle, *(a.text or "" for a in still.layout.annotations)])
+        assert "rag to zoom" in page, name
+        assert "rag to zoom" not in text and "click" not in text, (name, text)
+        assert subtitle.split("<br>")[0] == page.split("<br>")[0]  # the note on what is drawn
+
+
 def test_timeline_of_a_replay_run_is_a_one_line_error(replay_dir: Path) -> None:
     one_line_error(specmd("timeline", replay_dir), str(replay_dir), "replay run", "specmd run")
 

@@ -155,3 +155,27 @@ def test_a_folder_of_other_files_is_never_replaced(timed: RunResult, tmp_path: P
     with pytest.raises(SpecmdError, match="the working folder or one above it"):
         write_run(Path.cwd(), timed)
     assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("engine", ["compiled", "simpy"])
+def test_each_transfer_is_drawn_as_what_it_was_issued_as(engine: str) -> None:
+    """A prefetch that a layer needed before it completed (queued or moving) is drawn as a
+    promoted prefetch, not as a demand fetch: one per late hit; a demand fetch per miss; every
+    prefetch not cancelled is one or the other kind of prefetch (both engines alike)."""
+    from specmd_sim import SimConfig, simulate
+
+    config = SimConfig(trace="mixtral-synthetic", workload={"max_requests": 1},
+                       cache={"capacity": 16})  # fmt: skip
+    result = simulate(config, compiled=engine == "compiled")
+    assert result.engine_path.startswith("compiled") == (engine == "compiled")
+    m, kind = result.metrics, result.spans["kind"]
+    count = {k: int((kind == KIND[k]).sum()) for k in ("demand_fetch", "prefetch",
+                                                       "promoted_prefetch")}  # fmt: skip
+    assert m["late_hits"] > 0 and count["promoted_prefetch"] == m["late_hits"]
+    assert count["demand_fetch"] == m["misses"]
+    assert count["prefetch"] + count["promoted_prefetch"] == (
+        m["prefetch_issued"] - m.get("prefetch_cancelled", 0)
+    )
+    served = served_class(result.spans)
+    assert set(served[kind == KIND["promoted_prefetch"]]) == {AccessClass.LATE_HIT}
+    assert AccessClass.LATE_HIT not in set(served[kind == KIND["demand_fetch"]])

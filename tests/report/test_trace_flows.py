@@ -23,6 +23,7 @@ from specmd_sim.report import RunData, timeline_figure
 from specmd_sim.runs import TRACE_FILE, chrome_trace_options, write_run
 from specmd_sim.timeline import (
     FLOWS,
+    TRANSFER_KINDS,
     SpanRecorder,
     counter_label,
     prefetch_uses,
@@ -31,7 +32,7 @@ from specmd_sim.timeline import (
 )
 from tests.report.test_chrome_trace import check_schema, ns
 
-TRANSFERS = ("demand_fetch", "prefetch")
+TRANSFERS = TRANSFER_KINDS  # demand fetches, prefetches, promoted prefetches
 
 
 def trace_of(result: RunResult) -> dict[str, Any]:
@@ -118,7 +119,7 @@ def test_each_prefetch_flows_to_the_expert_span_that_used_it(trace: dict[str, An
     for s in spans:
         by_track[(s["pid"], s["tid"])].append(s)
     runs = {(s["args"]["pass"], s["args"]["expert_id"]): s for s in spans if s["name"] == "expert"}
-    prefetches = [s for s in spans if s["name"] == "prefetch"]
+    prefetches = [s for s in spans if s["name"] in ("prefetch", "promoted_prefetch")]
     used = [
         p for p in prefetches
         if (run := runs.get((p["args"]["pass"], p["args"]["expert_id"]))) is not None
@@ -129,7 +130,10 @@ def test_each_prefetch_flows_to_the_expert_span_that_used_it(trace: dict[str, An
     assert len(pairs) == len(used)
     for start, finish in pairs:
         prefetch, expert = enclosing(by_track, start), enclosing(by_track, finish)
-        assert prefetch["name"] == "prefetch" and expert["name"] == "expert"
+        assert prefetch["name"] in ("prefetch", "promoted_prefetch") and expert["name"] == "expert"
+        # one needed before it arrived served a late hit (so may a chunk that moved before)
+        if prefetch["name"] == "promoted_prefetch":
+            assert expert["args"]["class"] == "late_hit"
         assert expert["args"]["pass"] == prefetch["args"]["pass"]
         assert expert["args"]["expert_id"] == prefetch["args"]["expert_id"]
         assert expert["args"]["class"] in ("hit", "late_hit")

@@ -20,6 +20,7 @@ import functools
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import simpy
 
@@ -36,6 +37,14 @@ class Job:
     done: simpy.Event
     bypass: bool = False  # into a staging buffer, not the cache
     started: bool = False
+    promoted: bool = False  # issued as a prefetch, needed before it completed (a late hit)
+
+
+def transfer_kind(job: Job | Any) -> str:
+    """The span kind of a job's transfer: what it was issued as (``timeline.TRANSFER_KINDS``)."""
+    if job.promoted:
+        return "promoted_prefetch"
+    return "demand_fetch" if job.demand else "prefetch"
 
 
 @dataclass(eq=False)
@@ -90,7 +99,7 @@ class CopyEngines:
         """A queued prefetch is now needed by the compute stream."""
         if job.demand:
             return
-        job.demand = True
+        job.demand = job.promoted = True
         if job in self.prefetch_q:
             self.prefetch_q.remove(job)
             self.demand_q.append(job)

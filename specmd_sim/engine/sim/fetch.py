@@ -37,7 +37,7 @@ from specmd_sim.cache import ExpertCache, FetchReason
 from specmd_sim.cache.states import State
 from specmd_sim.engine.dram import JOIN, READ, READY, WAIT, DramLevel
 from specmd_sim.engine.layer import Fetch
-from specmd_sim.engine.sim.copy_engines import CopyEngines, Job
+from specmd_sim.engine.sim.copy_engines import CopyEngines, Job, transfer_kind
 from specmd_sim.engine.sim.events import settle
 from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.engine.sim.tally import GpuTally
@@ -265,7 +265,7 @@ class Fetcher:
                 self._sample_flight(now)
             p, layer = job.target
             spans.add(
-                self.copy_lanes[slot], "demand_fetch" if job.demand else "prefetch", start,
+                self.copy_lanes[slot], transfer_kind(job), start,
                 now, self.pass_base + p, layer, job.key, nbytes, self.pass_request[p],
             )  # fmt: skip
             then()

@@ -70,8 +70,10 @@ from specmd_sim.engine.fast.timed.state import (
     NI_THROUGH,
     NORMAL,
     PI_REQUEST,
+    PROMOTED,
     SK_DEMAND_FETCH,
     SK_PREFETCH,
+    SK_PROMOTED,
     WB_KEY,
     WB_LAYER,
     WB_LEFT,
@@ -173,7 +175,7 @@ def _resolve(S: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray,
             return -1
         job = KR[KR_JOB, key]
         if not JB[job, J_DEMAND]:  # Fetcher.join: CopyEngines.promote
-            JB[job, J_DEMAND] = 1
+            JB[job, J_DEMAND] = PROMOTED
             if JB[job, J_QUEUE] == 1:
                 _dequeue(JB, job)
                 _enqueue(JB, qb, job, 0)
@@ -267,7 +269,8 @@ def _arrived(run: Run, blk: Block, core: Core, tally: Tallies, out: Out, gp: Gpu
     tally.engine_bytes[h, slot] += nbytes
     if record:
         _sample(out.flight_out, IG, G_NFLIGHT, now, IS[I_IN_FLIGHT], h)
-        kind = SK_DEMAND_FETCH if JB[job, J_DEMAND] else SK_PREFETCH
+        demand = JB[job, J_DEMAND]  # the kind it was issued as (copy_engines.transfer_kind)
+        kind = SK_PROMOTED if demand == PROMOTED else SK_DEMAND_FETCH if demand else SK_PREFETCH
         row = blk.B[h, B_PASS0] + JB[job, J_PASS]
         _span(out.spF, out.spI, IG, run.lanes[h, slot], kind, FL[job, FL_START], now, row,
               JB[job, J_LAYER], key, nbytes, run.PI[row, PI_REQUEST], -1)  # fmt: skip
