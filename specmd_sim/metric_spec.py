@@ -563,6 +563,10 @@ INPUTS: dict[str, Metric] = _index(
     Metric("capacity_slots", "count", "none", "cache slots",
            "experts the cache holds (of the largest expert size, with mixed precision)",
            "capacity_bytes // largest expert bytes"),
+    Metric("pass_demand_max", "count", "none", "largest demand of a pass",
+           "the most experts one forward pass demands over all its layers (any GPU): a cache "
+           "of fewer slots evicts experts before the next pass can reuse them",
+           "max over passes of Σ over layers of the demand set's size"),
     Metric("gpus", "count", "none", "GPUs", "GPUs used", "from parallel.gpus"),
     Metric("experts_dram", "count", "none", "experts in DRAM", "routed experts stored in host "
            "DRAM", "from memory.dram_capacity"),

@@ -172,8 +172,8 @@ def policies_list(json_: JsonOpt = False) -> None:
     from specmd_sim.policies import EVICTION, MISS, PREDICTORS, PREFETCH
 
     rows = [
-        {"family": reg.family, "kind": cls.kind, "description": cls.description,
-         "source": cls.source}
+        {"family": reg.family, "kind": cls.kind, "offline": bool(cls.offline),
+         "description": cls.description, "source": cls.source}
         for reg in (EVICTION, PREFETCH, PREDICTORS, MISS)
         for cls in reg.entries()
     ]  # fmt: skip
@@ -182,8 +182,11 @@ def policies_list(json_: JsonOpt = False) -> None:
         return
     table = Table("family", "kind", "description", "source")
     for row in rows:
-        table.add_row(*row.values())
+        kind = f"{row['kind']} (offline)" if row["offline"] else str(row["kind"])
+        table.add_row(str(row["family"]), kind, str(row["description"]), str(row["source"]))
     console().print(table)
+    console().print("(offline): given the run's future routing — a bound or an oracle, which no "
+                    "real system has", highlight=False)  # fmt: skip
 
 
 @policies_app.command("docs")

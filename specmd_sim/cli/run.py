@@ -164,7 +164,9 @@ _GPU_COLUMNS = ("gpu", "requests", "hit_rate", "bytes_fetched", "stall_s", "ttft
 
 
 def _summary(out: Console, result: Any) -> None:
+    from specmd_sim.cli.notes import run_notes, setup_line
     from specmd_sim.metrics import METRICS, TABLES
+    from specmd_sim.policies.registry import plugin_label
 
     m, inputs = result.metrics, result.inputs
     cfg = result.config
@@ -174,7 +176,8 @@ def _summary(out: Console, result: Any) -> None:
             f"{result.engine}: {inputs['model']} on {inputs['hardware']}"
             f"{'' if gpus == 1 else f' x{gpus} GPUs'}, cache "
             f"{inputs['capacity_slots']} slots ({format_bytes(inputs['capacity_bytes'])}), "
-            f"{cfg['eviction']['kind']} + {cfg['prefetch']['kind']}"
+            f"{plugin_label('eviction', cfg['eviction']['kind'])} + "
+            f"{plugin_label('prefetch', cfg['prefetch']['kind'])}"
         ),
         show_header=True,
     )
@@ -191,6 +194,7 @@ def _summary(out: Console, result: Any) -> None:
             table.add_row(label, values)
     if result.hardware_grade:
         table.add_row("lowest hardware grade used", result.hardware_grade)
+    out.print(setup_line(cfg, inputs), highlight=False)
     out.print(table)
     out.print(f"engine path: {result.engine_path}", highlight=False)
     for section in ("hardware", "runtime"):
@@ -198,8 +202,7 @@ def _summary(out: Console, result: Any) -> None:
         if changed:
             what = ", ".join(f"{path}={value}" for path, value in changed.items())
             out.print(f"what-if: {section} {cfg[section]} with {what} (grade D)", highlight=False)
-    note = late_hit_note(m)
-    if note:
+    for note in run_notes(cfg, inputs, m):
         out.print(note, highlight=False)
     if "budget_gpu" in inputs:
         from specmd_sim.scenario.budget import MemoryBudget
@@ -220,21 +223,6 @@ def _summary(out: Console, result: Any) -> None:
                 f"note: {idle} of {len(by_gpu['gpu'])} GPUs served no request (the run has "
                 f"{sum(by_gpu['requests'])} requests)"
             )
-
-
-def late_hit_note(m: dict[str, Any]) -> str | None:
-    """One line on late hits when they outnumber hits: why the hit rate is low although the
-    prefetcher named the right experts (and what replay, where transfers take no time, would
-    count)."""
-    late, hits, accesses = m.get("late_hits"), m.get("hits"), m.get("accesses")
-    if not late or not accesses or late <= (hits or 0):
-        return None
-    return (
-        f"note: {late / accesses:.1%} of accesses were late hits: the expert was still loading "
-        f"when its layer's router decided, and the layer waited for it. The hit rate leaves "
-        f"them out; replay, where transfers take no time, counts them as hits (hits and "
-        f"late hits here: {(late + (hits or 0)) / accesses:.1%})"
-    )
 
 
 def _engine_command(engine: str, doc: str) -> Any:

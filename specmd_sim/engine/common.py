@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from specmd_sim.config import config_to_dict
 from specmd_sim.metrics import RunResult
 from specmd_sim.scenario import Scenario
@@ -35,9 +37,22 @@ def inputs_echo(scenario: Scenario) -> dict[str, Any]:
         "requests": len(set(scenario.passes.row_request.tolist())),
         "capacity_bytes": scenario.capacity_bytes,
         "capacity_slots": scenario.slots,
+        "pass_demand_max": pass_demand_max(scenario),
         "gpus": len(scenario.shards),
         **scenario.placement.summary(),
     }
+
+
+def pass_demand_max(scenario: Scenario) -> int:
+    """The most experts one pass demands over all its layers (the sum of its layers' demand
+    sets), over every GPU's passes: a cache of fewer slots evicts experts before the next pass
+    can reuse them."""
+    most = 0
+    for passes, demand in scenario.shards:
+        if passes.num_passes:
+            sizes = np.diff(demand.offsets).reshape(passes.num_passes, -1)
+            most = max(most, int(sizes.sum(axis=1).max()))
+    return most
 
 
 def config_echo(scenario: Scenario) -> dict[str, Any]:

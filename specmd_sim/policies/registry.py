@@ -225,3 +225,26 @@ PREDICTORS: Registry[Predictor[Any]] = Registry(
     "predictor", "specmd_sim.policies.predictors", Predictor
 )
 MISS: Registry[MissHandler[Any]] = Registry("miss", "specmd_sim.policies.miss", MissHandler)
+SECTIONS: dict[str, Registry[Any]] = {
+    "eviction": EVICTION, "prefetch": PREFETCH, "predictor": PREDICTORS, "miss": MISS,
+}  # fmt: skip
+"""The config section each registry's plug-ins are named in."""
+
+
+def is_offline(section: str, kind: str) -> bool:
+    """Whether the plug-in ``kind`` of config section ``section`` is given the run's future (a
+    bound or an oracle, which no real system has); False for a kind this process cannot load
+    (a plug-in module not imported)."""
+    registry = SECTIONS.get(section)
+    if registry is None:
+        return False
+    try:
+        return bool(registry.get(kind).offline)
+    except SpecmdError:
+        return False
+
+
+def plugin_label(section: str, kind: str) -> str:
+    """A plug-in's kind as every page names it, marked where it is offline: ``belady
+    (offline)``."""
+    return f"{kind} (offline)" if is_offline(section, kind) else kind

@@ -24,7 +24,14 @@ from typing import Any
 
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import result_row
-from specmd_sim.policies.registry import EVICTION, MISS, PREDICTORS, PREFETCH, Registry
+from specmd_sim.policies.registry import (
+    EVICTION,
+    MISS,
+    PREDICTORS,
+    PREFETCH,
+    Registry,
+    is_offline,
+)
 from specmd_sim.runs import read_result
 
 Row = dict[str, Any]
@@ -259,5 +266,6 @@ def _policy_label(row: Row, sections: list[str], varying: list[str], axes: set[s
             if column in varying or (name in defaults and value != defaults[name]):
                 shown.append(f"{name}={value}")
         if section in ("eviction", "prefetch") or any(c.startswith(prefix) for c in varying):
-            parts.append(kind + (f"({', '.join(shown)})" if shown else ""))
+            offline = " (offline)" if is_offline(section, kind) else ""  # a bound, an oracle
+            parts.append(kind + (f"({', '.join(shown)})" if shown else "") + offline)
     return " + ".join(parts) or "run"

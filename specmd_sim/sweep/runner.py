@@ -46,7 +46,7 @@ from specmd_sim.atomic import check_output, make_folder, write_text, writing
 from specmd_sim.config import SimConfig, config_to_dict
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import result_row
-from specmd_sim.policies.registry import load_plugins
+from specmd_sim.policies.registry import SECTIONS, is_offline, load_plugins
 from specmd_sim.runs import check_run_folder
 from specmd_sim.sweep.executors import Outcome, Task, error_outcome, make_executor
 from specmd_sim.sweep.grid import MAX_POINTS, Point, axis_label, check_size, iter_points
@@ -87,6 +87,17 @@ class SweepSummary:
     seconds: float
 
 
+def offline_plugins(config: dict[str, Any]) -> str:
+    """The point's plug-ins that are given the run's future (bounds, oracles), as
+    ``predictor=noisy-oracle``, comma-separated; empty for a point a real system could run."""
+    return ",".join(
+        f"{section}={section_config['kind']}"
+        for section in SECTIONS
+        if isinstance(section_config := config.get(section), dict)
+        and is_offline(section, str(section_config.get("kind")))
+    )
+
+
 def point_row(point: Point, engine: str, outcome: Outcome, run_dir: str | None = None) -> Row:
     """The table row of a finished point; ``run_dir``: its kept run folder, relative to the
     sweep folder (``--keep-runs``)."""
@@ -95,6 +106,7 @@ def point_row(point: Point, engine: str, outcome: Outcome, run_dir: str | None =
         "point_id": point.point_id,
         "status": outcome["status"],
         "error": outcome["error"],
+        "offline": offline_plugins(config_to_dict(point.config)),
     }
     if run_dir is not None:
         row["run_dir"] = run_dir
@@ -274,7 +286,9 @@ def _survey(
     # every value of an axis is the value of some point: its column's kind needs no points
     axes = {name: [axis_label(v) for v in values]
             for factor in spec.factors() for name, values in factor.items()}  # fmt: skip
-    extra: dict[str, Kind] = {"run_dir": "string"} if keep_runs else {}
+    extra: dict[str, Kind] = {"offline": "string"}
+    if keep_runs:
+        extra["run_dir"] = "string"
     if spec.search is not None:
         extra.update(SEARCH_COLUMNS)
     columns = table_columns(spec.engine, axes, configs(), extra)

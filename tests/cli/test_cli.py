@@ -311,6 +311,9 @@ def test_policies_list_json() -> None:
     rows = json.loads(specmd("policies", "list", "--json").stdout)
     assert {(r["family"], r["kind"]) for r in rows} >= {("eviction", "least-stale"),
                                                         ("prefetch", "top-k")}  # fmt: skip
+    offline = {r["kind"] for r in rows if r["offline"]}
+    assert {"belady", "oracle", "noisy-oracle"} <= offline and "lru" not in offline
+    assert "belady (offline)" in specmd("policies", "list").stdout
 
 
 @pytest.mark.parametrize("preset", ["olmoe", "mixtral"])

@@ -14,7 +14,12 @@ import pytest
 from typer.testing import CliRunner
 
 from specmd_sim.cli import app
-from specmd_sim.cli.run import late_hit_note
+from specmd_sim.cli.notes import (
+    dropped_prefetch_note,
+    late_hit_note,
+    small_cache_note,
+    whole_model_note,
+)
 from specmd_sim.engine import jit
 from specmd_sim.metrics import METRICS
 
@@ -130,3 +135,57 @@ def test_the_engine_path_is_named_and_a_fallback_says_why(tmp_path: Path, write_
         "compiled form)"
     )
     assert f"\nengine path: {fallback}\n" in text
+
+
+def test_the_summary_names_the_setup_in_words(tmp_path: Path) -> None:
+    """The settings that set the headline numbers come first: prefill mode and predictor
+    (marked offline: it reads the future), runtime."""
+    result = CliRunner().invoke(
+        app, ["run", "--set", "workload.max_requests=1", "--out", str(tmp_path / "r")],
+        catch_exceptions=False,
+    )  # fmt: skip
+    first = " ".join(result.output.split("simulate:")[0].split())
+    assert first.startswith("setup: 1 request(s)")
+    assert "prefill token by token" in first and "predictor noisy-oracle (offline" in first
+    assert "runtime fused-kernels" in first
+
+
+def test_a_cache_smaller_than_a_pass_says_so() -> None:
+    assert small_cache_note({"capacity_slots": 51, "pass_demand_max": 128}) is not None
+    assert "holds 51 experts and one pass demands up to 128" in str(
+        small_cache_note({"capacity_slots": 51, "pass_demand_max": 128})
+    )
+    assert small_cache_note({"capacity_slots": 128, "pass_demand_max": 128}) is None
+
+
+def test_a_model_that_fits_whole_says_so() -> None:
+    fits = {"routed_bytes": 12 * 2**30, "budget_available_bytes": 72 * 2**30,
+            "capacity_bytes": 2**29}  # fmt: skip
+    note = whole_model_note(fits)
+    assert note is not None and "--cache auto holds them all" in note and "12 GiB" in note
+    assert whole_model_note({**fits, "capacity_bytes": 12 * 2**30}) is None  # all cached
+    assert whole_model_note({**fits, "budget_available_bytes": 11 * 2**30}) is None  # too big
+
+
+def test_prefetches_a_policy_refuses_are_named() -> None:
+    config = {"eviction": {"kind": "static-hot"}}
+    note = dropped_prefetch_note({"prefetch_dropped": 59_477, "prefetch_issued": 0}, config)
+    assert note is not None and "59,477 prefetch requests were dropped, 0 issued" in note
+    assert "static-hot" in note
+    assert dropped_prefetch_note({"prefetch_dropped": 3, "prefetch_issued": 900}, config) is None
+
+
+def test_a_run_with_static_hot_and_a_prefetcher_explains_itself(tmp_path: Path) -> None:
+    """The issue's case: static-hot with the default prefetcher, Mixtral on a GPU that could
+    hold it all: the eviction is marked offline, and the dropped prefetches, the small cache
+    and the model that would fit are each one line."""
+    result = CliRunner().invoke(
+        app, ["run", "--trace", "mixtral-synthetic", "--hardware", "h200", "--eviction",
+              "static-hot", "--set", "workload.max_requests=1", "--out", str(tmp_path / "r")],
+        catch_exceptions=False,
+    )  # fmt: skip
+    text = " ".join(result.output.split())
+    assert "static-hot (offline) + top-k" in text
+    for fragment in ("prefetch requests were dropped", "one pass demands up to 64",
+                     "--cache auto holds them all"):  # fmt: skip
+        assert fragment in text, fragment

@@ -56,7 +56,7 @@ def test_without_the_flag_nothing_is_kept(plain: Path) -> None:
 
 def test_the_table_is_the_plain_one_plus_run_dir(kept: Path, plain: Path) -> None:
     table = load_table(kept)
-    assert list(table.columns).index("run_dir") == 4  # right after the bookkeeping
+    assert list(table.columns).index("run_dir") == 5  # right after the bookkeeping
     pd.testing.assert_frame_equal(table.drop(columns="run_dir"), load_table(plain))
 
 

@@ -74,7 +74,7 @@ def test_rows_are_result_rows_plus_bookkeeping(reference: Path) -> None:
         "config.cache.capacity": "8",
         "config.parallel.gpus": "1",
     }
-    bookkeeping = {"point_index", "point_id", "status", "error",
+    bookkeeping = {"point_index", "point_id", "status", "error", "offline",
                    "axis.eviction", "axis.prefetch", "axis.capacity", "axis.seed"}  # fmt: skip
     # the other columns are other points' config fields (least-stale's order), empty here
     others = set(row) - set(expected) - bookkeeping

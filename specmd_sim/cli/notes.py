@@ -1,0 +1,94 @@
+"""What a run summary says besides its numbers: the setup in words, and one line where a literal
+answer hides the real one (late hits, a cache smaller than a pass's demand, a model that would
+fit whole, prefetches a policy refused). Each function takes a result's ``config`` / ``inputs`` /
+``metrics`` mappings (as ``result.json`` holds them) and returns a line or None."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specmd_sim.policies.registry import is_offline
+from specmd_sim.units import format_bytes
+
+
+def prefill_words(tokens: int) -> str:
+    if tokens == 0:
+        return "the whole prompt in one pass"
+    return "token by token" if tokens == 1 else f"in chunks of {tokens} tokens"
+
+
+def setup_line(config: dict[str, Any], inputs: dict[str, Any]) -> str:
+    """The settings that set the headline numbers, in words."""
+    workload = config.get("workload", {})
+    predictor = config.get("predictor", {}).get("kind", "?")
+    words = f"predictor {predictor}"
+    if is_offline("predictor", predictor):
+        words += " (offline: it reads the run's future routing, which no real system can)"
+    requests, tokens = inputs.get("requests", "?"), inputs.get("trace_tokens", "?")
+    return (
+        f"setup: {requests} request(s), {tokens} tokens of routing; prefill "
+        f"{prefill_words(int(workload.get('prefill_chunk_tokens', 1)))}; {words}; runtime "
+        f"{config.get('runtime', '?')}"
+    )
+
+
+def late_hit_note(m: dict[str, Any]) -> str | None:
+    """One line on late hits when they outnumber hits: why the hit rate is low although the
+    prefetcher named the right experts (and what replay, where transfers take no time, would
+    count)."""
+    late, hits, accesses = m.get("late_hits"), m.get("hits"), m.get("accesses")
+    if not late or not accesses or late <= (hits or 0):
+        return None
+    return (
+        f"note: {late / accesses:.1%} of accesses were late hits: the expert was still loading "
+        f"when its layer's router decided, and the layer waited for it. The hit rate leaves "
+        f"them out; replay, where transfers take no time, counts them as hits (hits and "
+        f"late hits here: {(late + (hits or 0)) / accesses:.1%})"
+    )
+
+
+def small_cache_note(inputs: dict[str, Any]) -> str | None:
+    """A cache smaller than what one pass demands over its layers: a recency policy evicts every
+    expert before the next pass could reuse it."""
+    slots, demand = inputs.get("capacity_slots"), inputs.get("pass_demand_max")
+    if not slots or not demand or slots >= demand:
+        return None
+    return (
+        f"note: the cache holds {slots:,} experts and one pass demands up to {demand:,} over its "
+        f"layers, so an expert is evicted before the next pass can reuse it: policies that keep "
+        f"recent experts (lru, least-stale) find few hits across passes; a cache of at least "
+        f"{demand:,} slots, or a policy that keeps a fixed set (static-hot, lfu), changes that"
+    )
+
+
+def whole_model_note(inputs: dict[str, Any]) -> str | None:
+    """Every expert would fit in the memory the budget leaves, but the cache is smaller."""
+    routed, room = inputs.get("routed_bytes"), inputs.get("budget_available_bytes")
+    capacity = inputs.get("capacity_bytes")
+    if not routed or not room or not capacity or routed > room or capacity >= routed:
+        return None
+    return (
+        f"note: all of the model's experts ({format_bytes(routed)}) fit in what this GPU's "
+        f"memory budget leaves ({format_bytes(room)}): --cache auto holds them all, and after "
+        f"the first use of each nothing moves; this run caches {format_bytes(capacity)}"
+    )
+
+
+def dropped_prefetch_note(m: dict[str, Any], config: dict[str, Any]) -> str | None:
+    """Prefetch requests the cache refused: the policy had nothing it would evict for them."""
+    dropped, issued = m.get("prefetch_dropped") or 0, m.get("prefetch_issued") or 0
+    if not dropped or dropped < issued:
+        return None
+    eviction = config.get("eviction", {}).get("kind", "?")
+    return (
+        f"note: {dropped:,} prefetch requests were dropped, {issued:,} issued: the cache had "
+        f"nothing {eviction} would evict for them (a policy that keeps a fixed set refuses "
+        f"them), so the prefetcher did {'nothing' if not issued else 'little'} here"
+    )
+
+
+def run_notes(config: dict[str, Any], inputs: dict[str, Any], m: dict[str, Any]) -> list[str]:
+    """Every note that applies to a run, in order of how much it changes the answer."""
+    found = (whole_model_note(inputs), small_cache_note(inputs),
+             dropped_prefetch_note(m, config), late_hit_note(m))  # fmt: skip
+    return [n for n in found if n is not None]
