@@ -251,7 +251,8 @@ _LATENCY = _timing(
            "token",
            "requests with a prefill + Σ per_request.decode_tokens"),
     Metric("throughput_tok_s", "tok/s", "higher", "throughput",
-           "output tokens per second of simulated time",
+           "output tokens per second of simulated time, prefill included (the makespan covers "
+           "it); decode alone is 1 / tpot_s",
            "tokens_generated / makespan_s"),
     Metric("bytes_per_token", "B/token", "lower", "bytes per token",
            "bytes moved per token processed (prompt and decode tokens of all passes)",

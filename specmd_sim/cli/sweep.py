@@ -81,6 +81,7 @@ def sweep(
     from specmd_sim.sweep.grid import MAX_POINTS, count_points
     from specmd_sim.sweep.runner import RUNS_DIR
     from specmd_sim.sweep.search import search_line
+    from specmd_sim.sweep.smallest import SmallestSearch, smallest_line
     from specmd_sim.sweep.store import part_files
 
     if retry_errors and not resume:
@@ -128,7 +129,10 @@ def sweep(
             message = f"point {done.point.index} ({done.point.key}): {done.row['error']}"
             bar.console.print(message, markup=False)
         elif loaded.search is not None:
-            message = f"point {done.point.index} ({done.point.key}): {search_line(done.row)}"
+            search = loaded.search
+            line = (smallest_line(done.row, search) if isinstance(search, SmallestSearch)
+                    else search_line(done.row))  # fmt: skip
+            message = f"point {done.point.index} ({done.point.key}): {line}"
             bar.console.print(message, markup=False)
 
     limit = MAX_POINTS if max_points is None else max_points

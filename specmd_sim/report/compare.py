@@ -42,9 +42,9 @@ from specmd_sim.report.style import SPARE_COLOURS, base_layout
 
 SHOWN = ("hit_rate", "misses_collision", "ttft_s", "tpot_s", "stall_s")
 """The metrics of the table of every run (those the rows have)."""
-_CURVE_METRICS = {
-    CAPACITY: ("hit_rate", "misses_collision", "ttft_s"),
-    BANDWIDTH: ("ttft_s", "tpot_s", "stall_s"),
+_CURVE_METRICS = {  # capacity planning: latency and throughput against the cache and the link
+    CAPACITY: ("hit_rate", "misses_collision", "tpot_s", "ttft_s", "throughput_tok_s"),
+    BANDWIDTH: ("tpot_s", "ttft_s", "throughput_tok_s", "stall_s"),
 }
 _DEFAULT_CURVE_METRICS = ("hit_rate", "ttft_s")
 _BAR_METRICS = ("hit_rate", "ttft_s", "tpot_s", "stall_s")

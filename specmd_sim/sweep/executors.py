@@ -62,7 +62,7 @@ class Task:
     config: dict[str, Any]  # resolved config (config_to_dict)
     plugins: tuple[str, ...] = ()  # modules the worker imports first (the sweep's --plugin)
     run_dir: str | None = None  # absolute run folder to write (--keep-runs), else none
-    search: dict[str, Any] | None = None  # the spec's rate search (RateSearch), else one run
+    search: dict[str, Any] | None = None  # the spec's search (rate or smallest), else one run
 
     @property
     def args(self) -> tuple[Any, ...]:
@@ -94,11 +94,15 @@ def run_point(
         from specmd_sim.engine.sim import simulate
         from specmd_sim.runs import write_run
         from specmd_sim.sweep.search import RateSearch, run_search, search_cells
+        from specmd_sim.sweep.smallest import SmallestSearch, run_smallest, smallest_cells
 
         cells = None
         if search is None:
             run = simulate if engine == "simulate" else replay
             result = run(build_config(config, plugins=plugins))
+        elif "smallest" in search:
+            smallest = run_smallest(SmallestSearch.model_validate(search), config, engine, plugins)
+            result, cells = smallest.best, smallest_cells(smallest)
         else:
             found = run_search(RateSearch.model_validate(search), config, plugins)
             result, cells = found.best, search_cells(found)

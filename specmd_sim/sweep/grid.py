@@ -14,7 +14,8 @@ Values are applied shallowest first (a kind before the parameters of its section
 ``<engine>-<hash of its resolved config>``, the name ``specmd run`` gives its run folder; two
 points with the same id are an error. With a rate ``search`` (:mod:`specmd_sim.sweep.search`)
 a point's config is the search's first probe: Poisson arrivals at ``min_rate_per_s``, after the
-axes; it must have an ``slo``.
+axes; it must have an ``slo``. With a ``smallest`` search (:mod:`specmd_sim.sweep.smallest`) it
+is the knob at the grid's first value.
 
 A grid is counted from the lengths of its factors (:func:`count_points`) before any point is
 built, and :func:`iter_points` builds its points one at a time, so that a grid of millions of
@@ -33,7 +34,8 @@ from typing import Any
 from specmd_sim.config import SimConfig, apply_overrides, build_config, config_to_dict
 from specmd_sim.errors import SpecmdError
 from specmd_sim.runs import config_hash
-from specmd_sim.sweep.search import at_rate
+from specmd_sim.sweep.search import RateSearch, at_rate
+from specmd_sim.sweep.smallest import SmallestSearch
 from specmd_sim.sweep.spec import SweepSpec
 
 AXIS_ALIASES = {"capacity": "cache.capacity", "cache": "cache.capacity"}
@@ -140,10 +142,14 @@ def iter_points(spec: SweepSpec, source: str = "sweep spec") -> Iterator[Point]:
         axes = axes_of(combo)
         where = f"{source}: point {index} ({point_key(axes)})"
         data = apply_axes(base, axes)
-        if spec.search is not None:  # the point is the search's first probe
-            data = at_rate(data, spec.search.min_rate_per_s)
+        search = spec.search
+        if isinstance(search, SmallestSearch):  # the point is the search's first probe
+            first = search.setting(search.values()[0])
+            data = apply_overrides(data, [f"{search.smallest}={json.dumps(first)}"])
+        elif search is not None:
+            data = at_rate(data, search.min_rate_per_s)
         config = build_config(data, where)
-        if spec.search is not None and config.slo is None:
+        if isinstance(search, RateSearch) and config.slo is None:
             raise SpecmdError(
                 f"{where}: slo: expected the limits the search meets ({{ttft_s: ..., tpot_s: "
                 "...}} in base, set or an axis), got none"

@@ -51,6 +51,7 @@ from specmd_sim.runs import check_run_folder
 from specmd_sim.sweep.executors import Outcome, Task, error_outcome, make_executor
 from specmd_sim.sweep.grid import MAX_POINTS, Point, axis_label, check_size, iter_points
 from specmd_sim.sweep.search import SEARCH_COLUMNS
+from specmd_sim.sweep.smallest import SMALLEST_COLUMNS, SmallestSearch
 from specmd_sim.sweep.spec import SweepSpec, load_spec
 from specmd_sim.sweep.store import (
     META_DIR,
@@ -289,7 +290,9 @@ def _survey(
     extra: dict[str, Kind] = {"offline": "string"}
     if keep_runs:
         extra["run_dir"] = "string"
-    if spec.search is not None:
+    if isinstance(spec.search, SmallestSearch):
+        extra.update(SMALLEST_COLUMNS)
+    elif spec.search is not None:
         extra.update(SEARCH_COLUMNS)
     columns = table_columns(spec.engine, axes, configs(), extra)
     return listing, columns

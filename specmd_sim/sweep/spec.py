@@ -29,11 +29,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from specmd_sim.errors import SpecmdError, from_validation_error
 from specmd_sim.schema_base import InputModel
 from specmd_sim.sweep.search import ARRIVALS_PATH, RATE_PATH, RateSearch
+from specmd_sim.sweep.smallest import SmallestSearch
 
 Engine = Literal["replay", "simulate"]
 
@@ -67,12 +68,23 @@ class SweepSpec(InputModel):
         description="Groups of axes that advance together (equal lengths); each group is one "
         "more factor of the product.",
     )
-    search: RateSearch | None = Field(
+    search: RateSearch | SmallestSearch | None = Field(
         default=None,
-        description="At each point, search the highest Poisson arrival rate whose SLO "
-        "attainment meets a target, instead of one run (engine simulate; the config's slo "
-        "gives the limits).",
+        description="At each point, a search instead of one run: the highest Poisson arrival "
+        "rate whose SLO attainment meets a target (attainment, min_rate_per_s, ...; engine "
+        "simulate, the config's slo gives the limits), or the smallest value of a knob meeting "
+        "a metric's target (smallest, grid, metric, at_most / at_least).",
     )
+
+    @field_validator("search", mode="before")
+    @classmethod
+    def _search_kind(cls, value: Any) -> Any:
+        """A search that names ``smallest`` is a capacity search, any other a rate search (so
+        a wrong field gets one message, not one per kind)."""
+        if isinstance(value, dict):
+            kind = SmallestSearch if "smallest" in value else RateSearch
+            return kind.model_validate(value)
+        return value
 
     @model_validator(mode="after")
     def _check_axes(self) -> SweepSpec:
@@ -95,7 +107,12 @@ class SweepSpec(InputModel):
                 raise ValueError(
                     f"{where}: expected axes of equal length to zip, got lengths {lengths}"
                 )
-        if self.search is not None:
+        if isinstance(self.search, SmallestSearch):
+            if self.search.smallest in seen:
+                raise ValueError(
+                    f"search: expected no axis {self.search.smallest} (the search sets it), got one"
+                )
+        elif self.search is not None:
             if self.engine != "simulate":
                 raise ValueError(
                     "search: expected engine: simulate (slo_attainment is a timing metric), "

@@ -68,7 +68,9 @@ def test_bandwidth_axis_from_the_hardware_profiles(
     bandwidths = sorted(r[BANDWIDTH] for r in layout.rows)
     assert bandwidths[0] == pytest.approx(5.0, rel=0.05) and bandwidths[1] > 5.0
     fig = compare_figures(layout)["vs-link_bandwidth_gbps"]
-    assert [a.text for a in fig.layout.annotations] == ["TTFT (ms)", "TPOT (ms)", "stall (ms)"]
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles[:2] == ["TPOT (ms)", "TTFT (ms)"] and titles[-1] == "stall (ms)"
+    assert len(titles) == 4 and "throughput" in titles[2]  # capacity planning: TPOT, TTFT, tok/s
     assert fig.layout.xaxis.type == "log"
     slow, fast = sorted(layout.rows, key=lambda r: r[BANDWIDTH])
     assert slow["ttft_s"] > fast["ttft_s"]

@@ -93,7 +93,7 @@ def test_legend_beside_the_plots_lists_each_policy_once(figures: dict) -> None:
 def test_axes_that_span_decades_are_logarithmic(figures: dict) -> None:
     curves = figures["vs-link_bandwidth_gbps"]
     titles = [a.text for a in curves.layout.annotations if not a.text.startswith("<b>")]
-    assert titles == ["TTFT (ms)", "TPOT (ms)", "stall (ms)"] * 2
+    assert titles == ["TPOT (ms)", "TTFT (ms)", "stall (ms)"] * 2  # (no throughput in these rows)
     assert all(curves.layout[f"yaxis{i}"].type == "log" for i in range(1, 7))
     bars = figures["policies"]
     types = {a.text: bars.layout[f"xaxis{i}"].type for i, a in
