@@ -316,7 +316,7 @@ def test_every_nvme_read_is_a_span_on_the_drives_lane(small_trace) -> None:
     """The timeline shows each read into DRAM (demand, prefetch or staged past the cache) as a
     ``nvme_read`` span on ``nvme0/dram-fill``: as many bytes as the DRAM level counts, each
     ending before the copy of its expert to the GPU that follows it starts."""
-    from specmd_sim.timeline import KIND
+    from specmd_sim.timeline import KIND, TRANSFER_KINDS
 
     trace = small_trace("olmoe-1b-7b", requests=2, prefill=3, decode=6)
     dram = {"eviction": "lru", "prefetch": {"kind": "top-k", "lookahead": 3}, "warm": False}
@@ -328,7 +328,7 @@ def test_every_nvme_read_is_a_span_on_the_drives_lane(small_trace) -> None:
     assert {result.lanes[lane] for lane in reads["lane"].tolist()} == {"nvme0/dram-fill"}
     assert int(reads["bytes"].sum()) == m["bytes_nvme_demand"] + m["bytes_nvme_prefetch"] > 0
     assert np.all(reads["end"] > reads["start"])
-    copies = spans[np.isin(spans["kind"], [KIND["demand_fetch"], KIND["prefetch"]])]
+    copies = spans[np.isin(spans["kind"], [KIND[k] for k in TRANSFER_KINDS])]
     followed = 0
     for read in reads[:50]:  # the copy of its expert that follows it starts once it landed
         later = copies[(copies["expert"] == read["expert"]) & (copies["end"] > read["end"])]

@@ -19,6 +19,7 @@ from specmd_sim.runs import TRACE_FILE, chrome_trace_options
 from specmd_sim.timeline import (
     KINDS,
     SPAN_DTYPE,
+    TRANSFER_KINDS,
     Recording,
     SpanRecorder,
     chrome_trace_chunks,
@@ -127,12 +128,12 @@ def test_span_args_name_layer_expert_and_class(trace: dict[str, Any], timed: Run
     for ev in spans:
         args = ev["args"]
         assert {"pass", "request"} <= set(args)
-        if ev["name"] in ("expert", "stall", "demand_fetch", "prefetch"):
+        if ev["name"] in ("expert", "stall", *TRANSFER_KINDS):
             assert args["expert"] == args["expert_id"] % experts
             assert args["expert_id"] // experts == args["layer"]
             assert args["class"] in {"hit", "late_hit", "compulsory", "capacity", "collision",
                                      "unused"}  # fmt: skip
-        if ev["name"] in ("demand_fetch", "prefetch"):
+        if ev["name"] in TRANSFER_KINDS:
             assert args["bytes"] > 0
     classes = {ev["args"]["class"] for ev in spans if ev["name"] == "demand_fetch"}
     assert classes & {"compulsory", "capacity", "collision"}, "demand fetches serve misses"
