@@ -514,6 +514,20 @@ class SimConfig(_Frozen):
     def _predictor(cls, value: Any) -> PluginConfig:
         return PREDICTORS.parse_config(value)
 
+    @field_validator("hardware_set", "runtime_set")
+    @classmethod
+    def _paths_to_values(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """A what-if maps a dotted path to one value; a nested mapping (``hardware_set:
+        {links: {...}}``) is the path written as sections, which the profile cannot take."""
+        for path, item in value.items():
+            if isinstance(item, dict | list):
+                raise ValueError(
+                    f"expected a dotted path mapped to one value (e.g. "
+                    f"'links.pcie0.bandwidth_bytes_per_s': '64GB/s'), got a "
+                    f"{type(item).__name__} at {path!r}"
+                )
+        return value
+
     @field_validator("miss", mode="before")
     @classmethod
     def _miss(cls, value: Any) -> PluginConfig:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from specmd_sim.config import apply_overrides, build_config
 from specmd_sim.errors import SpecmdError
@@ -60,6 +60,8 @@ class SmallestSearch(InputModel):
         description="Relative width at which refinement stops (fractional grids).",
     )  # fmt: skip
     max_runs: int = Field(default=40, ge=1, le=1000, description="Most runs per point.")
+    _numbers: list[float] = PrivateAttr(default_factory=list)  # the grid, parsed
+    _whole: bool = PrivateAttr(default=True)  # every grid value a whole number
 
     @model_validator(mode="after")
     def _check(self) -> SmallestSearch:
@@ -70,32 +72,32 @@ class SmallestSearch(InputModel):
                 f"metric: expected a metric of docs/metrics.md (tpot_s, ttft_s, "
                 f"throughput_tok_s, hit_rate, ...), got {self.metric!r}"
             )
-        values = self.values()
-        if any(b <= a for a, b in itertools.pairwise(values)):
-            raise ValueError(f"grid: expected strictly ascending values, got {self.grid}")
-        return self
-
-    def values(self) -> list[float]:
-        """The grid as numbers (units parsed by the knob's field name)."""
         field_name = self.smallest.rsplit(".", 1)[-1]
-        out = []
-        for v in self.grid:
+        numbers = []
+        for v in self.grid:  # parsed once: the search, its probes and the grid read these
             try:
                 number = parse_quantity(v, field_name)
             except ValueError as exc:
                 raise ValueError(f"grid: {exc}") from None
             if not isinstance(number, int | float):
                 raise ValueError(f"grid: expected numbers, got {v!r}")
-            out.append(number)
-        return out
+            numbers.append(float(number))
+        if any(b <= a for a, b in itertools.pairwise(numbers)):
+            raise ValueError(f"grid: expected strictly ascending values, got {self.grid}")
+        self._numbers, self._whole = numbers, all(v.is_integer() for v in numbers)
+        return self
+
+    def values(self) -> list[float]:
+        """The grid as numbers (units parsed by the knob's field name)."""
+        return list(self._numbers)
 
     def whole(self) -> bool:
         """Whether the knob takes whole numbers (every grid value is one): slots, counts."""
-        return all(float(v).is_integer() for v in self.values())
+        return self._whole
 
     def setting(self, value: float) -> int | float:
         """``value`` as the knob is set: a whole number for a whole-number knob (slots)."""
-        return int(value) if self.whole() else value
+        return int(value) if self._whole else value
 
     def meets(self, value: float) -> bool:
         if self.at_most is not None:

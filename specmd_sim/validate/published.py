@@ -209,7 +209,9 @@ class MachinePair:
         f, s = self.faster, self.slower
         if f.failure or s.failure:
             return False
-        return (f.simulated > s.simulated) == _higher_is_faster(f.spec.metric)
+        if _higher_is_faster(f.spec.metric):
+            return f.simulated > s.simulated
+        return f.simulated < s.simulated  # a time: the faster machine takes less (a tie is not)
 
 
 @dataclass

@@ -91,11 +91,8 @@ def test_a_wrong_what_if_is_one_line_naming_it(path: str, value: object, message
     ],
 )
 def test_values_with_the_unit_of_their_field(text: str, field: str, value: object) -> None:
-    assert (
-        parse_quantity(text, field) == pytest.approx(value)
-        if isinstance(value, float)
-        else (parse_quantity(text, field) == value)
-    )
+    expected = pytest.approx(value, rel=1e-12) if isinstance(value, float) else value
+    assert parse_quantity(text, field) == expected
 
 
 @pytest.mark.parametrize(
@@ -138,3 +135,11 @@ def test_a_run_with_a_what_if_is_the_run_on_the_edited_profile(tmp_path: Path) -
 def test_a_wrong_what_if_fails_the_run_with_one_line() -> None:
     with pytest.raises(SpecmdError, match=r"^hardware_set \(profile h100-pcie\): links\.pcie9"):
         simulate(SimConfig(hardware_set={"links.pcie9.bandwidth_bytes_per_s": 1e9}))
+
+
+def test_a_what_if_written_as_sections_is_one_line() -> None:
+    """`hardware_set` maps a dotted path to one value; the path written as nested sections
+    (`--set hardware_set.links.pcie0...`) is refused naming the key, not misread."""
+    with pytest.raises(SpecmdError, match=r"hardware_set: expected a dotted path mapped to one "
+                                          r"value .* got a dict at 'links'"):  # fmt: skip
+        build_config(apply_overrides({}, ["hardware_set.links.pcie0.bandwidth_bytes_per_s=1"]))

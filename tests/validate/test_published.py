@@ -214,6 +214,8 @@ def _two_machines(metric: str, a: dict, b: dict, **group: Any) -> list[RowResult
         ("tokens_per_s", (2.0, 1.3), (1.0, 1.4), False),  # the simulator inverts them
         ("prefill_s", (5.0, 6.0), (7.0, 6.5), True),  # a time: the smaller is faster
         ("prefill_s", (5.0, 7.0), (7.0, 6.5), False),
+        ("tokens_per_s", (2.0, 1.4), (1.0, 1.4), False),  # simulated equal: not ordered
+        ("prefill_s", (5.0, 6.0), (7.0, 6.0), False),
     ],
 )
 def test_machines_are_ordered_as_measured(metric: str, a: tuple, b: tuple, kept: bool) -> None:
