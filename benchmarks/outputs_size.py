@@ -29,6 +29,8 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from settings import stated
+
 from specmd_sim import SimConfig, simulate
 from specmd_sim.report import RunData, write_timeline
 from specmd_sim.runs import (
@@ -76,7 +78,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         folder = Path(tmp)
         trace = save_trace(generate_trace(params, args.seed), folder / "trace.npz")
         started, cpu_started = time.perf_counter(), time.process_time()
-        result = simulate(SimConfig(trace=str(trace), seed=args.seed))
+        config = SimConfig.model_validate(stated({"trace": str(trace), "seed": args.seed}))
+        result = simulate(config)
         simulate_s, simulate_cpu_s = (
             time.perf_counter() - started,
             time.process_time() - cpu_started,

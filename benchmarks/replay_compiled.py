@@ -49,6 +49,7 @@ sys.path.insert(0, str(_HERE.parent / "tests"))
 
 from process import timed  # noqa: E402
 from replay_speed import make_trace_file  # noqa: E402
+from settings import stated  # noqa: E402
 from support import lcs  # noqa: E402
 
 from specmd_sim import build_config, replay  # noqa: E402
@@ -131,12 +132,13 @@ def default_throughput(trace: Path, folder: Path) -> dict[str, Any]:
     """The default configuration's compiled replay on ``trace``, and the Python layer step
     against the compiled path on a small trace of the same shape (the whole one would take the
     Python engine minutes)."""
-    scenario = build_scenario(build_config({"trace": str(trace), "cache": {"capacity": SLOTS}}))
+    scenario = build_scenario(build_config(stated({"trace": str(trace),
+                                                  "cache": {"capacity": SLOTS}})))  # fmt: skip
     accesses = int(scenario.demand.keys.size)
     best = min(_seconds(lambda: replay(scenario)) for _ in range(3))
     small_trace = make_trace_file(100_000, 1, folder / "small")
-    small = build_scenario(build_config({"trace": str(small_trace),
-                                         "cache": {"capacity": SLOTS}}))  # fmt: skip
+    small = build_scenario(build_config(stated({"trace": str(small_trace),
+                                                "cache": {"capacity": SLOTS}})))  # fmt: skip
     python_s = _seconds(lambda: replay(small, compiled=False))
     compiled_s = min(_seconds(lambda: replay(small)) for _ in range(3))
     return {"accesses": accesses, "replay_s": best, "accesses_per_s": accesses / best,

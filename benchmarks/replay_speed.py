@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from settings import stated
 
 from specmd_sim import SimConfig, load_model, replay, save_trace, simulate
 from specmd_sim.scenario import build_scenario
@@ -103,7 +104,7 @@ def bench_libcachesim(path: Path, n: int, slots: int, repeat: int) -> dict[str, 
 
 
 def bench_simulate() -> dict[str, Any]:
-    config = SimConfig()
+    config = SimConfig.model_validate(stated({}))
     t0 = time.perf_counter()
     scenario = build_scenario(config)
     t1 = time.perf_counter()

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 from process import timed
+from settings import STATED_SET
 
 from specmd_sim import make_trace, save_trace
 
@@ -63,7 +64,7 @@ def make_scale_trace(tokens: int, folder: Path, seed: int = 0) -> Path:
 def run_one(engine: str, trace: Path, out: Path, spans: bool = False) -> dict[str, Any]:
     command = "replay" if engine == "replay" else "run"
     cmd = [sys.executable, "-m", "specmd_sim", command, "--trace", str(trace), "--cache", "5%",
-           "--json", "--out", str(out)]  # fmt: skip
+           "--json", "--out", str(out), *STATED_SET]  # fmt: skip
     if engine == "simulate" and not spans:
         cmd += ["--set", "timing.record_spans=false"]
     wall, peak, stdout = timed(cmd)

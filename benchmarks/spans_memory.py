@@ -43,7 +43,9 @@ import specmd_sim.engine.sim.run as sim_run
 from specmd_sim import build_config, simulate
 from specmd_sim.timeline import SpanRecorder
 trace, mode = sys.argv[1], sys.argv[2]
-config = {"trace": trace, "cache": {"capacity": "5%"}}
+config = {"trace": trace, "cache": {"capacity": "5%"},
+          "workload": {"prefill_chunk_tokens": 1},
+          "predictor": {"kind": "noisy-oracle", "accuracy": 0.9}}  # (benchmarks/settings.py)
 if mode == "none":
     config["timing"] = {"record_spans": False}
 if mode == "memory":

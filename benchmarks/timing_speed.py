@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import simpy
+from settings import stated
 
 from specmd_sim import SimConfig, save_trace, simulate
 from specmd_sim.engine.sim.compiled import compiled_unsupported
@@ -66,24 +67,34 @@ def scenarios(folder: Path) -> dict[str, tuple[str, Callable[[], SimConfig]]]:
                 predictor_accuracy=0.85, lookahead=1,
             )  # fmt: skip
             save_trace(generate(params, 0), path)
-        return SimConfig(trace=str(path))
+        return SimConfig.model_validate(stated({"trace": str(path)}))
 
     return {
-        "olmoe": ("OLMoE default (SimConfig())", SimConfig),
+        "olmoe": ("OLMoE default", lambda: SimConfig.model_validate(stated({}))),
         "mixtral": (
             "Mixtral-8x7B (mixtral-synthetic)",
-            lambda: SimConfig(trace="mixtral-synthetic"),
+            lambda: SimConfig.model_validate(stated({"trace": "mixtral-synthetic"})),
         ),
         "batch8": (
             "batch 8, Poisson arrivals 20/s",
             lambda: SimConfig.model_validate(
-                {"workload": {"batch_size": 8, "arrivals": "poisson", "arrival_rate_per_s": 20.0}}
+                stated(
+                    {
+                        "workload": {
+                            "batch_size": 8,
+                            "arrivals": "poisson",
+                            "arrival_rate_per_s": 20.0,
+                        }
+                    }
+                )
             ),
         ),
         "hgx8": (
             "hgx-h100-8gpu, 8 GPUs expert-sharded",
             lambda: SimConfig.model_validate(
-                {"hardware": "hgx-h100-8gpu", "parallel": {"gpus": 8, "mode": "expert-sharded"}}
+                stated(
+                    {"hardware": "hgx-h100-8gpu", "parallel": {"gpus": 8, "mode": "expert-sharded"}}
+                )
             ),
         ),
         "dsv3": ("DeepSeek-V3, 200 tokens (synthetic)", deepseek),

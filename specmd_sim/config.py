@@ -259,13 +259,14 @@ MAX_TOKENS = 1 << 31
 
 class WorkloadConfig(_Frozen):
     prefill_chunk_tokens: int = Field(
-        default=1,
+        default=0,
         ge=0,
         le=MAX_TOKENS,
         description=(
-            "Prompt tokens per prefill pass: 1 = token-serial prefill (behaves like decode; the "
-            "default, so small caches fit one layer's demand set), N = chunks of N tokens, "
-            "0 = the whole prompt in one pass."
+            "Prompt tokens per prefill pass: 0 = the whole prompt in one pass (the default, as "
+            "offloading runtimes and servers prefill; what a layer's demand set leaves no room "
+            "for in the cache is streamed past it, counted as overflowed), N = chunks of N "
+            "tokens (vLLM-style chunked prefill), 1 = token-serial prefill (behaves like decode)."
         ),
     )
     max_requests: int | None = Field(
@@ -471,7 +472,11 @@ class SimConfig(_Frozen):
         PREFETCH, {"kind": "top-k"}, "Prefetch policy: {kind: ..., params}."
     )
     predictor: SerializeAsAny[PluginConfig] = _plugin_field(
-        PREDICTORS, {"kind": "noisy-oracle"}, "Predictor of upcoming experts: {kind: ..., params}."
+        PREDICTORS,
+        {"kind": "transition"},
+        "Predictor of upcoming experts: {kind: ..., params}. The default, transition, learns "
+        "layer-to-layer co-activations online from the run's own routing so far, as a real "
+        "system could; noisy-oracle reads the future routing (offline: a bound).",
     )
     miss: SerializeAsAny[PluginConfig] = _plugin_field(
         MISS, {"kind": "stall"}, "What runs when a demanded expert is not resident."

@@ -136,6 +136,11 @@ _CACHE = (
            "capacity shrank under its contents (`workload.kv_cache: evict`; else 0): at the "
            "pass start, or (timing engine: experts still loading then) at the next fetches",
            "#evictions while the cache held more than its capacity"),
+    Metric("evictions_prefetch", "count", "lower", "evictions for prefetches",
+           "of the evictions, those made to reserve room for a prefetch: each evicted expert the "
+           "router wants again is a miss the prefetch caused (with few slots, prefetching can "
+           "lower the hit rate)",
+           "#evictions while reserving a prefetch"),
     Metric("prefetch_issued", "count", "none", "prefetches issued",
            "prefetches that reserved cache space and started (or queued) a transfer",
            "prefetch_used + prefetch_wasted + prefetch_cancelled"),
@@ -160,6 +165,11 @@ _CACHE = (
            "demand fetches streamed past the cache because the policy did not admit them "
            "(`static-hot`, `belady-bypass`)",
            "#demand fetches not admitted"),
+    Metric("overflowed", "count", "none", "overflow fetches",
+           "demand fetches streamed past the cache (through a staging buffer) because the "
+           "layer's demand set left no room: every cached byte pinned by the layer running or "
+           "loading for it (a whole-prompt prefill's demand set can be larger than the cache)",
+           "#demand fetches past a full, pinned cache"),
     Metric("activations_dropped", "count", "lower", "activations dropped",
            "expert activations skipped by miss handling `drop` (an accuracy proxy)",
            "#misses resolved by drop"),
@@ -509,6 +519,8 @@ INPUTS: dict[str, Metric] = _index(
            "Σ over experts of their bytes"),
     Metric("hardware", "text", "none", "hardware", "id of the hardware profile", "from the "
            "profile"),
+    Metric("hardware_name", "text", "none", "machine", "the hardware profile's name: its GPUs "
+           "and host", "from the profile"),
     Metric("runtime", "text", "none", "runtime", "id of the runtime profile (software stack)",
            "config.runtime"),
     Metric("dense_dtype", "text", "none", "non-expert precision",
@@ -568,6 +580,10 @@ INPUTS: dict[str, Metric] = _index(
            "the most experts one forward pass demands over all its layers (any GPU): a cache "
            "of fewer slots evicts experts before the next pass can reuse them",
            "max over passes of Σ over layers of the demand set's size"),
+    Metric("layer_demand_max", "count", "none", "largest demand of a layer",
+           "the most experts one layer of one pass demands (any GPU): what a cache of fewer "
+           "slots cannot hold of it is streamed past the cache (`overflowed`)",
+           "max over passes and layers of the demand set's size"),
     Metric("gpus", "count", "none", "GPUs", "GPUs used", "from parallel.gpus"),
     Metric("experts_dram", "count", "none", "experts in DRAM", "routed experts stored in host "
            "DRAM", "from memory.dram_capacity"),

@@ -7,7 +7,9 @@ Refresh the baseline after an intended change: ``pytest --specmd-update-baseline
 
 CONFIG = {
     "trace": "mixtral-synthetic",
-    "workload": {"max_requests": 1},
+    # the settings the baseline was recorded with, stated (the simulator's defaults may change)
+    "workload": {"max_requests": 1, "prefill_chunk_tokens": 1},
+    "predictor": {"kind": "noisy-oracle", "accuracy": 0.9},
     "cache": {"capacity": 16},
     "eviction": {"kind": "my_policy:FarthestLayer"},
     "timing": {"record_spans": False},  # a latency check needs no timeline

@@ -47,7 +47,9 @@ class CacheStats:
         self.prefetch_dropped = 0
         self.evictions = 0
         self.evictions_kv = 0  # ... of them, forced by the KV cache's growth (cache resized)
+        self.evictions_prefetch = 0  # ... of them, made to reserve room for a prefetch
         self.bypassed = 0  # demand fetches streamed past the cache (not admitted)
+        self.overflowed = 0  # ... streamed past it because the layer's pins left no room
         self.activations_dropped = 0  # expert activations skipped by miss handling
         self.activations_substituted = 0  # ... replaced by a cached expert of the same layer
         self.activations_cpu = 0  # ... run on the host CPU instead of being fetched
@@ -90,7 +92,9 @@ class CacheStats:
             "prefetch_dropped": self.prefetch_dropped,
             "evictions": self.evictions,
             "evictions_kv": self.evictions_kv,
+            "evictions_prefetch": self.evictions_prefetch,
             "bypassed": self.bypassed,
+            "overflowed": self.overflowed,
             "activations_dropped": self.activations_dropped,
             "activations_substituted": self.activations_substituted,
             "activations_cpu": self.activations_cpu,
@@ -259,6 +263,26 @@ class ExpertCache:
         self.stats.bypassed += 1
         self.stats.bytes_demand += self.nbytes[key]
 
+    def overflows(self, key: int) -> bool:
+        """Whether no wait can make room for the demanded ``key`` (after a failed
+        :meth:`reserve`): the free bytes and those of the unpinned experts still loading (each
+        evictable once it lands) are fewer than it needs; the rest is pinned by the layer now
+        running (a demand set larger than the cache: ``docs/design.md``, *Overflow*)."""
+        free = self.capacity_bytes - self.used_bytes
+        state, pins, nbytes = self.state, self.pins, self.nbytes
+        k = state.find(_LOADING)
+        while k >= 0:
+            if not pins[k]:
+                free += nbytes[k]
+            k = state.find(_LOADING, k + 1)
+        return free < nbytes[key]
+
+    def overflow(self, key: int) -> None:
+        """A demand fetch of ``key`` streamed past the cache (into a staging buffer) because the
+        layer's pinned demand set leaves no room for it (:meth:`overflows`)."""
+        self.stats.overflowed += 1
+        self.stats.bytes_demand += self.nbytes[key]
+
     def preload(self, keys: list[int]) -> None:
         """Make ``keys`` resident before the run, moving no bytes (a warm start)."""
         for key in keys:
@@ -311,6 +335,7 @@ class ExpertCache:
             return False
         need = self.nbytes[key]
         evictable = self.evictable
+        evictions = stats.evictions
         quota = policy.quota_victim(key, evictable)
         if quota is not None:
             self._evict(quota)
@@ -318,7 +343,10 @@ class ExpertCache:
             self.staged_keys.append(key)
             self.pins[key] += 1  # (held outside the capacity until settle())
             need = 0
-        if not self._make_room(need, key):
+        room = self._make_room(need, key)
+        if prefetch:
+            stats.evictions_prefetch += stats.evictions - evictions
+        if not room:
             if prefetch:
                 stats.prefetch_dropped += 1
             return False

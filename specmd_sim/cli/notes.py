@@ -1,7 +1,7 @@
 """What a run summary says besides its numbers: the setup in words, and one line where a literal
-answer hides the real one (late hits, a cache smaller than a pass's demand, a model that would
-fit whole, prefetches a policy refused). Each function takes a result's ``config`` / ``inputs`` /
-``metrics`` mappings (as ``result.json`` holds them) and returns a line or None."""
+answer hides the real one (late hits, a cache smaller than a pass's or a layer's demand, a model
+that would fit whole, prefetches a policy refused). Each function takes a result's ``config`` /
+``inputs`` / ``metrics`` mappings (as ``result.json`` holds them) and returns a line or None."""
 
 from __future__ import annotations
 
@@ -18,17 +18,25 @@ def prefill_words(tokens: int) -> str:
 
 
 def setup_line(config: dict[str, Any], inputs: dict[str, Any]) -> str:
-    """The settings that set the headline numbers, in words."""
+    """The settings that set the headline numbers, in words: the workload, prefill, predictor,
+    runtime, cache and machine (its GPU and host)."""
     workload = config.get("workload", {})
     predictor = config.get("predictor", {}).get("kind", "?")
     words = f"predictor {predictor}"
     if is_offline("predictor", predictor):
         words += " (offline: it reads the run's future routing, which no real system can)"
+    elif predictor in ("transition", "popularity", "activation-matrix"):
+        fitted = bool(config.get("predictor", {}).get("fit_on"))
+        words += " (fitted on other requests)" if fitted else " (learned online from the run)"
     requests, tokens = inputs.get("requests", "?"), inputs.get("trace_tokens", "?")
+    cache = config.get("cache", {}).get("capacity", "?")
+    slots = inputs.get("capacity_slots")
+    cache_words = f"cache {cache}" + (f" = {slots:,} expert slots" if slots else "")
+    machine = inputs.get("hardware_name") or inputs.get("hardware", "?")
     return (
-        f"setup: {requests} request(s), {tokens} tokens of routing; prefill "
-        f"{prefill_words(int(workload.get('prefill_chunk_tokens', 1)))}; {words}; runtime "
-        f"{config.get('runtime', '?')}"
+        f"setup: {requests} request(s), {tokens} tokens of routing ({config.get('trace', '?')}); "
+        f"prefill {prefill_words(int(workload.get('prefill_chunk_tokens', 0)))}; {words}; "
+        f"runtime {config.get('runtime', '?')}; {cache_words}; machine {machine}"
     )
 
 
@@ -61,6 +69,20 @@ def small_cache_note(inputs: dict[str, Any]) -> str | None:
     )
 
 
+def overflow_note(m: dict[str, Any], inputs: dict[str, Any]) -> str | None:
+    """Demand fetches streamed past a cache smaller than one layer's demand set."""
+    overflowed, slots = m.get("overflowed") or 0, inputs.get("capacity_slots")
+    if not overflowed or not slots:
+        return None
+    demand = inputs.get("layer_demand_max") or "more"
+    return (
+        f"note: {overflowed:,} demand fetches were streamed past the cache: a layer demanded "
+        f"up to {demand} experts and the cache holds {slots:,}, so what the layer's pinned "
+        f"experts left no room for went through staging buffers, crossing the link but never "
+        f"cached (counted as overflow fetches; a larger cache or prefill in chunks changes it)"
+    )
+
+
 def whole_model_note(inputs: dict[str, Any]) -> str | None:
     """Every expert would fit in the memory the budget leaves, but the cache is smaller."""
     routed, room = inputs.get("routed_bytes"), inputs.get("budget_available_bytes")
@@ -87,8 +109,25 @@ def dropped_prefetch_note(m: dict[str, Any], config: dict[str, Any]) -> str | No
     )
 
 
+def prefetch_eviction_note(m: dict[str, Any]) -> str | None:
+    """Prefetches made most of the evictions: the experts they pushed out come back as misses,
+    so prefetching may be what lowers the hit rate."""
+    by_prefetch, evictions = m.get("evictions_prefetch") or 0, m.get("evictions") or 0
+    if not by_prefetch or 2 * by_prefetch <= evictions:
+        return None
+    wasted, issued = m.get("prefetch_wasted") or 0, m.get("prefetch_issued") or 0
+    return (
+        f"note: prefetches made {by_prefetch:,} of the {evictions:,} evictions "
+        f"({by_prefetch / evictions:.0%}), and {wasted:,} of the {issued:,} prefetched experts "
+        f"were never used: an expert a prefetch evicts is a miss when its router wants it "
+        f"again, so with this few slots prefetching may lower the hit rate as well as raise it; "
+        f"the same run with --prefetch none shows which"
+    )
+
+
 def run_notes(config: dict[str, Any], inputs: dict[str, Any], m: dict[str, Any]) -> list[str]:
     """Every note that applies to a run, in order of how much it changes the answer."""
-    found = (whole_model_note(inputs), small_cache_note(inputs),
-             dropped_prefetch_note(m, config), late_hit_note(m))  # fmt: skip
+    found = (whole_model_note(inputs), overflow_note(m, inputs), small_cache_note(inputs),
+             dropped_prefetch_note(m, config), prefetch_eviction_note(m),
+             late_hit_note(m))  # fmt: skip
     return [n for n in found if n is not None]

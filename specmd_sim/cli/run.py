@@ -129,6 +129,7 @@ _SUMMARY_ROWS: tuple[tuple[tuple[str, ...], str | None], ...] = (
     (("belady_reference", "belady_hit_rate", "belady_gap_misses"),
      "offline optimum / its hit rate / misses above it"),
     (("bypassed",), None),
+    (("overflowed",), None),
     (("activations_substituted",), None),
     (("activations_cpu",), None),
     (("activations_dropped",), None),
@@ -157,8 +158,9 @@ _SUMMARY_ROWS: tuple[tuple[tuple[str, ...], str | None], ...] = (
     (("throughput_tok_s",), None),
 )  # fmt: skip
 # rows of mechanisms most runs do not have (memory parity, bypassing, miss handlers)
-_IF_NONZERO = {"bytes_written_back", "bypassed", "activations_substituted", "activations_cpu",
-               "activations_dropped", "evictions_kv", "dram_prefetch_issued"}  # fmt: skip
+_IF_NONZERO = {"bytes_written_back", "bypassed", "overflowed", "activations_substituted",
+               "activations_cpu", "activations_dropped", "evictions_kv",
+               "dram_prefetch_issued"}  # fmt: skip
 _SUMMED_OVER_GPUS = {"stall_s", "overlap_s"}  # summed over GPUs, they can exceed the makespan
 _GPU_COLUMNS = ("gpu", "requests", "hit_rate", "bytes_fetched", "stall_s", "ttft_s", "tpot_s")
 

@@ -23,6 +23,7 @@ def inputs_echo(scenario: Scenario) -> dict[str, Any]:
         "expert_bytes": model.expert_bytes,
         "routed_bytes": scenario.placement.routed_bytes,  # at each expert's precision
         "hardware": scenario.profile.id,
+        "hardware_name": scenario.profile.name,
         "runtime": scenario.runtime.id,
         "dense_dtype": model.dense_dtype,
         "kv_dtype": model.kv_dtype,
@@ -38,6 +39,9 @@ def inputs_echo(scenario: Scenario) -> dict[str, Any]:
         "capacity_bytes": scenario.capacity_bytes,
         "capacity_slots": scenario.slots,
         "pass_demand_max": pass_demand_max(scenario),
+        "layer_demand_max": max(
+            (d.max_layer_demand()[0] for _, d in scenario.shards if d.num_accesses), default=0
+        ),
         "gpus": len(scenario.shards),
         **scenario.placement.summary(),
     }

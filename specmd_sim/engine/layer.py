@@ -10,8 +10,9 @@ or happens on another device. The engine fulfils the request and sends back its 
 request               meaning                                                outcome
 ====================  =====================================================  ================
 :class:`Decide`       the router of ``(pass, layer)`` decides ``keys``         —
-:class:`WaitForSpace` a demand fetch found nothing evictable; the step        —
-                      retries the reservation once the engine returns
+:class:`WaitForSpace` a demand fetch found nothing evictable, but a          —
+                      transfer in flight will free room; the step retries
+                      the reservation once the engine returns
 :class:`Fetch`        move ``key``'s bytes; the cache has reserved its space  a handle
                       (``bypass``: streamed into a staging buffer instead)
 :class:`Join`         ``key`` is loading (a late hit): use its transfer        a handle
@@ -256,7 +257,9 @@ class LayerStep:
 
     def _fetch(self, p: int, layer: int, key: int, klass: int) -> Generator[Request, Any, Any]:
         """Bring a demanded, non-resident ``key``: join its transfer (a late hit), or fetch it
-        into the cache, or stream it past the cache when the policy does not admit it."""
+        into the cache, or stream it past the cache when the policy does not admit it or when
+        the layer's pinned demand set leaves it no room (an *overflow*: a demand set larger than
+        the cache, as a whole-prompt prefill's may be)."""
         cache = self.cache
         if klass == _LATE:
             if cache.state[key] == _RESIDENT:
@@ -266,6 +269,9 @@ class LayerStep:
             cache.stream(key)
             return (yield Fetch(key, True, (p, layer), bypass=True))
         while not cache.reserve(key, _DEMAND):
+            if cache.overflows(key):  # the layer's pins fill the cache: no wait makes room
+                cache.overflow(key)
+                return (yield Fetch(key, True, (p, layer), bypass=True))
             yield WaitForSpace(key)
         return (yield Fetch(key, True, (p, layer)))
 

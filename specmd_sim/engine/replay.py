@@ -178,7 +178,7 @@ class _TwoLevel:
                 self._land()  # (space for the GPU cache can come only from what lands)
             elif type(request) in (Join, WaitForSpace):
                 # nothing is loading in the GPU cache when a router decides (what was in flight
-                # landed before), and a pinned demand set always fits (checked before the run)
+                # landed before), and what a pinned demand set leaves no room for is streamed
                 raise RuntimeError(f"replay: {request} cannot happen without time")
         self._land()
 
@@ -246,7 +246,7 @@ def _fulfil(step: Step, complete: Callable[[int], None]) -> None:
             case Fetch(key, bypass=False):
                 landing.append(key)
             case WaitForSpace() | Join():
-                # a pinned demand set always fits (checked before the run) and nothing is
+                # what a pinned demand set leaves no room for is streamed, and nothing is
                 # loading when a router decides, so either would be a bug in the cache or a policy
                 raise RuntimeError(f"replay: {request} cannot happen without time")
     for key in landing:

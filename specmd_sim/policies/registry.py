@@ -47,7 +47,7 @@ from typing import Any, Generic, Literal, TypeVar, cast
 
 from pydantic import ValidationError, create_model
 
-from specmd_sim.errors import SpecmdError, from_validation_error
+from specmd_sim.errors import SpecmdError, from_validation_error, short_repr
 from specmd_sim.policies.context import RunViews
 from specmd_sim.policies.eviction.base import EvictionPolicy
 from specmd_sim.policies.miss.base import MissHandler
@@ -189,6 +189,15 @@ class Registry(Generic[P]):
         try:
             return cls.Config.model_validate(data)
         except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            if first["type"] == "extra_forbidden":  # another kind's parameter, most likely
+                name = ".".join(str(p) for p in first["loc"])
+                fields = ", ".join(f for f in cls.Config.model_fields if f != "kind") or "none"
+                raise SpecmdError(
+                    f"{self.family}: {name}: expected a parameter of {self.family} "
+                    f"{data['kind']!r} ({fields}), got {short_repr(first.get('input'))}; "
+                    f"another kind's parameter needs that kind too ({self.family}.kind=...)"
+                ) from None
             raise SpecmdError(str(from_validation_error(self.family, exc))) from None
 
 

@@ -1,7 +1,7 @@
 """A config resolved into what a run needs, before any engine starts.
 
 - :mod:`.build` — :func:`build_scenario`: load the profile, model and trace and make every
-  check that can be made before a run (shapes, GPUs, capacity against the largest demand set);
+  check that can be made before a run (shapes, GPUs, capacity against the memory budget);
 - :mod:`.passes` — the pass table (batching, chunked prefill, admission order) and the demand
   set of every (pass, layer), whose concatenation is the access sequence;
 - :mod:`.placement` — where each expert is stored (DRAM or NVMe), its bytes and precision;

@@ -142,6 +142,16 @@ class DataSet(InputModel):
     fits: list[Fit] = Field(default_factory=list, description="The constants fitted, and where.")
     traces: dict[str, TraceSpec]
     defaults: dict[str, Any] = Field(default_factory=dict)
+    stated: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description=(
+            "Settings every row is simulated with unless its own config names them, key by key "
+            "within each section (a row's `workload: {batch_size: 2}` keeps the stated prefill; "
+            "a plug-in of another kind, e.g. `predictor: {kind: trace}`, is the row's alone): "
+            "the workload and predictor the rows were encoded with, so that the simulator's "
+            "defaults can change without moving a row."
+        ),
+    )
     groups: list[Group]
 
     @model_validator(mode="before")
@@ -290,7 +300,8 @@ class _Bench:
         return self.generated[key]
 
     def config(self, group: Group, row: Row, fitted: dict[str, Any]) -> Any:
-        """The row's SimConfig: defaults, then the group's, then the row's settings."""
+        """The row's SimConfig: defaults, then the group's, then the row's settings; the
+        ``stated`` settings where none of them names them."""
         cfg: dict[str, Any] = {
             **self.data.defaults,
             "model": row.model or group.model,
@@ -303,6 +314,12 @@ class _Bench:
             **group.config,
             **row.config,
         }
+        for section, settings in self.data.stated.items():
+            own = cfg.get(section) or {}
+            if isinstance(own, str):  # a plug-in named by its kind alone
+                own = {"kind": own}
+            if own.get("kind", settings.get("kind")) == settings.get("kind"):  # (a plug-in of
+                cfg[section] = {**settings, **own}  # another kind is the row's alone)
         return build_config(cfg, source=f"published.yaml {group.id}/{row.setup}")
 
     def _runtime(self, group: Group, row: Row, fitted: dict[str, Any]) -> str:

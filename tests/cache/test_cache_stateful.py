@@ -166,13 +166,26 @@ class CacheMachine(RuleBasedStateMachine):
 
     def _demand_fetch(self, key: int) -> bool:
         """As the engines fetch a miss: streamed past the cache if the policy does not admit
-        it. True if space was reserved (the key is LOADING)."""
+        it, or if no wait could make room (an overflow: the free slots and those of unpinned
+        keys still loading are none). True if space was reserved (the key is LOADING)."""
         if not self.cache.admits(key, DEMAND):
             self.cache.stream(key)
             self._count("bypassed")
             self._count("bytes_demand", EB)
             return False
-        return self._reserve(key, DEMAND)
+        if self._reserve(key, DEMAND):
+            return True
+        c = self.cache
+        held = sum(1 for k in range(N) if self.state[k] != ABSENT and not self.staged[k])
+        landing = sum(1 for k in range(N) if self.state[k] == LOADING
+                      and not self.pins[k] and not self.staged[k])  # fmt: skip
+        overflows = c.capacity_bytes - (held - landing) * EB < EB
+        assert c.overflows(key) == overflows
+        if overflows:
+            c.overflow(key)
+            self._count("overflowed")
+            self._count("bytes_demand", EB)
+        return False
 
     def _fetch(self, key: int) -> None:
         """A demand fetch that lands at once (replay)."""
@@ -239,6 +252,8 @@ class CacheMachine(RuleBasedStateMachine):
             assert offered == [], f"reserve({key}) failed although {offered} are evictable"
 
         self._evicted(evicted)
+        if reason == PREFETCH:
+            self._count("evictions_prefetch", len(evicted))
         if not ok:
             if reason == PREFETCH:
                 self._count("prefetch_dropped")

@@ -17,6 +17,8 @@ from specmd_sim.cli import app
 from specmd_sim.cli.notes import (
     dropped_prefetch_note,
     late_hit_note,
+    overflow_note,
+    prefetch_eviction_note,
     small_cache_note,
     whole_model_note,
 )
@@ -138,16 +140,26 @@ def test_the_engine_path_is_named_and_a_fallback_says_why(tmp_path: Path, write_
 
 
 def test_the_summary_names_the_setup_in_words(tmp_path: Path) -> None:
-    """The settings that set the headline numbers come first: prefill mode and predictor
-    (marked offline: it reads the future), runtime."""
+    """The settings that set the headline numbers come first: the default run's prefill mode
+    (the whole prompt), predictor (learned online), runtime, cache and machine, GPU and host; an
+    offline predictor is marked as one."""
     result = CliRunner().invoke(
         app, ["run", "--set", "workload.max_requests=1", "--out", str(tmp_path / "r")],
         catch_exceptions=False,
     )  # fmt: skip
     first = " ".join(result.output.split("simulate:")[0].split())
     assert first.startswith("setup: 1 request(s)")
+    assert "prefill the whole prompt in one pass" in first
+    assert "predictor transition (learned online from the run)" in first
+    assert "runtime fused-kernels" in first and "cache 5% = 51 expert slots" in first
+    assert "machine NVIDIA H100 PCIe 80GB + 2x Xeon 8480+" in first
+    result = CliRunner().invoke(
+        app, ["run", "--set", "workload.max_requests=1", "--set", "predictor.kind=noisy-oracle",
+              "--set", "workload.prefill_chunk_tokens=1", "--out", str(tmp_path / "o")],
+        catch_exceptions=False,
+    )  # fmt: skip
+    first = " ".join(result.output.split("simulate:")[0].split())
     assert "prefill token by token" in first and "predictor noisy-oracle (offline" in first
-    assert "runtime fused-kernels" in first
 
 
 def test_a_cache_smaller_than_a_pass_says_so() -> None:
@@ -156,6 +168,43 @@ def test_a_cache_smaller_than_a_pass_says_so() -> None:
         small_cache_note({"capacity_slots": 51, "pass_demand_max": 128})
     )
     assert small_cache_note({"capacity_slots": 128, "pass_demand_max": 128}) is None
+
+
+def test_a_whole_prompt_larger_than_the_cache_runs_and_says_so(tmp_path: Path) -> None:
+    """The issue's case: a 256-token OLMoE prompt prefilled in one pass beside a 5% cache (51
+    slots; a layer demands up to all 64 experts): what the pinned demand set leaves no room for
+    is streamed past the cache, counted and noted, and nothing else changes in the counts."""
+    from specmd_sim.traces import save_trace
+    from specmd_sim.traces.synthetic import PRESETS, generate
+
+    params = PRESETS["olmoe"].model_copy(
+        update={"num_requests": 1, "prompt_tokens": 256, "decode_tokens": 4}
+    )
+    trace = save_trace(generate(params, 0), tmp_path / "long.npz")
+    text, m = _summary(tmp_path / "r", "run", "--trace", str(trace), "--cache", "5%",
+                       "--set", "workload.prefill_chunk_tokens=0")  # fmt: skip
+    assert m["overflowed"] > 0 and m["hits"] + m["late_hits"] + m["misses"] == m["accesses"]
+    line = " ".join(text.split())
+    assert "overflow fetches" in line and "streamed past the cache" in line
+    assert "prefill the whole prompt in one pass" in line
+    note = overflow_note({"overflowed": 416}, {"capacity_slots": 51, "layer_demand_max": 64})
+    assert note is not None and "416 demand fetches" in note and "up to 64" in note
+    assert overflow_note({"overflowed": 0}, {"capacity_slots": 51}) is None
+
+
+def test_prefetches_that_make_most_evictions_are_named(tmp_path: Path) -> None:
+    """The issue's case: LRU at 64 slots with top-k prefetching (a hit rate far below the same
+    run's without prefetching): the note names the evictions the prefetches made."""
+    args = ("run", "--trace", "mixtral-synthetic", "--eviction", "lru", "--cache", "64",
+            "--set", "workload.max_requests=1")  # fmt: skip
+    text, m = _summary(tmp_path / "pf", *args, "--prefetch", "top-k")
+    _, without = _summary(tmp_path / "none", *args, "--prefetch", "none")
+    assert m["evictions_prefetch"] > m["evictions"] / 2 and without["evictions_prefetch"] == 0
+    line = " ".join(text.split())
+    assert f"prefetches made {m['evictions_prefetch']:,} of the {m['evictions']:,}" in line
+    assert "--prefetch none" in line
+    assert prefetch_eviction_note({"evictions_prefetch": 10, "evictions": 30}) is None
+    assert prefetch_eviction_note({"evictions": 30}) is None
 
 
 def test_a_model_that_fits_whole_says_so() -> None:
@@ -186,6 +235,6 @@ def test_a_run_with_static_hot_and_a_prefetcher_explains_itself(tmp_path: Path) 
     )  # fmt: skip
     text = " ".join(result.output.split())
     assert "static-hot (offline) + top-k" in text
-    for fragment in ("prefetch requests were dropped", "one pass demands up to 64",
+    for fragment in ("prefetch requests were dropped", "one pass demands up to 256",
                      "--cache auto holds them all"):  # fmt: skip
         assert fragment in text, fragment

@@ -42,12 +42,14 @@ def test_defaults_are_the_main_job() -> None:
     assert data["cache"] == {"capacity": "5%", "pin_demand_set": True}
     assert data["eviction"] == {"kind": "least-stale", "order": "fifo"}
     assert data["prefetch"] == {"kind": "top-k", "k": None, "lookahead": 1}
+    # a predictor a real system could have (learned online), whole prompts in one pass
     assert data["predictor"] == {
-        "kind": "noisy-oracle",
-        "accuracy": 0.9,
-        "confidence": 3.0,
-        "near_miss": 1.0,
+        "kind": "transition",
+        "fit_on": None,
+        "learn_online": True,
+        "max_distance": 2,
     }
+    assert data["workload"]["prefill_chunk_tokens"] == 0
 
 
 def test_config_round_trips_and_is_frozen() -> None:
@@ -68,7 +70,22 @@ def test_every_field_is_described() -> None:
     ("data", "fragments"),
     [
         ({"eviction": {"kind": "nope"}}, ["eviction.kind", "expected one of", "'nope'"]),
-        ({"eviction": {"kind": "lru", "order": "layer"}}, ["eviction", "order", "extra"]),
+        (
+            {"eviction": {"kind": "lru", "order": "layer"}},
+            [
+                "eviction: order: expected a parameter of eviction 'lru' (prefetch_insert)",
+                "'layer'",
+            ],
+        ),
+        (
+            {"predictor": {"kind": "transition", "accuracy": 0.7}},
+            [
+                "predictor: accuracy",
+                "'transition' (fit_on, learn_online, max_distance)",
+                "0.7",
+                "predictor.kind=",
+            ],
+        ),
         ({"cache": {"capacity": "lots"}}, ["cache.capacity", "'lots'"]),
         ({"seed": -1}, ["seed", "greater than or equal to 0", "-1"]),
         ({"surprise": 1}, ["surprise", "extra"]),

@@ -60,9 +60,10 @@ class _Recording(ExpertCache):
 
 
 @st.composite
-def workloads(draw):
+def workloads(draw, overflow: bool = False):
     """A routing trace and a workload: requests with prefill and decode tokens, chunked
-    prefill, batches, and a cache a little larger than one layer's largest demand set."""
+    prefill, batches, and a cache a little larger than one layer's largest demand set (with
+    ``overflow``, a little smaller than the largest a pass could demand)."""
     # the bounds make even Hypothesis's first, smallest example one whose cache fills up
     requests = draw(st.integers(2, 3))
     prefill = draw(st.lists(st.integers(2, 3), min_size=requests, max_size=requests))
@@ -90,10 +91,11 @@ def workloads(draw):
         gates=gates.astype(np.float32), pred_scores=pred,
     )  # fmt: skip
     largest = TOP_K * max(chunk, 1) * batch
+    slots = st.integers(1, largest - 1) if overflow else st.integers(largest + 4, largest + 24)
     overrides = [
         f"workload.prefill_chunk_tokens={chunk}",
         f"workload.batch_size={batch}",
-        f"cache.capacity={draw(st.integers(largest + 4, largest + 24))}",
+        f"cache.capacity={draw(slots)}",
         f"seed={draw(st.integers(0, 99))}",
         f"predictor.kind={draw(st.sampled_from(PREDICTORS.kinds()))}",
     ]
@@ -120,9 +122,9 @@ def _run(engine, trace, overrides: list[str]):
 _CACHE_COUNTERS = (
     "accesses", "hits", "late_hits", "misses", "misses_compulsory", "misses_capacity",
     "misses_collision", "prefetch_issued", "prefetch_completed", "prefetch_used",
-    "prefetch_wasted", "prefetch_cancelled", "prefetch_dropped", "evictions", "bypassed",
-    "activations_dropped", "activations_substituted", "activations_cpu", "bytes_demand",
-    "bytes_prefetch",
+    "prefetch_wasted", "prefetch_cancelled", "prefetch_dropped", "evictions",
+    "evictions_prefetch", "bypassed", "overflowed", "activations_dropped",
+    "activations_substituted", "activations_cpu", "bytes_demand", "bytes_prefetch",
 )  # fmt: skip
 
 
@@ -167,6 +169,29 @@ def test_near_instant_timing_makes_replays_decisions(eviction, prefetch, miss, p
         overrides = [*overrides, *near_instant(Path(tmp))]
         replayed, replay_log = _run(_python_replay, trace, overrides)
         timed, timed_log = _run(simulate, trace, overrides)
+    assert_the_same_decisions(replayed, replay_log, timed, timed_log)
+
+
+@pytest.mark.parametrize("prefetch", ["none", "top-k"])
+# (per-layer-lru holds a layer's overflow in its own staging buffers instead, and static-hot
+# streams every expert it does not hold: neither ever overflows)
+@pytest.mark.parametrize(
+    "eviction", [k for k in EVICTION.kinds() if k not in ("per-layer-lru", "static-hot")]
+)
+@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))
+@given(workload=workloads(overflow=True))
+def test_near_instant_timing_makes_replays_decisions_when_a_demand_set_overflows(
+    eviction, prefetch, workload
+):
+    """A layer demands more experts than the cache holds: what its pins leave no room for is
+    streamed past the cache in both engines, the same experts, in the same order."""
+    trace, overrides = workload
+    overrides = [*overrides, f"eviction.kind={eviction}", f"prefetch.kind={prefetch}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        overrides = [*overrides, *near_instant(Path(tmp))]
+        replayed, replay_log = _run(_python_replay, trace, overrides)
+        timed, timed_log = _run(simulate, trace, overrides)
+    assume(replayed.metrics["overflowed"] > 0)
     assert_the_same_decisions(replayed, replay_log, timed, timed_log)
 
 

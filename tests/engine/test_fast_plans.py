@@ -8,7 +8,6 @@ eviction that reads scores) is refused."""
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from pathlib import Path
 from typing import Any
@@ -151,6 +150,29 @@ def test_trace_predictor_plans_equal_the_reference(tmp_path, prefetch, depth, na
         assert_equal_runs(cfg, [5, 2, 11])
 
 
+@pytest.mark.parametrize(
+    "predictor",
+    [{"kind": "transition"}, {"kind": "transition", "max_distance": 3}, {"kind": "popularity"},
+     {"kind": "transition", "fit_on": {"requests": [0, 1]}, "learn_online": False},
+     {"kind": "popularity", "fit_on": {"requests": [0]}}],
+    ids=["transition", "transition-3", "popularity", "transition-fitted", "popularity-fitted"],
+)  # fmt: skip
+@pytest.mark.parametrize(
+    "prefetch",
+    [{"kind": "top-k", "lookahead": 2}, {"kind": "score-threshold", "threshold": 0.02}],
+    ids=["top-k", "threshold"],
+)
+def test_learned_predictor_plans_equal_the_reference(tmp_path, predictor, prefetch) -> None:
+    """Popularity and transitions learned from the routing so far (and fitted beforehand):
+    the kernel's counts, scores and plans are the Python predictors', block after block."""
+    for seed, workload in enumerate(WORKLOADS):
+        fitted = "fit_on" in predictor
+        cfg = config(trace_file(tmp_path, 40 + seed), prefetch, predictor,
+                     workload={**workload, "requests": [2, 3]} if fitted else workload)  # fmt: skip
+        plans = assert_equal_runs(cfg, [3, 1, 7])
+        assert any(plans)
+
+
 def test_no_prefetch_has_empty_plans_and_no_draws(tmp_path) -> None:
     cfg = config(trace_file(tmp_path, 1), {"kind": "none"}, {"kind": "noisy-oracle"})
     plans = assert_equal_runs(cfg, [4])
@@ -178,7 +200,9 @@ def test_what_is_not_built_in_is_refused(tmp_path) -> None:
     oracle = {"kind": "noisy-oracle"}
     cases = {
         "prefetch 'oracle'": config(trace, {"kind": "oracle"}, oracle),
-        "predictor 'popularity'": config(trace, {"kind": "top-k"}, {"kind": "popularity"}),
+        "predictor 'activation-matrix'": config(
+            trace, {"kind": "top-k"}, {"kind": "activation-matrix"}
+        ),
         "eviction 'finemoe'": config(trace, {"kind": "top-k"}, oracle, eviction="finemoe"),
     }
     for why, cfg in cases.items():
@@ -192,9 +216,6 @@ def test_what_is_not_built_in_is_refused(tmp_path) -> None:
     run = build_run(build_scenario(config(trace, {"kind": "top-k"}, oracle)))
     run.predictor.inner.__class__ = MyOracle  # type: ignore[union-attr]
     assert plans_unsupported(run) == "predictor 'noisy-oracle'"
-    run = build_run(build_scenario(config(trace, {"kind": "top-k"}, oracle)))
-    run.scenario = dataclasses.replace(run.scenario, training=object())  # as if it had fit_on
-    assert "fit_on" in (plans_unsupported(run) or "")
 
 
 def test_row_probabilities_equal_as_probabilities() -> None:
@@ -254,6 +275,13 @@ def _kernel_outputs(K: Any) -> dict[Any, Any]:
         count = K.oracle_top(top_u, np.r_[0, np.cumsum(sizes)], top_keys, 1, layers, experts,
                              target, per_layer, accuracy, 2, plan, 0, ends)  # fmt: skip
         got["top", accuracy] = count, plan, ends
+    for distance, learn in ((2, True), (0, True), (3, False)):
+        table = rng.integers(0, 3, (max(distance, 1), layers, experts, experts)).astype(np.int32)
+        popular = np.floor(rng.random((layers, experts)) * 4) * (not learn)
+        scores, present = np.zeros((passes * target.size, experts)), np.ones(passes * 6, bool)
+        K.learned_scores(keys, offsets, layers, experts, per_layer, target, distance, learn,
+                         table, popular, scores, present)  # fmt: skip
+        got["learned", distance] = scores, present, table, popular
     return got
 
 
@@ -267,7 +295,7 @@ def _assert_same(a: dict[Any, Any], b: dict[Any, Any]) -> None:
 def test_the_compiled_kernels_equal_the_interpreted_ones(monkeypatch) -> None:
     pytest.importorskip("numba")
     kernels = ("oracle_logits", "oracle_top", "_dropped", "_replacements", "_less_max",
-               "select", "_best")  # fmt: skip
+               "select", "_best", "learned_scores", "_learn", "_followers")  # fmt: skip
     for name in kernels:
         assert hasattr(getattr(PK, name), "py_func"), f"numba is installed: {name} is not compiled"
     compiled = _kernel_outputs(PK)

@@ -104,11 +104,15 @@ def test_without_growth_nothing_is_forced(write_trace, tmp_path) -> None:
     assert result.inputs["capacity_slots"] == SLOTS - 3
 
 
-def test_a_peak_that_leaves_no_room_for_a_layer_is_refused(write_trace, tmp_path) -> None:
-    """Past 40 slots' worth of KV the cache cannot hold one layer's 8 experts: refused before
-    the run, in one line naming the setting."""
+def test_a_peak_that_leaves_no_room_for_an_expert_is_refused(write_trace, tmp_path) -> None:
+    """Past 40 slots' worth of KV the cache cannot hold one layer's 8 experts: the run streams
+    what does not fit past it (in both engines alike); past 48 it cannot hold one expert:
+    refused before the run, in one line naming the setting."""
     eb = load_model(MODEL).expert_bytes
     tokens = (SLOTS - TOP_K + 1) * eb // KV_PER_TOKEN + 2
+    replayed = replay(config(write_trace, tmp_path, tokens))
+    assert replayed.metrics["overflowed"] > 0
+    tokens = SLOTS * eb // KV_PER_TOKEN + 2
     with pytest.raises(SpecmdError, match=r"^workload.kv_cache: evict: expected the expert cache"):
         replay(config(write_trace, tmp_path, tokens))
 

@@ -267,8 +267,8 @@ def test_the_optimum_equals_belady_replayed(tmp_path, monkeypatch, extra, method
 
 def test_capacities_are_checked_before_any_work(tmp_path) -> None:
     config = build_config({**CLASSIC, "trace": trace_file(tmp_path, 5, 10)})
-    with pytest.raises(SpecmdError, match=r"cache\.capacity: expected room for the largest demand"):
-        miss_ratio_curve(config, [64, 4])
+    with pytest.raises(SpecmdError, match=r"capacity: expected .auto. or at least 1 expert slot"):
+        miss_ratio_curve(config, [64, 0])
     with pytest.raises(SpecmdError, match="capacities: expected at least one"):
         miss_ratio_curve(config, [])
 

@@ -44,6 +44,7 @@ def replay_counts(path: Path, model: str, slots: int, policy: str) -> dict[str, 
         cache={"capacity": slots, "pin_demand_set": False},
         eviction={"kind": policy},
         prefetch={"kind": "none"},
+        workload={"prefill_chunk_tokens": 1},  # every token's selections, as libCacheSim sees them
     )
     return replay(config).metrics
 

@@ -44,7 +44,9 @@ def hand_times(gpu: dict, position: int = 1) -> tuple[float, float, float]:
     return attn, expert, lm_head
 
 
-def run_one_token(write_trace, tmp_path: Path, k: int, engines: int) -> tuple[dict, dict]:
+def run_one_token(
+    write_trace, tmp_path: Path, k: int, engines: int, slots: int | None = None
+) -> tuple[dict, dict]:
     experts = np.stack([np.arange(k) + (layer % (EXPERTS - k + 1)) for layer in range(LAYERS)])
     trace = write_trace(
         experts[None].astype(np.int16), "mixtral-8x7b", EXPERTS, phase=np.zeros(1, np.uint8)
@@ -52,7 +54,7 @@ def run_one_token(write_trace, tmp_path: Path, k: int, engines: int) -> tuple[di
     cfg = SimConfig(
         trace=str(trace),
         hardware=str(profile_with_engines(tmp_path, engines)),
-        cache={"capacity": k},
+        cache={"capacity": slots or k},
         eviction={"kind": "lru"},
         prefetch={"kind": "none"},
         runtime="roofline",
@@ -100,6 +102,20 @@ def test_one_copy_engine_serializes_the_fetches(write_trace, tmp_path: Path) -> 
     expected = LAYERS * (attn + 2 * fetch + expert) + lm_head
     assert metrics["ttft_s"] == pytest.approx(expected, rel=1e-9)
     assert metrics["overlap_s"] == pytest.approx(LAYERS * expert, rel=1e-9)
+
+
+def test_a_demand_set_larger_than_the_cache_streams_its_overflow(write_trace, tmp_path) -> None:
+    """Two experts per layer, one slot: the first miss takes the slot (evicting the previous
+    layer's expert), the second finds every byte pinned and is streamed past the cache through
+    the same copy engine, so the layer takes what two fetches into the cache would."""
+    metrics, profile = run_one_token(write_trace, tmp_path, k=2, engines=1, slots=1)
+    attn, expert, lm_head = hand_times(profile["nodes"][0])
+    bw, latency = link(profile)
+    fetch = latency + load_model("mixtral-8x7b").expert_bytes / bw
+    assert metrics["ttft_s"] == pytest.approx(LAYERS * (attn + 2 * fetch + expert) + lm_head,
+                                              rel=1e-9)  # fmt: skip
+    assert metrics["overflowed"] == LAYERS and metrics["evictions"] == LAYERS - 1
+    assert metrics["bytes_demand"] == 2 * LAYERS * load_model("mixtral-8x7b").expert_bytes
 
 
 # --- latency distributions: deterministic arrivals and service times -------------------------
@@ -211,7 +227,7 @@ def test_itl_counts_another_requests_prefill_between_two_tokens(write_trace, tmp
     cfg = SimConfig(
         trace=str(path), hardware=str(profile_with_engines(tmp_path, 1)), cache={"capacity": 1},
         eviction={"kind": "lru"}, prefetch={"kind": "none"}, runtime="roofline",
-        workload={"batch_size": 2},
+        workload={"batch_size": 2, "prefill_chunk_tokens": 1},
     )  # fmt: skip
     result = simulate(cfg)
     table = result.per_pass

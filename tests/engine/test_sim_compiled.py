@@ -118,6 +118,8 @@ PREFETCHES = {
     "score-threshold": ({"kind": "score-threshold", "lookahead": 2}, {"kind": "noisy-oracle"}),
     "the trace's scores": ({"kind": "top-k", "lookahead": 2}, {"kind": "trace"}),
     "score-threshold, the trace's scores": ({"kind": "score-threshold"}, {"kind": "trace"}),
+    "transitions learned": ({"kind": "top-k", "lookahead": 2}, {"kind": "transition"}),
+    "popularity learned": ({"kind": "score-threshold"}, {"kind": "popularity"}),
 }  # fmt: skip
 
 
@@ -160,6 +162,9 @@ def test_late_hits_cancellations_and_waits_for_space_give_the_same_run(
 
 CASES = {
     "no spans": {"timing": {"record_spans": False}},
+    "whole prompts past a small cache": {"workload": {"prefill_chunk_tokens": 0},
+                                         "cache": {"capacity": 20},
+                                         "prefetch": {"kind": "top-k", "lookahead": 2}},
     "batch 3, poisson": {"workload": {"batch_size": 3, "arrivals": "poisson",
                                       "arrival_rate_per_s": 30.0}},
     "continuous, chunked prompts": {"workload": {"scheduler": "continuous", "batch_size": 2,
@@ -196,6 +201,8 @@ def test_workloads_and_machines_give_the_same_run(traces: dict[str, str], case: 
     if "memory" in CASES[case]:  # reads from the drive, at its queue depth's bandwidth
         nvme = reference.per_resource["resource"].index("nvme:nvme0")
         assert reference.per_resource["bytes"][nvme] > 0
+    if CASES[case].get("workload", {}).get("prefill_chunk_tokens") == 0:  # overflowed
+        assert reference.metrics["overflowed"] > 0
     if "chunk_bytes" in CASES[case].get("timing", {}):  # copies moved in several chunks
         fetches = spans[spans["kind"] == KIND["prefetch"]]
         assert fetches.size and (fetches["bytes"] < fetches["bytes"].max()).any()

@@ -276,6 +276,7 @@ def test_a_dram_miss_waits_while_dram_is_full_of_prefetch_reads(one_token) -> No
         prefetch={"kind": "none"},
         memory={"dram_capacity": 2, "dram_cache": {
             "warm": False, "prefetch": {"kind": "top-k", "lookahead": 2}}},
+        predictor={"kind": "noisy-oracle"},  # (one that predicts the first token's experts)
         timing={"record_spans": False},
     )  # fmt: skip
     m = simulate(cfg).metrics

@@ -28,7 +28,7 @@ def tiny_trace(prefill: list[int], decode: list[int]):
 
 
 def test_batch_one_serves_requests_one_after_another() -> None:
-    passes = build_passes(tiny_trace([2, 1], [2, 1]), WorkloadConfig())
+    passes = build_passes(tiny_trace([2, 1], [2, 1]), WorkloadConfig(prefill_chunk_tokens=1))
     assert passes.request.tolist() == [0, 0, 0, 0, 1, 1]
     assert passes.phase.tolist() == [0, 0, 1, 1, 0, 1]
     assert passes.first_token.tolist() == [False, True, False, False, True, False]

@@ -24,7 +24,8 @@ def config(predictor: dict, **workload: object) -> object:
         {
             "predictor": predictor,
             "prefetch": {"kind": "top-k", "k": 8},
-            "workload": {"requests": list(EVAL), **workload},
+            # token-serial: every pass is one row of the trace, as the counts below take them
+            "workload": {"requests": list(EVAL), "prefill_chunk_tokens": 1, **workload},
         }
     )
 
@@ -146,7 +147,9 @@ def recorded_predictor(tmp_path, decoys: int) -> object:
         trace.experts, model=trace.model, num_experts=trace.num_experts, request=trace.request,
         phase=trace.phase, gates=trace.gates, pred_scores=pred,
     ), path)  # fmt: skip
-    return build_config({"trace": str(path), "predictor": {"kind": "trace"}})
+    # token-serial: each pass's predictions are its token's own, calibrated as constructed
+    return build_config({"trace": str(path), "predictor": {"kind": "trace"},
+                         "workload": {"prefill_chunk_tokens": 1}})  # fmt: skip
 
 
 def test_quality_of_predictions_calibrated_by_construction(tmp_path) -> None:

@@ -16,7 +16,8 @@ from specmd_sim import SimConfig, build_config, simulate
 from specmd_sim.runs import MANIFEST, write_manifest, write_run
 from specmd_sim.sweep.store import ResultStore, table_columns
 
-BASE = {"trace": "mixtral-synthetic", "workload": {"max_requests": 1}, "cache": {"capacity": 16},
+BASE = {"trace": "mixtral-synthetic", "workload": {"max_requests": 1, "prefill_chunk_tokens": 1},
+        "predictor": {"kind": "noisy-oracle"}, "cache": {"capacity": 16},
         "timing": {"record_spans": False}}  # fmt: skip
 
 

@@ -47,7 +47,9 @@ def test_timeline_has_a_lane_per_engine_and_a_trace_per_kind(run: RunData) -> No
 def test_hover_shows_token_layer_expert_bytes_and_class(run: RunData) -> None:
     fig = timeline_figure(run)
     fetch = bars(fig, "demand fetch")[0]
-    for field in ("pass", "request", "token", "layer", "expert", "MiB", "serves"):
+    # (the pass's position in its request: "step", prompts being prefilled in one pass; "token"
+    # where every pass is one token)
+    for field in ("pass", "request", "step", "layer", "expert", "MiB", "serves"):
         assert field in fetch.hovertemplate, field
     assert set(fetch.hovertext) <= {"compulsory miss", "capacity miss", "collision miss",
                                     "late hit", "hit", "unused by its target layer"}  # fmt: skip

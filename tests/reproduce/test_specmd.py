@@ -1,5 +1,6 @@
-"""The SpecMD reproduction: its traces and controls, the verdict rule (a null control that shows
-the effect as strongly makes a finding "structural"), and docs/reproduction.md against the runs
+"""The SpecMD reproduction: its traces and controls, the verdict rule (a variant that makes the
+effect vanish makes a finding a "setup artefact", a null control that shows it as strongly one of
+"layer order"), and docs/reproduction.md against the runs
 behind it (rendered from them, and a sample of them rerun).
 
 The whole study runs in `specmd reproduce specmd --quick` (under two minutes), not here.
@@ -57,20 +58,23 @@ def test_controls_keep_the_shape_and_remove_the_structure() -> None:
 def test_the_verdict_rule() -> None:
     strong, weak = Spread.of([0.10, 0.12, 0.11]), Spread.of([0.0, 0.01, -0.01])
     assert judge(strong, 0.05, {"uniform": weak}, {})[0] == "reproduced"
-    assert judge(strong, 0.05, {"uniform": strong}, {})[0] == "structural"
-    assert judge(strong, 0.05, {"uniform": weak}, {"timing": weak})[0] == "structural"
+    assert judge(strong, 0.05, {"uniform": strong}, {})[0] == "layer order"
+    assert judge(strong, 0.05, {"uniform": weak}, {"timing": weak})[0] == "setup artefact"
     assert judge(Spread.of([0.10, 0.02]), 0.05, {}, {})[0] == "not reproduced"  # one seed fails
     # log2 ratios: a 4x null effect is much weaker than a 16x one (under half the ratio)
     assert judge(Spread.of([4.0]), 1.0, {"uniform": Spread.of([2.0])}, {}, log2=True)[0] == (
         "reproduced"
     )
     assert judge(Spread.of([4.0]), 1.0, {"uniform": Spread.of([3.0])}, {}, log2=True)[0] == (
-        "structural"
+        "layer order"
     )
     assert judge(strong, 0.05, {}, {"not measured": Spread.of([])})[0] == "reproduced"
+    # a variant that kills it decides, whatever the controls show; both are named
     verdict, reason = judge(strong, 0.05, {"uniform": strong}, {"timing": weak})
-    assert verdict == "structural"
+    assert verdict == "setup artefact"
     assert "uniform control" in reason and "with timing" in reason
+    verdict, reason = judge(strong, 0.05, {"uniform": strong, "shuffled": weak}, {})
+    assert verdict == "layer order" and "uniform control" in reason and "shuffled" not in reason
 
 
 def _score_rows(effect_on_control: float) -> list[dict[str, Any]]:
@@ -96,10 +100,10 @@ def _score_rows(effect_on_control: float) -> list[dict[str, Any]]:
     return rows
 
 
-def test_a_finding_as_strong_on_the_null_control_is_structural_not_reproduced() -> None:
+def test_a_finding_as_strong_on_the_null_control_is_layer_order_not_reproduced() -> None:
     """The check can fail: fed a null control that shows the effect, it says so."""
     (on_null,) = score_based(_score_rows(effect_on_control=0.07))
-    assert on_null.verdict == "structural" and "uniform control" in on_null.reason
+    assert on_null.verdict == "layer order" and "uniform control" in on_null.reason
     (absent,) = score_based(_score_rows(effect_on_control=0.0))
     assert absent.verdict == "reproduced", absent.reason
 

@@ -86,7 +86,11 @@ def test_plugin_axis_takes_a_whole_section() -> None:
 def test_any_config_path_is_an_axis_and_base_set_apply_first() -> None:
     points = expand(
         spec(
-            set=["workload.max_requests=1", "predictor.accuracy=0.5"],
+            set=[
+                "workload.max_requests=1",
+                "predictor.kind=noisy-oracle",
+                "predictor.accuracy=0.5",
+            ],
             axes={"predictor.accuracy": [0.7, 0.9], "cache": ["5%"]},
         )
     )

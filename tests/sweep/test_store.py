@@ -76,7 +76,7 @@ def test_columns_come_from_the_spec_and_the_config_model() -> None:
     # from the model: a size spec ("5%" or 8) is text, an optional int an int
     assert columns["config.cache.capacity"] == "string"
     assert columns["config.workload.max_requests"] == "int"
-    assert columns["config.predictor.accuracy"] == "float"
+    assert columns["config.predictor.max_distance"] == "int"
     assert columns["config.eviction.kind"] == "string"
     assert columns["config.belady_gap"] == "bool"
 

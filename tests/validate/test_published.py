@@ -238,3 +238,34 @@ def test_only_the_same_settings_on_two_machines_are_paired(b: dict, group: dict)
     rows = _two_machines("tokens_per_s", {"published": 2.0, "simulated": 1.0},
                          {"published": 1.0, "simulated": 2.0, **b}, **group)  # fmt: skip
     assert machine_pairs(rows) == []
+
+
+def test_stated_settings_fill_what_a_row_does_not_name() -> None:
+    """``stated``: the rows' prefill and predictor whatever the simulator's defaults, key by key
+    in the workload; a row's own value wins, and a predictor of another kind is the row's alone."""
+    data = _probe("s_per_token", {})
+    data = data.model_copy(update={"stated": {
+        "workload": {"prefill_chunk_tokens": 1},
+        "predictor": {"kind": "noisy-oracle", "accuracy": 0.9},
+    }})  # fmt: skip
+    group = data.groups[0]
+    rows = {
+        "none": {},
+        "batch": {"workload": {"batch_size": 2}},
+        "trace": {"predictor": "trace"},
+        "oracle": {"predictor": {"kind": "noisy-oracle", "accuracy": 0.5}},
+    }
+    with _bench(data) as bench:
+        got = {
+            name: bench.config(group.model_copy(update={"config": {}}),
+                               group.rows[0].model_copy(update={"config": config}), {})
+            for name, config in rows.items()
+        }  # fmt: skip
+    assert got["none"].workload.prefill_chunk_tokens == 1
+    assert got["none"].predictor.kind == "noisy-oracle" and got["none"].predictor.accuracy == 0.9
+    assert (got["batch"].workload.batch_size, got["batch"].workload.prefill_chunk_tokens) == (2, 1)
+    assert got["trace"].predictor.kind == "trace"
+    assert got["oracle"].predictor.accuracy == 0.5
+    published = load_dataset()  # the committed rows state both
+    assert published.stated["workload"] == {"prefill_chunk_tokens": 1}
+    assert published.stated["predictor"]["kind"] == "noisy-oracle"

@@ -63,6 +63,10 @@ ENTRY_POINTS = {  # module of this package -> its functions compiled, with their
         "oracle_logits": f"void({_F}, {_A}, {_KEYS}, i8, i8, {_A}, f8, f8, f8, f8[:, ::1])",
         "oracle_top": f"i8({_F}, {_A}, {_KEYS}, i8, i8, i8, {_A}, {_A}, f8, i8, {_A}, i8, {_A})",
         "select": f"i8({_M}, b1[::1], {_A}, {_A}, f8, i8, {_A}, i8, {_A})",
+        "learned_scores": (
+            f"void({_KEYS}, {_A}, i8, i8, {_A}, {_A}, i8, b1, i4[:, :, :, ::1], f8[:, ::1], "
+            f"f8[:, ::1], b1[::1])"
+        ),
     },
 }
 

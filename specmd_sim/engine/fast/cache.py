@@ -4,7 +4,8 @@ Written once, over the flat state ``S`` (:mod:`.layout`), and called by both com
 the replay kernel (:mod:`.kernel`) and the timing engine's core (:mod:`.timed.stream` and
 :mod:`.timed.fetch`). The cache's operations are :func:`begin_pass`, :func:`access` (which
 classifies), :func:`hint`, :func:`declines` (the policy's admission), :func:`reserve` (evict
-until the key fits, then admit it ``LOADING``), :func:`complete`, :func:`cancel` (a cancelled
+until the key fits, then admit it ``LOADING``), :func:`overflows` and :func:`overflow` (a demand
+set larger than the cache), :func:`complete`, :func:`cancel` (a cancelled
 prefetch) and :func:`preload`; numba inlines them into their callers (a call between compiled
 functions that is not inlined costs an atomic reference count per array argument, more than a
 hit's own work).
@@ -114,8 +115,10 @@ from specmd_sim.engine.fast.layout import (
     ST_BYTES_DEMAND,
     ST_BYTES_PREFETCH,
     ST_BYTES_WRITTEN_BACK,
+    ST_EV_PREFETCH,
     ST_EVICTIONS,
     ST_HITS_HOME,
+    ST_OVERFLOWED,
     ST_PF_CANCELLED,
     ST_PF_COMPLETED,
     ST_PF_ISSUED,
@@ -582,6 +585,8 @@ def reserve(S: np.ndarray, key: int, prefetch: bool, p: int) -> bool:
         S[R_EVICTED, S[R_SC, SC_NEVICTED]] = key_victim
         S[R_SC, SC_NEVICTED] += 1
         evict(S, key_victim, p)
+        if prefetch:
+            S[R_STATS, ST_EV_PREFETCH] += 1
     S[K_STATE, key] = LOADING
     S[R_SC, SC_USED] += need
     if prefetch:
@@ -592,6 +597,25 @@ def reserve(S: np.ndarray, key: int, prefetch: bool, p: int) -> bool:
         S[R_STATS, ST_BYTES_DEMAND] += need
     on_insert(S, key, prefetch)
     return True
+
+
+@compiled_inline
+def overflows(S: np.ndarray, key: int) -> bool:
+    """ExpertCache.overflows, after a failed :func:`reserve`: no wait can make room for the
+    demanded ``key`` (the free bytes and those of unpinned keys still loading are fewer than it
+    needs). A scan of the keys, made only when a reservation failed."""
+    free = S[R_SC, SC_CAPACITY] - S[R_SC, SC_USED]
+    for k in range(S[R_SC, SC_KEYS]):
+        if S[K_STATE, k] == LOADING and S[K_PINS, k] == 0:
+            free += S[K_NBYTES, k]
+    return free < S[K_NBYTES, key]
+
+
+@compiled_inline
+def overflow(S: np.ndarray, key: int) -> None:
+    """ExpertCache.overflow: a demand fetch of ``key`` streamed past the pinned, full cache."""
+    S[R_STATS, ST_OVERFLOWED] += 1
+    S[R_STATS, ST_BYTES_DEMAND] += S[K_NBYTES, key]
 
 
 @compiled_inline

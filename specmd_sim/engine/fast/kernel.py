@@ -69,13 +69,18 @@ preload, next_uses = C.preload, C.next_uses  # (entry points of the module built
 @compiled_inline
 def fetch_demand(S: np.ndarray, key: int, p: int) -> int:
     """LayerStep._fetch of a demanded miss in a replay: streamed past the cache where the policy
-    declines it, else admitted and landed at once; NO_SPACE where nothing is evictable."""
+    declines it, else admitted and landed at once, or streamed past it where the layer's pins
+    leave no room (:func:`.cache.overflows`, which holds whenever a reservation fails here:
+    nothing is loading); NO_SPACE where it does not (a bug)."""
     if C.declines(S, key):
         S[R_STATS, ST_BYPASSED] += 1  # streamed past the cache
         S[R_STATS, ST_BYTES_DEMAND] += S[K_NBYTES, key]
         return OK
     if not C.reserve(S, key, False, p):
-        return NO_SPACE
+        if not C.overflows(S, key):
+            return NO_SPACE
+        C.overflow(S, key)
+        return OK
     C.complete(S, key, False)
     return OK
 

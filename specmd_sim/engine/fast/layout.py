@@ -63,6 +63,8 @@ STAT_NAMES = (
     "bypassed",
     "prefetch_cancelled",  # (the replay cancels none: the timing engine's core does)
     "hits_home",  # (the replay covers no home shard: the timing engine's core does)
+    "overflowed",
+    "evictions_prefetch",
 )
 (
     ST_BYTES_DEMAND,
@@ -77,6 +79,8 @@ STAT_NAMES = (
     ST_BYPASSED,
     ST_PF_CANCELLED,
     ST_HITS_HOME,
+    ST_OVERFLOWED,
+    ST_EV_PREFETCH,
 ) = range(len(STAT_NAMES))
 
 ABSENT, LOADING, RESIDENT = 0, 1, 2  # State; LOADING: a replayed prefetch until its plan ends

@@ -259,3 +259,89 @@ def _best(
         if rank < width:
             chosen[at + rank] = candidate[a]
     return min(c, width)
+
+
+@compiled
+def learned_scores(
+    keys: np.ndarray,
+    offsets: np.ndarray,
+    num_layers: int,
+    num_experts: int,
+    per_layer: np.ndarray,
+    target: np.ndarray,
+    distance: int,
+    learn: bool,
+    table: np.ndarray,
+    popular: np.ndarray,
+    out: np.ndarray,
+    present: np.ndarray,
+) -> None:
+    """The scores of the predictors that learn from the run's own routing, for the predictions
+    of a block of passes (their demand sets ``keys`` between ``offsets``, indexed from the
+    block's first pass; per pass, ``per_layer[l]`` predictions after the router of layer ``l``,
+    of layers ``target``): row ``r`` of ``out`` and whether it predicts (``present``).
+
+    Each (pass, layer) demand set is learned before its layer's predictions, as the predictors'
+    ``DemandObserver`` feeds it (with ``learn``): ``popular[l, e]`` counts the sets of layer
+    ``l`` holding ``e``, and with ``distance`` d > 0 (``transition``) ``table[j - 1, l, x, y]``
+    the passes in which ``x`` at layer ``l`` was followed by ``y`` at layer ``l + j`` (j <= d).
+    A prediction of layer ``t`` from layer ``l`` is then ``TransitionPredictor.scores``': the
+    sum of the table's rows of the layer's own experts, over their total, where ``t - l <= d``
+    and that total is not 0; else ``t``'s popularity over its total, where that is not 0 (the
+    whole of ``PopularityPredictor.scores``, ``distance`` 0); else none. Counts are whole
+    numbers, so every sum is exact and each score the reference's quotient, bit for bit.
+    ``table`` and ``popular`` carry the counts from block to block (and from ``fit_on``)."""
+    row = np.empty(num_experts)
+    r = 0
+    for span in range(offsets.size - 1):
+        layer = span % num_layers
+        a, b = offsets[span], offsets[span + 1]
+        if learn:
+            _learn(keys, offsets, span, layer, num_experts, distance, table, popular)
+        for _ in range(per_layer[layer]):
+            t = target[r % target.size]
+            total = 0.0
+            if 1 <= t - layer <= distance and b > a:
+                total = _followers(keys, a, b, layer, t - layer, num_experts, table, row)
+            if total == 0.0:
+                for e in range(num_experts):
+                    row[e] = popular[t, e]
+                    total += row[e]
+            present[r] = total > 0.0
+            if total > 0.0:
+                for e in range(num_experts):
+                    out[r, e] = row[e] / total
+            r += 1
+
+
+@compiled
+def _learn(keys: np.ndarray, offsets: np.ndarray, span: int, layer: int, num_experts: int,
+           distance: int, table: np.ndarray, popular: np.ndarray) -> None:  # fmt: skip
+    """:func:`learned_scores`' counts of the demand set of ``span`` (a (pass, layer) of the
+    block, of ``layer``), after the earlier layers' of its pass."""
+    a, b = offsets[span], offsets[span + 1]
+    here = layer * num_experts
+    for j in range(1, min(distance, layer) + 1):
+        before = (layer - j) * num_experts
+        for x in range(offsets[span - j], offsets[span - j + 1]):
+            for y in range(a, b):
+                table[j - 1, layer - j, keys[x] - before, keys[y] - here] += 1
+    for y in range(a, b):
+        popular[layer, keys[y] - here] += 1
+
+
+@compiled
+def _followers(keys: np.ndarray, a: int, b: int, layer: int, j: int, num_experts: int,
+               table: np.ndarray, row: np.ndarray) -> float:  # fmt: skip
+    """Into ``row``: the sum of the table's rows at distance ``j`` of the experts
+    ``keys[a:b]`` of ``layer``; its total."""
+    for e in range(num_experts):
+        row[e] = 0.0
+    base = layer * num_experts
+    for x in range(a, b):
+        for e in range(num_experts):
+            row[e] += table[j - 1, layer, keys[x] - base, e]
+    total = 0.0
+    for e in range(num_experts):
+        total += row[e]
+    return total

@@ -35,11 +35,18 @@ from specmd_sim.errors import SpecmdError
 from specmd_sim.policies.context import RecordedScores
 from specmd_sim.policies.eviction.base import EvictionPolicy
 from specmd_sim.policies.predictors.noisy_oracle import NoisyOraclePredictor
+from specmd_sim.policies.predictors.popularity import PopularityPredictor
 from specmd_sim.policies.predictors.trace import TracePredictor
+from specmd_sim.policies.predictors.transition import TransitionPredictor
 from specmd_sim.policies.prefetch.score_threshold import ScoreThresholdPrefetch
 from specmd_sim.policies.prefetch.top_k import TopKPrefetch
 from specmd_sim.scenario import RunObjects
 from specmd_sim.scenario.plugins import _Tapped
+
+# the predictors whose scores are computed in bulk: the noisy oracle's and the trace's from the
+# routing ahead, popularity's and transition's from the routing so far (learned in the kernel)
+_BULK_PREDICTORS = (NoisyOraclePredictor, TracePredictor, PopularityPredictor,
+                    TransitionPredictor)  # fmt: skip
 
 
 def plans_unsupported(run: RunObjects) -> str | None:
@@ -52,11 +59,9 @@ def plans_unsupported(run: RunObjects) -> str | None:
     if type(prefetch) not in (TopKPrefetch, ScoreThresholdPrefetch):
         return f"prefetch {prefetch.kind!r}"
     predictor = _predictor(run)
-    if type(predictor) not in (NoisyOraclePredictor, TracePredictor):
+    if type(predictor) not in _BULK_PREDICTORS:
         kind = getattr(predictor, "kind", None)
         return f"predictor {kind!r}"
-    if run.scenario.training is not None:
-        return "a predictor fitted on training routing (fit_on)"
     if type(run.eviction).on_scores is not EvictionPolicy.on_scores:
         return f"eviction {run.eviction.kind!r}, which reads the predictor's scores"
     return None
@@ -119,6 +124,9 @@ class BulkPlans:
         predictor = _predictor(run)
         self.oracle = predictor if isinstance(predictor, NoisyOraclePredictor) else None
         self.recorded: RecordedScores | None = None
+        self.learned: _Learned | None = None
+        if isinstance(predictor, PopularityPredictor | TransitionPredictor):
+            self.learned = _Learned(predictor)
         if isinstance(predictor, TracePredictor):
             trace, passes = run.scenario.trace, run.scenario.passes
             assert trace.pred_scores is not None  # the predictor refuses a trace without them
@@ -156,6 +164,8 @@ class BulkPlans:
                     continue
                 scores = self._oracle(u, lo, hi)
                 present = np.ones(scores.shape[0], np.bool_)
+            elif self.learned is not None:
+                scores, present = self._learned(lo, hi)
             else:
                 scores, present = self._recorded(lo, hi)
             if self.probabilities:
@@ -187,6 +197,23 @@ class BulkPlans:
                                    config.near_miss, shifted)  # fmt: skip
         p = np.exp(shifted)  # not in place: the reference's own call
         return p / p.sum(axis=1, keepdims=True)
+
+    def _learned(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """The scores of the predictions of passes ``lo..hi - 1`` of a predictor that learns
+        from the routing so far (:func:`.plan_kernel.learned_scores`), and which rows predict."""
+        learned = self.learned
+        assert learned is not None
+        layers = self.num_layers
+        rows = (hi - lo) * self.row_target.size
+        scores = np.zeros((rows, self.num_experts))
+        present = np.zeros(rows, np.bool_)
+        offsets = self.demand.offsets[lo * layers : hi * layers + 1]
+        self.kernels.learned_scores(
+            self.demand.keys_of_passes(lo, hi), offsets - offsets[0], layers, self.num_experts,
+            self.per_layer, self.row_target, learned.distance, learned.learn, learned.table,
+            learned.popular, scores, present,
+        )  # fmt: skip
+        return scores, present
 
     def _recorded(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
         """The trace's scores of the predictions of passes ``lo..hi - 1``
@@ -235,3 +262,19 @@ def _probabilities(scores: np.ndarray) -> np.ndarray:
         probabilities = np.where(total > 0, out / total, even)
     probabilities[~valid.any(axis=1)] = 1.0 / s.shape[1]
     return probabilities
+
+
+class _Learned:
+    """The counts of a predictor that learns from the run's routing, as the bulk kernel keeps
+    them: from the predictor's own before the run (zero, or what ``fit_on`` fitted)."""
+
+    def __init__(self, predictor: PopularityPredictor | TransitionPredictor) -> None:
+        self.learn = bool(predictor.config.learn_online)
+        if isinstance(predictor, TransitionPredictor):
+            self.distance = predictor.d
+            self.table = np.ascontiguousarray(predictor.table, np.int32)
+            self.popular = np.ascontiguousarray(predictor.popular, np.float64)
+        else:
+            self.distance = 0
+            self.table = np.zeros((1, 1, 1, 1), np.int32)
+            self.popular = np.ascontiguousarray(predictor.counts, np.float64)

@@ -8,9 +8,14 @@ prefill or runtime). The verdict:
 - **reproduced**: the effect exceeds the margin in every seed on the subject, holds in every
   robustness variant, and is absent or much weaker (below the margin, or under half the
   subject's) on every null control;
-- **structural**: it exceeds the margin on the subject, but as much on a null control (so it
-  does not come from routing), or it vanishes in a robustness variant (so it comes from that
-  choice of setup);
+- **setup artefact**: it exceeds the margin on the subject, but vanishes in a robustness variant:
+  it comes from that choice of setup (replay's instant prefetches, where the timing engine is the
+  variant; the oracle's placement of the experts it misses, where the noise model is), whatever
+  the controls show;
+- **layer order**: it exceeds the margin on the subject and holds in every variant, but as much
+  on a null control: it does not come from the routing the control removes (popularity, temporal
+  or cross-layer structure) but holds for any routing, because it comes from the order in which
+  an MoE runs its layers, which every control keeps — what SpecMD says Least-Stale exploits;
 - **not reproduced**: it does not exceed the margin in every seed on the subject.
 """
 
@@ -107,19 +112,27 @@ def judge(
             f"the effect is {ours.text(show)} on the subject; it must exceed {show(margin)} "
             "in every seed"
         )
-    why = [
-        f"as strong on the {name} control ({s.text(show)} vs {ours.text(show)}), so it does "
-        "not come from the routing that control removes"
-        for name, s in nulls.items()
-        if s.n and s.mean > margin and s.mean >= half
-    ] + [
+    artefact = [
         f"it does not hold with {name} ({s.text(show)}), so it comes from that choice of setup"
         for name, s in robust.items()
         if s.n and not s.lo > margin
     ]
-    if why:
-        return "structural", f"it holds on the subject ({ours.text(show)}), but " + "; and ".join(
-            why
+    kept = [
+        f"as strong on the {name} control ({s.text(show)} vs {ours.text(show)}), which keeps "
+        "only the order in which the layers run"
+        for name, s in nulls.items()
+        if s.n and s.mean > margin and s.mean >= half
+    ]
+    if artefact:
+        also = f"; it is also {'; and '.join(kept)}" if kept else ""
+        return "setup artefact", (
+            f"it holds on the subject ({ours.text(show)}), but " + "; and ".join(artefact) + also
+        )
+    if kept:
+        return "layer order", (
+            f"it holds on the subject ({ours.text(show)}) and in every variant, and is "
+            + "; and ".join(kept)
+            + ": it holds for any routing, from the order in which an MoE runs its layers"
         )
     weakest = ", ".join(f"{k} {v.text(show)}" for k, v in nulls.items() if v.n)
     return "reproduced", (

@@ -92,8 +92,12 @@ whether it comes from MoE routing or from the setup: every check is made over se
 with a stated margin, and repeated on **null controls** (traces without the routing structure
 the finding would exploit) and **robustness variants** (the same question asked another fair
 way). A finding is *reproduced* when it holds in every seed and variant and is absent or much
-weaker on the controls; *structural* when a control shows it as strongly, or a variant makes it
-vanish; *not reproduced* when it does not hold on the subject.
+weaker on the controls (it comes from the subject's routing); a *setup artefact* when a variant
+makes it vanish (it comes from that choice of setup: replay's instant prefetches, or the oracle's
+placement of the experts it misses); *layer order* when it holds in every variant but as
+strongly on a control, which keeps only the order in which an MoE runs its layers (it holds for
+any routing, and is what SpecMD says Least-Stale exploits); *not reproduced* when it does not
+hold on the subject. Each verdict names the control or variant that decides it.
 
 This page is generated: `specmd reproduce specmd --out DIR` writes it as `DIR/reproduction.md`
 with the runs behind every number in `DIR/runs.csv` (the copy of that file beside this page is

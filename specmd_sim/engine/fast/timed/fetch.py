@@ -169,7 +169,9 @@ def _resolve(S: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray,
     """LayerStep._fetch of a demanded, non-resident key: its job; -1 where it is resident after
     all (a late hit whose transfer ended meanwhile); -3 where nothing is evictable and no queued
     prefetch can be cancelled: the stream waits for space, then retries the reservation
-    (``retry``: the policy's admission is not asked again)."""
+    (``retry``: the policy's admission is not asked again). A key the policy declines, or for
+    which the layer's pins leave no room (:func:`.cache.overflows`), is streamed past the
+    cache."""
     if klass == LATE:
         if S[L.K_STATE, key] == L.RESIDENT:
             return -1
@@ -182,20 +184,25 @@ def _resolve(S: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray,
                 _dispatch(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, now, record, used_out, g)
         return job
     need = S[L.K_NBYTES, key]
-    if not retry and C.declines(S, key):
+    streamed = not retry and C.declines(S, key)
+    if streamed:
         S[L.R_STATS, L.ST_BYPASSED] += 1  # cache.stream
         S[L.R_STATS, L.ST_BYTES_DEMAND] += need
-        job = _new_job(JB, jfree, IG, KR, key, need, True, True, p, layer, g)
-        _submit(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, job, now, record, used_out, g)
-        return job
-    while True:
+    while not streamed:
         reserved = _reserve(S, KR, key, False, p, now, record, used_out, IG, IS, WB, g)
         if back >= 0:  # the write-backs of its evictions start
             _dispatch_back(JB, jfree, IS, IG, hT, hI, free_back, WB, back, now, g)
         if reserved:
             break
-        if not _make_room(S, KR, JB, jfree, IS, IG, hT, hI, qb, now, record, used_out, g):
+        if C.overflows(S, key):  # the layer's pins fill the cache: cache.overflow
+            C.overflow(S, key)
+            streamed = True
+        elif not _make_room(S, KR, JB, jfree, IS, IG, hT, hI, qb, now, record, used_out, g):
             return -3
+    if streamed:  # past the cache, into a staging buffer
+        job = _new_job(JB, jfree, IG, KR, key, need, True, True, p, layer, g)
+        _submit(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, job, now, record, used_out, g)
+        return job
     job = _new_job(JB, jfree, IG, KR, key, need, True, False, p, layer, g)
     KR[KR_JOB, key] = job
     _submit(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, job, now, record, used_out, g)
