@@ -49,15 +49,18 @@ if TYPE_CHECKING:
 
 KINDS = (
     "attention", "expert", "lm_head", "stall", "demand_fetch", "prefetch", "cpu_expert",
-    "write_back", "nvme_read", "promoted_prefetch",
+    "write_back", "nvme_read", "promoted_prefetch", "streamed",
 )  # fmt: skip
 """Span kinds; a span stores the index. Append only: saved spans keep their kind names."""
 COMPUTE_KINDS = ("attention", "expert", "lm_head")
-TRANSFER_KINDS = ("demand_fetch", "prefetch", "promoted_prefetch")
-"""A transfer is drawn as what it was issued as: a demand fetch; a prefetch; or a prefetch that a
+TRANSFER_KINDS = ("demand_fetch", "prefetch", "promoted_prefetch", "streamed")
+"""A transfer is drawn as what it was issued as: a demand fetch; a prefetch; a prefetch that a
 layer needed before it had completed (a late hit: promoted to the demand queue if still queued,
-waited for if moving). A transfer moved in chunks (``timing.chunk_bytes``) draws each chunk as
-it was when it moved: those before the promotion as a prefetch."""
+waited for if moving); or a demand fetch streamed past the cache through a staging buffer (the
+policy did not admit it, or the layer's demand set left it no room: ``bypassed`` and
+``overflowed``), used once and never cached. A transfer moved in chunks
+(``timing.chunk_bytes``) draws each chunk as it was when it moved: those before the promotion
+as a prefetch."""
 KIND = {name: i for i, name in enumerate(KINDS)}
 
 SPAN_DTYPE = np.dtype(

@@ -84,6 +84,7 @@ class Job:
     slot: Any  # where the bytes go (a row of the fast tier, or a staging buffer)
     staged: int  # its staging buffer (a streamed expert), else -1
     done: threading.Event = field(default_factory=threading.Event)
+    bypass: bool = False  # streamed past the cache (into its staging buffer)
     started: bool = False
     promoted: bool = False  # issued as a prefetch, needed before it completed (a late hit)
     start_s: float = 0.0
@@ -149,7 +150,7 @@ class Transfers:
             buf = self.staging[staged]
         else:
             buf = self.fast[self._slot(key)]
-        job = Job(key, request.demand, request.target, buf, staged)
+        job = Job(key, request.demand, request.target, buf, staged, bypass=request.bypass)
         if not request.bypass:
             self.jobs[key] = job
         (self.demand_q if job.demand else self.prefetch_q).append(job)

@@ -22,7 +22,7 @@ from specmd_sim.timeline import KINDS
 
 DRAW_ORDER = (
     "attention", "expert", "cpu_expert", "lm_head", "stall", "demand_fetch", "prefetch",
-    "promoted_prefetch", "write_back", "nvme_read",
+    "promoted_prefetch", "streamed", "write_back", "nvme_read",
 )  # fmt: skip
 """Order of kinds inside an aggregated bin (kinds not listed follow, in :data:`KINDS` order)."""
 

@@ -22,6 +22,7 @@ KIND_COLOURS = {
     "demand_fetch": "#F58518",
     "prefetch": "#72B7B2",
     "promoted_prefetch": "#2F7F7A",
+    "streamed": "#C4561A",
     "write_back": "#D4A6C8",
     "nvme_read": "#8F6D31",
 }
@@ -34,6 +35,7 @@ KIND_LABELS = {
     "demand_fetch": "demand fetch",
     "prefetch": "prefetch",
     "promoted_prefetch": "prefetch needed early (late hit)",
+    "streamed": "streamed past the cache",
     "write_back": "write-back",
     "nvme_read": "NVMe read into DRAM",
 }

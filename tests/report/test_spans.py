@@ -179,3 +179,25 @@ def test_each_transfer_is_drawn_as_what_it_was_issued_as(engine: str) -> None:
     served = served_class(result.spans)
     assert set(served[kind == KIND["promoted_prefetch"]]) == {AccessClass.LATE_HIT}
     assert AccessClass.LATE_HIT not in set(served[kind == KIND["demand_fetch"]])
+
+
+@pytest.mark.parametrize("engine", ["compiled", "simpy"])
+def test_an_expert_streamed_past_the_cache_is_drawn_as_streamed(engine: str) -> None:
+    """Whole prompts beside a 20-slot OLMoE cache overflow it, and static-hot streams what it
+    does not hold: each such transfer is one span of its own kind, and with the demand fetches
+    they are the misses (both engines alike)."""
+    from specmd_sim import SimConfig, simulate
+
+    for eviction, counted in (("least-stale", "overflowed"), ("static-hot", "bypassed")):
+        config = SimConfig(workload={"max_requests": 1}, cache={"capacity": 20},
+                           eviction={"kind": eviction}, prefetch={"kind": "none"})  # fmt: skip
+        result = simulate(config, compiled=engine == "compiled")
+        m, kind = result.metrics, result.spans["kind"]
+        streamed = int((kind == KIND["streamed"]).sum())
+        assert streamed == m[counted] > 0 and m["bypassed"] + m["overflowed"] == streamed
+        assert int((kind == KIND["demand_fetch"]).sum()) + streamed == m["misses"]
+        assert set(served_class(result.spans)[kind == KIND["streamed"]]) <= {
+            AccessClass.COMPULSORY,
+            AccessClass.CAPACITY,
+            AccessClass.COLLISION,
+        }

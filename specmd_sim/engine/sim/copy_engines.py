@@ -42,6 +42,8 @@ class Job:
 
 def transfer_kind(job: Job | Any) -> str:
     """The span kind of a job's transfer: what it was issued as (``timeline.TRANSFER_KINDS``)."""
+    if job.bypass:
+        return "streamed"
     if job.promoted:
         return "promoted_prefetch"
     return "demand_fetch" if job.demand else "prefetch"

@@ -74,6 +74,7 @@ from specmd_sim.engine.fast.timed.state import (
     SK_DEMAND_FETCH,
     SK_PREFETCH,
     SK_PROMOTED,
+    SK_STREAMED,
     WB_KEY,
     WB_LAYER,
     WB_LEFT,
@@ -278,6 +279,8 @@ def _arrived(run: Run, blk: Block, core: Core, tally: Tallies, out: Out, gp: Gpu
         _sample(out.flight_out, IG, G_NFLIGHT, now, IS[I_IN_FLIGHT], h)
         demand = JB[job, J_DEMAND]  # the kind it was issued as (copy_engines.transfer_kind)
         kind = SK_PROMOTED if demand == PROMOTED else SK_DEMAND_FETCH if demand else SK_PREFETCH
+        if JB[job, J_BYPASS]:
+            kind = SK_STREAMED
         row = blk.B[h, B_PASS0] + JB[job, J_PASS]
         _span(out.spF, out.spI, IG, run.lanes[h, slot], kind, FL[job, FL_START], now, row,
               JB[job, J_LAYER], key, nbytes, run.PI[row, PI_REQUEST], -1)  # fmt: skip

@@ -24,6 +24,7 @@ OK, BLOCKED, REFILL = 0, 1, 2
 SK_ATTENTION, SK_EXPERT, SK_LM_HEAD, SK_STALL, SK_DEMAND_FETCH, SK_PREFETCH = range(6)
 SK_WRITE_BACK = 7
 SK_PROMOTED = 9  # a prefetch needed before it completed (J_DEMAND == PROMOTED)
+SK_STREAMED = 10  # a demand fetch streamed past the cache (J_BYPASS)
 PROMOTED = 2  # J_DEMAND of a promoted prefetch (truthy: it is in the demand class now)
 LATE = 1  # AccessClass.LATE_HIT
 LOADING = 1  # State.LOADING
