@@ -11,9 +11,13 @@ STATED: dict[str, Any] = {
     "workload": {"prefill_chunk_tokens": 1},
     "predictor": {"kind": "noisy-oracle", "accuracy": 0.9},
 }
-# the same, as ``specmd run`` / ``replay`` options
-STATED_SET = ["--set", "workload.prefill_chunk_tokens=1", "--set", "predictor.kind=noisy-oracle",
-              "--set", "predictor.accuracy=0.9"]  # fmt: skip
+# the same, as ``specmd run`` / ``replay`` options (the predictor's kind before its parameters)
+STATED_SET = [
+    arg
+    for section, fields in STATED.items()
+    for name, value in fields.items()
+    for arg in ("--set", f"{section}.{name}={value}")
+]
 
 
 def stated(config: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ sys.path.insert(0, str(_HERE))
 
 from process import timed  # noqa: E402
 from scale import _in_child  # noqa: E402
+from settings import STATED  # noqa: E402
 
 from specmd_sim import packed_rows  # noqa: E402
 
@@ -43,9 +44,7 @@ import specmd_sim.engine.sim.run as sim_run
 from specmd_sim import build_config, simulate
 from specmd_sim.timeline import SpanRecorder
 trace, mode = sys.argv[1], sys.argv[2]
-config = {"trace": trace, "cache": {"capacity": "5%"},
-          "workload": {"prefill_chunk_tokens": 1},
-          "predictor": {"kind": "noisy-oracle", "accuracy": 0.9}}  # (benchmarks/settings.py)
+config = {"trace": trace, "cache": {"capacity": "5%"}, **json.loads(sys.argv[3])}
 if mode == "none":
     config["timing"] = {"record_spans": False}
 if mode == "memory":
@@ -59,7 +58,7 @@ print(json.dumps({"spans": spans, "samples": samples, "series": len(result.count
 
 
 def run_one(trace: Path, mode: str) -> dict[str, Any]:
-    wall, peak, out = timed([sys.executable, "-c", CHILD, str(trace), mode])
+    wall, peak, out = timed([sys.executable, "-c", CHILD, str(trace), mode, json.dumps(STATED)])
     return {"wall_s": wall, "peak_mib": peak, **json.loads(out)}
 
 

@@ -258,9 +258,14 @@ class ExpertCache:
         """Whether the policy would cache ``key`` (False: stream it past the cache)."""
         return self.policy.admit(key, reason)
 
-    def stream(self, key: int) -> None:
-        """A demand fetch of ``key`` that bypasses the cache (into a staging buffer)."""
-        self.stats.bypassed += 1
+    def stream(self, key: int, overflow: bool = False) -> None:
+        """A demand fetch of ``key`` that bypasses the cache (into a staging buffer): the policy
+        did not admit it, or (``overflow``) the layer's pinned demand set leaves it no room
+        (:meth:`overflows`)."""
+        if overflow:
+            self.stats.overflowed += 1
+        else:
+            self.stats.bypassed += 1
         self.stats.bytes_demand += self.nbytes[key]
 
     def overflows(self, key: int) -> bool:
@@ -276,12 +281,6 @@ class ExpertCache:
                 free += nbytes[k]
             k = state.find(_LOADING, k + 1)
         return free < nbytes[key]
-
-    def overflow(self, key: int) -> None:
-        """A demand fetch of ``key`` streamed past the cache (into a staging buffer) because the
-        layer's pinned demand set leaves no room for it (:meth:`overflows`)."""
-        self.stats.overflowed += 1
-        self.stats.bytes_demand += self.nbytes[key]
 
     def preload(self, keys: list[int]) -> None:
         """Make ``keys`` resident before the run, moving no bytes (a warm start)."""

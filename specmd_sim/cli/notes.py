@@ -20,14 +20,17 @@ def prefill_words(tokens: int) -> str:
 def setup_line(config: dict[str, Any], inputs: dict[str, Any]) -> str:
     """The settings that set the headline numbers, in words: the workload, prefill, predictor,
     runtime, cache and machine (its GPU and host)."""
-    workload = config.get("workload", {})
-    predictor = config.get("predictor", {}).get("kind", "?")
+    workload, chosen = config.get("workload", {}), config.get("predictor", {})
+    predictor = chosen.get("kind", "?")
     words = f"predictor {predictor}"
     if is_offline("predictor", predictor):
         words += " (offline: it reads the run's future routing, which no real system can)"
-    elif predictor in ("transition", "popularity", "activation-matrix"):
-        fitted = bool(config.get("predictor", {}).get("fit_on"))
-        words += " (fitted on other requests)" if fitted else " (learned online from the run)"
+    elif "learn_online" in chosen:  # a predictor that learns (policies/fit.py: FittableConfig)
+        words += (
+            " (fitted on other requests)"
+            if chosen.get("fit_on")
+            else " (learned online from the run)"
+        )
     requests, tokens = inputs.get("requests", "?"), inputs.get("trace_tokens", "?")
     cache = config.get("cache", {}).get("capacity", "?")
     slots = inputs.get("capacity_slots")

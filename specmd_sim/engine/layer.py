@@ -270,7 +270,7 @@ class LayerStep:
             return (yield Fetch(key, True, (p, layer), bypass=True))
         while not cache.reserve(key, _DEMAND):
             if cache.overflows(key):  # the layer's pins fill the cache: no wait makes room
-                cache.overflow(key)
+                cache.stream(key, overflow=True)
                 return (yield Fetch(key, True, (p, layer), bypass=True))
             yield WaitForSpace(key)
         return (yield Fetch(key, True, (p, layer)))

@@ -182,7 +182,7 @@ class CacheMachine(RuleBasedStateMachine):
         overflows = c.capacity_bytes - (held - landing) * EB < EB
         assert c.overflows(key) == overflows
         if overflows:
-            c.overflow(key)
+            c.stream(key, overflow=True)
             self._count("overflowed")
             self._count("bytes_demand", EB)
         return False

@@ -19,6 +19,7 @@ from specmd_sim.cli.notes import (
     late_hit_note,
     overflow_note,
     prefetch_eviction_note,
+    setup_line,
     small_cache_note,
     whole_model_note,
 )
@@ -160,6 +161,10 @@ def test_the_summary_names_the_setup_in_words(tmp_path: Path) -> None:
     )  # fmt: skip
     first = " ".join(result.output.split("simulate:")[0].split())
     assert "prefill token by token" in first and "predictor noisy-oracle (offline" in first
+    fitted = {"predictor": {"kind": "popularity", "fit_on": {"requests": [0]},
+                            "learn_online": True}}  # fmt: skip
+    assert "predictor popularity (fitted on other requests)" in setup_line(fitted, {})
+    assert "predictor trace;" in setup_line({"predictor": {"kind": "trace"}}, {})
 
 
 def test_a_cache_smaller_than_a_pass_says_so() -> None:

@@ -4,11 +4,11 @@ Written once, over the flat state ``S`` (:mod:`.layout`), and called by both com
 the replay kernel (:mod:`.kernel`) and the timing engine's core (:mod:`.timed.stream` and
 :mod:`.timed.fetch`). The cache's operations are :func:`begin_pass`, :func:`access` (which
 classifies), :func:`hint`, :func:`declines` (the policy's admission), :func:`reserve` (evict
-until the key fits, then admit it ``LOADING``), :func:`overflows` and :func:`overflow` (a demand
-set larger than the cache), :func:`complete`, :func:`cancel` (a cancelled
-prefetch) and :func:`preload`; numba inlines them into their callers (a call between compiled
-functions that is not inlined costs an atomic reference count per array argument, more than a
-hit's own work).
+until the key fits, then admit it ``LOADING``), :func:`stream` (past the cache) and
+:func:`overflows` (a demand set larger than the cache), :func:`complete`, :func:`cancel` (a
+cancelled prefetch) and :func:`preload`; numba inlines them into their callers (a call between
+compiled functions that is not inlined costs an atomic reference count per array argument, more
+than a hit's own work).
 
 A policy is not a code here but the mechanisms it is made of, chosen by its
 ``compiled_form()`` (:class:`~specmd_sim.policies.eviction.base.CompiledForm`) and held in
@@ -112,6 +112,7 @@ from specmd_sim.engine.fast.layout import (
     SC_USED,
     SC_VICTIM,
     SC_WRITE_BACK,
+    ST_BYPASSED,
     ST_BYTES_DEMAND,
     ST_BYTES_PREFETCH,
     ST_BYTES_WRITTEN_BACK,
@@ -612,9 +613,10 @@ def overflows(S: np.ndarray, key: int) -> bool:
 
 
 @compiled_inline
-def overflow(S: np.ndarray, key: int) -> None:
-    """ExpertCache.overflow: a demand fetch of ``key`` streamed past the pinned, full cache."""
-    S[R_STATS, ST_OVERFLOWED] += 1
+def stream(S: np.ndarray, key: int, overflow: bool) -> None:
+    """ExpertCache.stream: a demand fetch of ``key`` streamed past the cache, not admitted or
+    (``overflow``) past the pinned, full cache."""
+    S[R_STATS, ST_OVERFLOWED if overflow else ST_BYPASSED] += 1
     S[R_STATS, ST_BYTES_DEMAND] += S[K_NBYTES, key]
 
 

@@ -55,7 +55,6 @@ from specmd_sim.engine.fast.layout import (
     SC_RECENCY,
     SC_USED,
     SC_WRITE_BACK,
-    ST_BYPASSED,
     ST_BYTES_DEMAND,
     ST_BYTES_WRITTEN_BACK,
     ST_EVICTIONS,
@@ -73,13 +72,12 @@ def fetch_demand(S: np.ndarray, key: int, p: int) -> int:
     leave no room (:func:`.cache.overflows`, which holds whenever a reservation fails here:
     nothing is loading); NO_SPACE where it does not (a bug)."""
     if C.declines(S, key):
-        S[R_STATS, ST_BYPASSED] += 1  # streamed past the cache
-        S[R_STATS, ST_BYTES_DEMAND] += S[K_NBYTES, key]
+        C.stream(S, key, False)
         return OK
     if not C.reserve(S, key, False, p):
         if not C.overflows(S, key):
             return NO_SPACE
-        C.overflow(S, key)
+        C.stream(S, key, True)
         return OK
     C.complete(S, key, False)
     return OK

@@ -187,16 +187,15 @@ def _resolve(S: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray,
     need = S[L.K_NBYTES, key]
     streamed = not retry and C.declines(S, key)
     if streamed:
-        S[L.R_STATS, L.ST_BYPASSED] += 1  # cache.stream
-        S[L.R_STATS, L.ST_BYTES_DEMAND] += need
+        C.stream(S, key, False)
     while not streamed:
         reserved = _reserve(S, KR, key, False, p, now, record, used_out, IG, IS, WB, g)
         if back >= 0:  # the write-backs of its evictions start
             _dispatch_back(JB, jfree, IS, IG, hT, hI, free_back, WB, back, now, g)
         if reserved:
             break
-        if C.overflows(S, key):  # the layer's pins fill the cache: cache.overflow
-            C.overflow(S, key)
+        if C.overflows(S, key):  # the layer's pins fill the cache
+            C.stream(S, key, True)
             streamed = True
         elif not _make_room(S, KR, JB, jfree, IS, IG, hT, hI, qb, now, record, used_out, g):
             return -3
