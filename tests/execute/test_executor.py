@@ -138,8 +138,11 @@ def test_the_throttled_link_shares_its_bandwidth() -> None:
     for t in threads:
         t.join()
     together = max(ends) - start
-    assert alone == pytest.approx(0.05, rel=0.3)
-    assert together == pytest.approx(0.10, rel=0.3)  # each got half
+    # Lower bounds only are exact under load (a busy machine only adds time): the link never
+    # moves more than its bandwidth, and two copies on it share it, so together they take twice
+    # as long as one alone. The upper bound catches a wrong rate (bits for bytes), not noise.
+    assert 0.05 * 0.97 <= alone < 0.05 * 8
+    assert 0.10 * 0.97 <= together < 0.10 * 8  # each got half
 
 
 def test_expert_op_is_a_swiglu() -> None:
