@@ -2,11 +2,12 @@
 
 ``RUN_DIR/config.yaml`` (the resolved config) and ``RUN_DIR/result.json``; for the timing
 engine also ``RUN_DIR/spans.npz`` (every span and counter, so that reports and timelines can be
-rebuilt later: ``specmd timeline``, ``specmd report``), ``RUN_DIR/trace.json.gz`` (the
-Chrome/Perfetto trace, gzip-compressed: ~12x smaller than its ~65 KB of JSON per token, and
-Perfetto opens it as it is) and ``RUN_DIR/timeline.html`` (the per-resource and per-layer
-views). The default folder is ``runs/<engine>-<hash>``, the hash of the resolved config, so
-re-running the same config overwrites identical results instead of piling up copies. Every file
+rebuilt later: ``specmd timeline``, ``specmd report``), ``RUN_DIR/trace.pftrace.gz`` (the
+Perfetto trace in Perfetto's protobuf format, gzip-compressed: :mod:`specmd_sim.perfetto`;
+``specmd chrome`` writes the same in the Chrome JSON format, ``trace.json.gz``, for
+``chrome://tracing``) and ``RUN_DIR/timeline.html`` (the per-resource and per-layer views).
+The default folder is ``runs/<engine>-<hash>``, the hash of the resolved config, so re-running
+the same config overwrites identical results instead of piling up copies. Every file
 is a function of the config alone (sorted keys, fixed zip timestamps, a gzip header without
 name or time, no machine paths or clock times): the same config and seed give byte-identical
 folders.
@@ -37,27 +38,32 @@ from specmd_sim.config import SimConfig, config_to_dict
 from specmd_sim.errors import SpecmdError, short_repr
 from specmd_sim.metric_spec import ENGINES
 from specmd_sim.metrics import RESULT_FORMAT, TABLES, RunResult
+from specmd_sim.perfetto import write_perfetto_trace
 from specmd_sim.timeline import (
     COUNTER_DTYPE,
     KINDS,
     SPAN_DTYPE,
     Recording,
-    write_chrome_trace,
 )
 
 SPANS_FORMAT = "specmd-spans"
 SPANS_VERSION = 1
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 TIMELINE_FILE = "timeline.html"
-TRACE_FILE = "trace.json.gz"
-"""The Perfetto trace. Folders written before it was compressed hold ``trace.json`` instead,
-which their manifest lists, so they still check; nothing reads a trace back."""
+TRACE_FILE = "trace.pftrace.gz"
+"""The Perfetto trace (protobuf). Folders written before it hold the Chrome JSON trace instead
+(``trace.json.gz``, or ``trace.json`` before that), which their manifest lists, so they still
+check; nothing reads a trace back."""
+CHROME_TRACE_FILE = "trace.json.gz"
+"""The Chrome JSON trace ``specmd chrome`` writes into a run folder by default."""
 REPORT_FILE = "report.html"
 PAGES = (TIMELINE_FILE, REPORT_FILE)
 """The pages ``specmd timeline`` and ``specmd report`` write into a run folder by default."""
 _PAGE_FILE = re.compile(
     "|".join(rf"{re.escape(Path(p).stem)}(-[\w.-]+)?\.(html|png|svg)" for p in PAGES)
-)  # a page, its windows (``timeline-500-520ms.html``) and images (``report-ttft.png``)
+    + f"|{re.escape(CHROME_TRACE_FILE)}"
+)  # a page, its windows (``timeline-500-520ms.html``) and images (``report-ttft.png``); the
+# Chrome trace ``specmd chrome`` writes
 
 
 def config_hash(config: SimConfig) -> str:
@@ -105,7 +111,7 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
             write_spans(files["spans"], recording)
             files["trace"] = folder / TRACE_FILE
             options = chrome_trace_options(json.loads(result.to_json()), recording)
-            write_chrome_trace(files["trace"], recording.spans, recording.lanes, **options)
+            write_perfetto_trace(files["trace"], recording.spans, recording.lanes, **options)
         if extra is not None:
             files.update(extra(folder))
         write_manifest(folder, files.values())
@@ -145,10 +151,11 @@ def check_run_folder(run_dir: Path) -> None:
     the folder holds no other file (a file added later makes a mixed folder).
 
     Pages are no part of the check: ``specmd timeline`` and ``specmd report`` write
-    :data:`PAGES` and their images (``report-ttft.png``) into the folder by default and rewrite
-    them at will, so a page is neither required, nor size-checked, nor extra, whether
-    :data:`MANIFEST` lists it (the timeline page ``specmd run`` writes) or not. Hidden files (a
-    page being written, a file manager's ``.DS_Store``) are ignored.
+    :data:`PAGES` and their images (``report-ttft.png``), ``specmd chrome`` the Chrome trace
+    (:data:`CHROME_TRACE_FILE`), into the folder by default and rewrite them at will, so a
+    page is neither required, nor size-checked, nor extra, whether :data:`MANIFEST` lists it
+    (the timeline page ``specmd run`` writes) or not. Hidden files (a page being written, a
+    file manager's ``.DS_Store``) are ignored.
     """
     run_dir = Path(run_dir)
     if not (run_dir / "result.json").is_file():
@@ -267,8 +274,9 @@ def _got(data: dict[str, Any], key: str) -> str:
 
 
 def chrome_trace_options(result: dict[str, Any], recording: Recording) -> dict[str, Any]:
-    """What :func:`specmd_sim.timeline.chrome_trace_chunks` takes from ``result.json``: the
-    engine's pass and request tables, the counters, the expert count and the run's metadata."""
+    """What a trace writer (:func:`specmd_sim.perfetto.perfetto_chunks`,
+    :func:`specmd_sim.timeline.chrome_trace_chunks`) takes from ``result.json``: the engine's
+    pass and request tables, the counters, the expert count and the run's metadata."""
     cfg, inputs = result["config"], result["inputs"]
     metadata = {
         "model": inputs.get("model"),

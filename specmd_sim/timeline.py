@@ -203,17 +203,23 @@ class SpanRecorder:
 
 
 def intersection_length(a: np.ndarray, b: np.ndarray) -> float:
-    """Total length of the intersection of two disjoint sorted interval lists."""
-    total, i, j = 0.0, 0, 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i, 0], b[j, 0]), min(a[i, 1], b[j, 1])
-        if hi > lo:
-            total += hi - lo
-        if a[i, 1] < b[j, 1]:
-            i += 1
-        else:
-            j += 1
-    return total
+    """Total length of the intersection of two disjoint sorted interval lists (``(n, 2)``
+    arrays of ``[start, end)``).
+
+    Every pair that overlaps is found with two binary searches per interval of ``a`` (those of
+    ``b`` ending after it starts and starting before it ends), and the overlaps are added one
+    after another in ``(a, b)`` order (``cumsum``, not numpy's pairwise ``sum``): the order and
+    the rounding of a two-pointer merge over both lists, so the total is the same to the bit.
+    """
+    if len(a) == 0 or len(b) == 0:
+        return 0.0
+    first = np.searchsorted(b[:, 1], a[:, 0], side="right")
+    count = np.maximum(np.searchsorted(b[:, 0], a[:, 1], side="left") - first, 0)
+    i = np.repeat(np.arange(len(a)), count)
+    j = np.arange(len(i)) + np.repeat(first - (np.cumsum(count) - count), count)
+    part = np.minimum(a[i, 1], b[j, 1]) - np.maximum(a[i, 0], b[j, 0])
+    part = part[part > 0]
+    return float(np.cumsum(part)[-1]) if len(part) else 0.0
 
 
 # --- lanes and tracks ----------------------------------------------------------------------
@@ -376,7 +382,7 @@ def class_name(klass: int) -> str:
 # --- Chrome / Perfetto trace ---------------------------------------------------------------
 
 
-def _ns(seconds: npt.ArrayLike) -> np.ndarray:
+def to_ns(seconds: npt.ArrayLike) -> np.ndarray:
     """Whole nanoseconds. Rounding is monotonic, so spans that do not overlap in seconds do not
     overlap in the trace either, and ``ns / 1000`` prints (and parses back) exactly."""
     return np.rint(np.asarray(seconds, dtype=np.float64) * 1e9).astype(np.int64)
@@ -396,12 +402,12 @@ def counter_label(name: str) -> tuple[str, str]:
     return base.replace("_", " "), "value"
 
 
-def _step_changes(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def step_changes(samples: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A step counter's change points in whole ns: the last sample at each instant, and only
     where the value changes."""
     if not samples.size:
         return np.zeros(0, np.int64), np.zeros(0)
-    t, v = _ns(samples["time"]), samples["value"].astype(np.float64)
+    t, v = to_ns(samples["time"]), samples["value"].astype(np.float64)
     last = np.r_[t[1:] != t[:-1], True]
     t, v = t[last], v[last]
     keep = np.r_[True, v[1:] != v[:-1]]
@@ -430,6 +436,66 @@ _SPAN_HEADS = [
     + ',"args":{"pass":'
     for kind in KINDS
 ]
+
+
+@dataclass(eq=False)
+class TraceLayout:
+    """Where a trace puts things, whatever its format: a process per device (``pid_of``, from
+    1; ``main_pid`` that of the first lane), its tracks (``tracks``: ``(pid, name)``, track id
+    = place + 1: each GPU's ``passes`` track first, then each lane's sub-tracks), the spans in
+    trace order (``order``: by lane, then start, then position) with the track of each
+    (``tid``; ``span_tid`` by span, 0 for a span on no track), the pid of each track
+    (``track_pid``, by track id), of each pass's GPU and of each request's, and the spans'
+    times in whole ns."""
+
+    pid_of: dict[str, int]
+    main_pid: int
+    tracks: list[tuple[int, str]]
+    pass_pid: list[int]
+    pass_pids: list[int]
+    request_pid: list[int]
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+    order: np.ndarray
+    tid: np.ndarray
+    span_tid: np.ndarray
+    track_pid: np.ndarray
+
+    def counter_pid(self, name: str) -> int:
+        """A counter named ``"<device>/<name>"`` goes to that device's process, others to the
+        first lane's."""
+        return self.pid_of.get(name.rpartition("/")[0], self.main_pid)
+
+
+def trace_layout(
+    spans: np.ndarray,
+    lanes: list[str],
+    counters: Mapping[str, np.ndarray],
+    per_pass: Mapping[str, Sequence[Any]],
+    per_request: Mapping[str, Sequence[Any]],
+) -> TraceLayout:
+    """The :class:`TraceLayout` of a run's spans, counters and pass and request tables."""
+    processes = list(dict.fromkeys(lane_process(name) for name in lanes))
+    for name in counters:
+        device = name.rpartition("/")[0]
+        if device and device not in processes:
+            processes.append(device)
+    pid_of = {name: i + 1 for i, name in enumerate(processes or ["specmd"])}
+    main_pid = pid_of[lane_process(lanes[0])] if lanes else 1
+    pass_pid = [pid_of.get(gpu, main_pid) for gpu in per_pass.get("gpu", [])]
+    pid_of_request: dict[int, int] = {}  # a request runs on one GPU: that of its passes
+    for req, pid in zip(per_pass.get("request", []), pass_pid, strict=True):
+        pid_of_request.setdefault(req, pid)
+    request_pid = [pid_of_request.get(r, main_pid) for r in per_request.get("request", [])]
+    pass_pids = list(dict.fromkeys(pass_pid))
+    tracks = [(pid, "passes") for pid in pass_pids]
+    start_ns, end_ns = to_ns(spans["start"]), to_ns(spans["end"])
+    order, tid = _span_tracks(spans["lane"], start_ns, end_ns, lanes, pid_of, tracks)
+    span_tid = np.zeros(spans.size, np.int64)  # 0: a span on no track
+    span_tid[order] = tid
+    track_pid = np.array([0] + [pid for pid, _ in tracks])
+    return TraceLayout(pid_of, main_pid, tracks, pass_pid, pass_pids, request_pid, start_ns,
+                       end_ns, order, tid, span_tid, track_pid)  # fmt: skip
 
 
 def chrome_trace_chunks(
@@ -476,23 +542,11 @@ def chrome_trace_chunks(
     one a dict per event would give, byte for byte.
     """
     counters = counters or {}
-    processes = list(dict.fromkeys(lane_process(name) for name in lanes))
-    for name in counters:
-        device = name.rpartition("/")[0]
-        if device and device not in processes:
-            processes.append(device)
-    pid_of = {name: i + 1 for i, name in enumerate(processes or ["specmd"])}
-    main_pid = pid_of[lane_process(lanes[0])] if lanes else 1
     per_pass, per_request = per_pass or {}, per_request or {}
-    pass_pid = [pid_of.get(gpu, main_pid) for gpu in per_pass.get("gpu", [])]
-    pid_of_request: dict[int, int] = {}  # a request runs on one GPU: that of its passes
-    for req, pid in zip(per_pass.get("request", []), pass_pid, strict=True):
-        pid_of_request.setdefault(req, pid)
-    request_pid = [pid_of_request.get(r, main_pid) for r in per_request.get("request", [])]
-    pass_pids = list(dict.fromkeys(pass_pid))
-    tracks = [(pid, "passes") for pid in pass_pids]  # (pid, name); tid = place + 1
-    start_ns, end_ns = _ns(spans["start"]), _ns(spans["end"])
-    order, tid = _span_tracks(spans["lane"], start_ns, end_ns, lanes, pid_of, tracks)
+    layout = trace_layout(spans, lanes, counters, per_pass, per_request)
+    pid_of, tracks = layout.pid_of, layout.tracks
+    pass_pid, request_pid = layout.pass_pid, layout.request_pid
+    start_ns, end_ns, order, tid = layout.start_ns, layout.end_ns, layout.order, layout.tid
 
     meta: list[dict[str, Any]] = []
     for name, pid in pid_of.items():
@@ -514,7 +568,7 @@ def chrome_trace_chunks(
             }
         )
     yield '{"traceEvents":[' + ",".join(map(_dumps, meta))  # never empty: a process at least
-    for t, pid in enumerate(pass_pids, 1):
+    for t, pid in enumerate(layout.pass_pids, 1):
         events = itertools.chain(
             _pass_events(per_pass, [q == pid for q in pass_pid], pid, t),
             _request_events(per_request, [q == pid for q in request_pid], pid, t),
@@ -523,23 +577,21 @@ def chrome_trace_chunks(
             yield "," + ",".join(map(_dumps, batch))
     klass = served_class(spans)
     gpus = list(dict.fromkeys(per_pass.get("gpu", [])))
-    gpu = _served_gpu(spans, lanes, per_pass, gpus)
-    track_pid = np.array([0] + [pid for pid, _ in tracks])
+    gpu = served_gpu(spans, lanes, per_pass, gpus)
+    track_pid = layout.track_pid
     for lo in range(0, order.size, TRACE_CHUNK):
         i, at = order[lo : lo + TRACE_CHUNK], tid[lo : lo + TRACE_CHUNK]
         yield "," + _span_text(
             spans[i], klass[i], start_ns[i], end_ns[i], track_pid[at], at, num_experts,
             gpu[i], gpus,
         )  # fmt: skip
-    span_tid = np.zeros(spans.size, np.int64)  # 0: a span on no track
-    span_tid[order] = tid
-    yield from _flow_chunks(spans, lanes, start_ns, end_ns, track_pid, span_tid)
+    yield from _flow_chunks(flow_pairs(spans, lanes, layout.span_tid), layout)
     for name, samples in sorted(counters.items()):
         label, arg = counter_label(name)
-        pid = pid_of.get(name.rpartition("/")[0], main_pid)
+        pid = layout.counter_pid(name)
         event = _dumps({"ph": "C", "name": label, "pid": pid})[:-1]
         event += ',"ts":%d%s,"args":{' + _dumps(arg) + ":%s}}"
-        times, values = _step_changes(samples)
+        times, values = step_changes(samples)
         for lo in range(0, times.size, TRACE_CHUNK):
             whole, part = _microseconds(times[lo : lo + TRACE_CHUNK])
             texts = [
@@ -575,7 +627,7 @@ def span_gpus(
     return out
 
 
-def _served_gpu(
+def served_gpu(
     spans: np.ndarray, lanes: list[str], per_pass: Mapping[str, Sequence[Any]], gpus: list[str]
 ) -> np.ndarray:
     """On a run of several GPUs, for each span on a lane of another device (the host's CPU
@@ -618,26 +670,34 @@ FLOWS = ("stall ended by", "prefetch used by")
 (:func:`prefetch_uses`)."""
 
 
-def _flow_chunks(
-    spans: np.ndarray,
-    lanes: list[str],
-    start_ns: np.ndarray,
-    end_ns: np.ndarray,
-    track_pid: np.ndarray,
-    span_tid: np.ndarray,
-) -> Iterator[str]:
-    """The flow events (``ph: s`` in the first slice, ``ph: f`` with ``bp: e`` in the second:
-    each binds to the slice enclosing it on its track) of :data:`FLOWS`, ids 1, 2, ... in
-    that order and by span. A flow runs forward in time (what both ends need to bind): from a
-    stall, at a third of the time it shares with the transfer that ended it, to that
-    transfer, at two thirds; from the middle of a prefetch to the middle of the expert span
-    that used it (which starts after the prefetch ended)."""
-    first = 1
-    ends_of = (stall_causes(spans, lanes), prefetch_uses(spans))
-    for name, target in zip(FLOWS, ends_of, strict=True):
+def flow_pairs(
+    spans: np.ndarray, lanes: list[str], span_tid: np.ndarray
+) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """The flows of :data:`FLOWS` between spans on tracks (``span_tid`` > 0), as ``(name,
+    sources, targets)`` span indices: from each stall to the span that ended it
+    (:func:`stall_causes`), from each prefetch to the expert span that used it
+    (:func:`prefetch_uses`), by span. Numbered 1, 2, ... in that order, they are the flow ids
+    of every trace format."""
+    pairs = []
+    for name, target in zip(FLOWS, (stall_causes(spans, lanes), prefetch_uses(spans)), strict=True):
         src = np.flatnonzero((target >= 0) & (span_tid > 0))
         src = src[span_tid[target[src]] > 0]
-        dst = target[src]
+        pairs.append((name, src, target[src]))
+    return pairs
+
+
+def _flow_chunks(
+    pairs: list[tuple[str, np.ndarray, np.ndarray]], layout: TraceLayout
+) -> Iterator[str]:
+    """The flow events of :func:`flow_pairs` (``ph: s`` in the first slice, ``ph: f`` with
+    ``bp: e`` in the second: each binds to the slice enclosing it on its track). A flow runs
+    forward in time (what both ends need to bind): from a stall, at a third of the time it
+    shares with the transfer that ended it, to that transfer, at two thirds; from the middle
+    of a prefetch to the middle of the expert span that used it (which starts after the
+    prefetch ended)."""
+    first, start_ns, end_ns = 1, layout.start_ns, layout.end_ns
+    track_pid, span_tid = layout.track_pid, layout.span_tid
+    for name, src, dst in pairs:
         if name == FLOWS[0]:  # the time both spans cover (they end at the same instant)
             shared = np.maximum(start_ns[src], start_ns[dst])
             length = np.minimum(end_ns[src], end_ns[dst]) - shared
@@ -748,7 +808,7 @@ def _pass_events(
     per_pass: Mapping[str, Sequence[Any]], mine: list[bool], pid: int, tid: int
 ) -> Iterator[dict[str, Any]]:
     """A slice per pass of ``per_pass`` where ``mine``."""
-    start, end = _ns(per_pass["start_s"]).tolist(), _ns(per_pass["end_s"]).tolist()
+    start, end = to_ns(per_pass["start_s"]).tolist(), to_ns(per_pass["end_s"]).tolist()
     for i in np.flatnonzero(mine).tolist():
         p, s, e = int(per_pass["pass"][i]), start[i], end[i]
         args = {"pass": p, "request": int(per_pass["request"][i]), "phase": per_pass["phase"][i]}
@@ -772,8 +832,8 @@ def _request_events(
     for i in np.flatnonzero(mine).tolist():
         req, ttft = int(per_request["request"][i]), per_request["ttft_s"][i]
         arrival = float(per_request["arrival_s"][i])
-        a, z = int(_ns(arrival)), int(_ns(per_request["finish_s"][i]))
-        first = None if ttft is None else int(_ns(arrival + ttft))
+        a, z = int(to_ns(arrival)), int(to_ns(per_request["finish_s"][i]))
+        first = None if ttft is None else int(to_ns(arrival + ttft))
         phases = [("request", a, z)]
         if first is not None:
             phases = [("prefill", a, first), ("decode", first, z)]

@@ -15,8 +15,9 @@ Layer order, lowest first; a module may import modules of its own layer and of t
 
 - ``errors``, ``units``, ``_data``, ``schema_base`` — vocabulary every layer may use: the error
   type, the time unit and byte helpers, where bundled data lies, the base of every input
-  schema; ``atomic`` (files written whole) and ``packed_rows`` (rows packed into arrays,
-  spilled to disk past a bound), tools of the same kind.
+  schema; ``atomic`` (files written whole), ``packed_rows`` (rows packed into arrays,
+  spilled to disk past a bound) and ``protowire`` (protobuf messages written a column at a
+  time), tools of the same kind.
 - ``hardware`` < ``models`` < ``traces`` — the inputs: the cost model of ``models`` reads the
   hardware schema; the synthetic trace generator reads a model's shape.
 - ``cache`` — the state machine; it knows an eviction policy only as an object with hooks.
@@ -27,7 +28,8 @@ Layer order, lowest first; a module may import modules of its own layer and of t
 - ``scenario`` — resolves a config into passes, placement and plug-in objects (below engine).
 - ``metric_spec`` < ``timeline`` < ``metrics`` < ``metric_docs`` — the vocabulary of results,
   below ``engine`` because the engines produce it: they record spans (``timeline``) and return
-  a ``RunResult`` (``metrics``, which checks its names against ``metric_spec``). Above
+  a ``RunResult`` (``metrics``, which checks its names against ``metric_spec``); ``perfetto``
+  writes the spans as a Perfetto trace, beside ``timeline``'s Chrome JSON. Above
   ``scenario`` so that no input of a run (policies, config, scenario) depends on its results.
   A RunResult carries spans, spans know no RunResult; the specification knows neither, and
   its documentation generator (``metric_docs``) may read all three.
@@ -67,10 +69,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / PACKAGE
 
 LAYERS = (
-    "errors", "units", "_data", "schema_base", "atomic", "packed_rows",
+    "errors", "units", "_data", "schema_base", "atomic", "packed_rows", "protowire",
     "hardware", "runtime", "models", "traces",
     "cache", "policies", "config", "scenario",
-    "metric_spec", "timeline", "metrics", "metric_docs",
+    "metric_spec", "timeline", "perfetto", "metrics", "metric_docs",
     "engine", "execute", "record",
     "runs", "report", "sweep", "regress", "reproduce", "validate",
     "__init__",

@@ -1,4 +1,5 @@
-"""``specmd report``, ``specmd compare`` and ``specmd timeline``: pages from finished runs."""
+"""``specmd report``, ``specmd compare``, ``specmd timeline`` and ``specmd chrome``: pages (and
+the Chrome trace) from finished runs."""
 
 from __future__ import annotations
 
@@ -122,6 +123,31 @@ def timeline(
     figures = write_timeline(run, path, max_spans, span)
     typer.echo(f"wrote {path}")
     _images(figures, path, image)
+
+
+@app.command("chrome")
+def chrome(
+    run_dir: RunDirArg,
+    out: Annotated[
+        Path | None, typer.Option(help="Output file (default: RUN_DIR/trace.json.gz).")
+    ] = None,
+) -> None:
+    """Write a timing-engine run's trace in the Chrome JSON format (gzipped), for
+    chrome://tracing and tools that read only JSON; the run folder's trace.pftrace.gz holds the
+    same for ui.perfetto.dev, smaller and faster to write."""
+    from specmd_sim.report import RunData
+    from specmd_sim.runs import CHROME_TRACE_FILE, chrome_trace_options
+    from specmd_sim.timeline import write_chrome_trace
+
+    path = _check_outputs(out, run_dir / CHROME_TRACE_FILE, None)
+    run = RunData.load(run_dir)
+    run.require_spans("specmd chrome")
+    check_output(path, "Chrome trace", folder=False)
+    recording = run.recording
+    assert recording is not None  # (require_spans)
+    options = chrome_trace_options(run.result, recording)
+    write_chrome_trace(path, recording.spans, recording.lanes, **options)
+    typer.echo(f"wrote {path}")
 
 
 @app.command("compare")

@@ -36,7 +36,7 @@ from specmd_sim.report.style import (
     kind_colour,
     ms,
 )
-from specmd_sim.runs import TIMELINE_FILE, TRACE_FILE
+from specmd_sim.runs import CHROME_TRACE_FILE, TIMELINE_FILE, TRACE_FILE
 from specmd_sim.units import format_bytes
 
 _TAXONOMY = (
@@ -355,7 +355,8 @@ def write_run_report(run: RunData, path: Path) -> dict[str, go.Figure]:
     links = []
     if run.run_dir is not None:
         for name, what in ((TIMELINE_FILE, "timeline"), (TRACE_FILE, "Perfetto trace"),
-                           ("trace.json", "Perfetto trace"),  # an older run folder's
+                           (CHROME_TRACE_FILE, "Chrome trace"),  # specmd chrome's, an older
+                           ("trace.json", "Chrome trace"),  # run folder's, or one older still
                            ("result.json", "result.json"), ("config.yaml", "config")):  # fmt: skip
             if (run.run_dir / name).is_file():
                 links.append(f'<a href="{name}">{what}</a>')

@@ -50,7 +50,7 @@ def test_run_json_prints_one_object_and_writes_the_run_folder(tmp_path: Path) ->
     ):  # fmt: skip
         assert key in metrics, key
     files = {p.name for p in (tmp_path / "run").iterdir()}
-    assert files == {"config.yaml", "result.json", "spans.npz", "trace.json.gz", "timeline.html",
+    assert files == {"config.yaml", "result.json", "spans.npz", "trace.pftrace.gz", "timeline.html",
                      "manifest.json"}  # fmt: skip
     result = json.loads((tmp_path / "run" / "result.json").read_text())
     assert result["metrics"] == metrics
@@ -149,7 +149,7 @@ def test_same_config_gives_byte_identical_results(tmp_path: Path) -> None:
     for name in ("a", "b"):
         proc = specmd("run", *SMALL, "--seed", "5", "--out", str(tmp_path / name))
         assert proc.returncode == 0, proc.stderr
-    for name in ("result.json", "spans.npz", "trace.json.gz", "timeline.html", "config.yaml"):
+    for name in ("result.json", "spans.npz", "trace.pftrace.gz", "timeline.html", "config.yaml"):
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes(), name
 
 
@@ -164,7 +164,7 @@ def test_spans_spilled_to_disk_give_the_same_run_folder(tmp_path: Path, monkeypa
     proc = specmd("run", *SMALL, "--out", str(tmp_path / "spilled"))
     assert proc.returncode == 0, proc.stderr
     assert made[0]._spans._folder is not None  # it did spill
-    for name in ("result.json", "spans.npz", "trace.json.gz", "timeline.html"):
+    for name in ("result.json", "spans.npz", "trace.pftrace.gz", "timeline.html"):
         want = (tmp_path / "memory" / name).read_bytes()
         assert (tmp_path / "spilled" / name).read_bytes() == want, name
 

@@ -32,7 +32,7 @@ class Interrupt(Exception):
     pass
 
 
-@pytest.mark.parametrize("where", ["write_spans", "write_chrome_trace", "write_manifest"])
+@pytest.mark.parametrize("where", ["write_spans", "write_perfetto_trace", "write_manifest"])
 def test_an_interrupted_rerun_leaves_the_old_folder(
     where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -55,8 +55,8 @@ def test_an_interrupted_rerun_leaves_the_old_folder(
 def test_an_edited_or_incomplete_folder_is_refused_in_one_line(tmp_path: Path) -> None:
     out = tmp_path / "run"
     run(out)
-    (out / "trace.json.gz").write_bytes(gzip.compress(b"{}"))
-    with pytest.raises(SpecmdError, match=r"expected trace\.json\.gz of \d+ bytes .* rerun it"):
+    (out / "trace.pftrace.gz").write_bytes(gzip.compress(b"{}"))
+    with pytest.raises(SpecmdError, match=r"expected trace\.pftrace\.gz of \d+ bytes .* rerun it"):
         check_run_folder(out)
     (out / "manifest.json").unlink()
     with pytest.raises(SpecmdError, match=r"expected a complete run folder .* rerun it"):

@@ -3,6 +3,7 @@ and 4 decode tokens, 16 passes), run once per session by each engine."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,6 +45,18 @@ def timed_dir(timed: RunResult, tmp_path_factory: pytest.TempPathFactory) -> Pat
     run_dir = tmp_path_factory.mktemp("runs") / "timed"
     write_run(run_dir, timed)
     write_timeline(RunData.from_result(timed, run_dir), run_dir / TIMELINE_FILE)
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def chrome_dir(timed_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of ``timed_dir`` to which ``specmd chrome`` added the Chrome JSON trace."""
+    from support.cli import run_specmd
+
+    run_dir = tmp_path_factory.mktemp("runs") / "chrome"
+    shutil.copytree(timed_dir, run_dir)
+    proc = run_specmd("chrome", run_dir)
+    assert proc.returncode == 0, proc.stderr
     return run_dir
 
 

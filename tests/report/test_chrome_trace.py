@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from specmd_sim.metrics import RunResult
-from specmd_sim.runs import TRACE_FILE, chrome_trace_options
+from specmd_sim.runs import CHROME_TRACE_FILE, chrome_trace_options
 from specmd_sim.timeline import (
     KINDS,
     SPAN_DTYPE,
@@ -102,8 +102,8 @@ def assert_no_overlap(trace: dict[str, Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def trace(timed_dir: Path) -> dict[str, Any]:
-    return json.loads(gzip.decompress((timed_dir / TRACE_FILE).read_bytes()))
+def trace(chrome_dir: Path) -> dict[str, Any]:
+    return json.loads(gzip.decompress((chrome_dir / CHROME_TRACE_FILE).read_bytes()))
 
 
 def test_run_trace_is_valid_and_no_track_overlaps(trace: dict[str, Any]) -> None:

@@ -149,7 +149,7 @@ def test_pages_written_later_are_no_part_of_the_check(timed_dir: Path, tmp_path:
     run = tmp_path / "run"
     shutil.copytree(timed_dir, run)
     write_manifest(run, [run / n for n in ("config.yaml", "result.json", "spans.npz",
-                                          "trace.json.gz", TIMELINE_FILE)])  # fmt: skip
+                                          "trace.pftrace.gz", TIMELINE_FILE)])  # fmt: skip
     listed = json.loads((run / MANIFEST).read_text())["files"][TIMELINE_FILE]
     write_timeline(RunData.load(run), run / TIMELINE_FILE, max_spans=100)
     assert (run / TIMELINE_FILE).stat().st_size != listed

@@ -126,7 +126,7 @@ def test_spans_file_errors_are_one_line(tmp_path: Path) -> None:
 
 def test_run_folder_files(timed_dir: Path, replay_dir: Path) -> None:
     assert {p.name for p in timed_dir.iterdir()} == {
-        "config.yaml", "result.json", "spans.npz", "trace.json.gz", "timeline.html",
+        "config.yaml", "result.json", "spans.npz", "trace.pftrace.gz", "timeline.html",
         "manifest.json",
     }  # fmt: skip
     assert {p.name for p in replay_dir.iterdir()} == {"config.yaml", "result.json", "manifest.json"}

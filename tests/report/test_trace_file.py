@@ -1,6 +1,8 @@
-"""The run folder's Perfetto trace, ``trace.json.gz``: a deterministic gzip of one JSON document,
-written in chunks that join into the text a dict per event would give; the folder lists and
-checks it, and folders of the uncompressed ``trace.json`` that came before still work."""
+"""The Chrome JSON trace ``specmd chrome`` writes, ``trace.json.gz``: a deterministic gzip of one
+JSON document, written in chunks that join into the text a dict per event would give. The run
+folder lists and checks its Perfetto trace (``trace.pftrace.gz``), takes the Chrome trace added
+later, and folders of the JSON traces that came before (``trace.json.gz``, and ``trace.json``
+before it) still work."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from support.cli import run_specmd
 import specmd_sim.timeline as timeline
 from specmd_sim.metrics import RunResult
 from specmd_sim.runs import (
+    CHROME_TRACE_FILE,
     MANIFEST,
     TRACE_FILE,
     check_run_folder,
@@ -37,8 +40,8 @@ from specmd_sim.timeline import (
 
 
 @pytest.fixture(scope="module")
-def raw(timed_dir: Path) -> bytes:
-    return (timed_dir / TRACE_FILE).read_bytes()
+def raw(chrome_dir: Path) -> bytes:
+    return (chrome_dir / CHROME_TRACE_FILE).read_bytes()
 
 
 @pytest.fixture(scope="module")
@@ -128,37 +131,51 @@ def test_times_print_as_json_prints_them() -> None:
     ]
 
 
-def test_the_folder_lists_and_checks_the_trace(timed_dir: Path) -> None:
+def test_the_folder_lists_and_checks_the_trace(timed_dir: Path, chrome_dir: Path) -> None:
     listed = json.loads((timed_dir / MANIFEST).read_text())["files"]
     assert listed[TRACE_FILE] == (timed_dir / TRACE_FILE).stat().st_size
-    assert "trace.json" not in listed
+    assert "trace.json" not in listed and CHROME_TRACE_FILE not in listed
     check_run_folder(timed_dir)
     assert read_result(timed_dir)["engine"] == "simulate"
+    check_run_folder(chrome_dir)  # (the Chrome trace added later, as a page is)
 
 
-def test_report_and_timeline_from_the_folder(timed_dir: Path, tmp_path: Path) -> None:
+def test_report_and_timeline_from_the_folder(chrome_dir: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
-    shutil.copytree(timed_dir, run)
+    shutil.copytree(chrome_dir, run)
     for command in ("report", "timeline"):
         proc = run_specmd(command, run)
         assert proc.returncode == 0, proc.stderr
-    assert f'href="{TRACE_FILE}"' in (run / "report.html").read_text()
+    page = (run / "report.html").read_text()
+    assert f'href="{TRACE_FILE}"' in page and f'href="{CHROME_TRACE_FILE}"' in page
     assert f"are in {TRACE_FILE}" in (run / "timeline.html").read_text()
     check_run_folder(run)
 
 
-def test_an_older_folder_with_trace_json_still_works(timed_dir: Path, tmp_path: Path) -> None:
-    """Folders written before the trace was compressed: nothing reads the trace back, so they
-    check, and their pages are made as ever, the report linking their ``trace.json``."""
+@pytest.mark.parametrize("older", ["trace.json.gz", "trace.json"])
+def test_an_older_folder_with_a_json_trace_still_works(
+    chrome_dir: Path, tmp_path: Path, older: str
+) -> None:
+    """Folders written before the Perfetto trace (its JSON, gzipped or, before that, not):
+    nothing reads the trace back, so they check, and their pages are made as ever, the
+    report linking their trace."""
     run = tmp_path / "old"
-    shutil.copytree(timed_dir, run)
-    (run / "trace.json").write_bytes(gzip.decompress((run / TRACE_FILE).read_bytes()))
+    shutil.copytree(chrome_dir, run)
+    text = gzip.decompress((run / CHROME_TRACE_FILE).read_bytes())
+    (run / CHROME_TRACE_FILE).unlink()
     (run / TRACE_FILE).unlink()
-    names = ("config.yaml", "result.json", "spans.npz", "trace.json", "timeline.html")
+    (run / older).write_bytes(text if older == "trace.json" else gzip.compress(text))
+    names = ("config.yaml", "result.json", "spans.npz", older, "timeline.html")
     write_manifest(run, [run / name for name in names])
     check_run_folder(run)
     for command in ("report", "timeline"):
         proc = run_specmd(command, run)
         assert proc.returncode == 0, proc.stderr
-    assert 'href="trace.json"' in (run / "report.html").read_text()
+    assert f'href="{older}"' in (run / "report.html").read_text()
     check_run_folder(run)
+
+
+def test_chrome_refuses_a_replay_run_in_one_line(replay_dir: Path) -> None:
+    proc = run_specmd("chrome", replay_dir)
+    assert proc.returncode != 0 and not (replay_dir / CHROME_TRACE_FILE).exists()
+    assert "specmd chrome" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

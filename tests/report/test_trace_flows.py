@@ -20,7 +20,7 @@ from specmd_sim import SimConfig, simulate
 from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.metrics import RunResult
 from specmd_sim.report import RunData, timeline_figure
-from specmd_sim.runs import TRACE_FILE, chrome_trace_options, write_run
+from specmd_sim.runs import CHROME_TRACE_FILE, chrome_trace_options, write_run
 from specmd_sim.timeline import (
     FLOWS,
     TRANSFER_KINDS,
@@ -77,8 +77,8 @@ def flows(trace: dict[str, Any], name: str) -> list[tuple[dict, dict]]:
 
 
 @pytest.fixture(scope="module")
-def trace(timed_dir: Path) -> dict[str, Any]:
-    return json.loads(gzip.decompress((timed_dir / TRACE_FILE).read_bytes()))
+def trace(chrome_dir: Path) -> dict[str, Any]:
+    return json.loads(gzip.decompress((chrome_dir / CHROME_TRACE_FILE).read_bytes()))
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,475 @@
+"""A run's Perfetto trace in Perfetto's own protobuf format, built from the span arrays in bulk.
+
+The run folder's trace (``trace.pftrace.gz``): what :func:`specmd_sim.timeline.chrome_trace_chunks`
+puts in the Chrome JSON format (the same processes, tracks, slices and their args, flows,
+counters and metadata: :func:`~specmd_sim.timeline.trace_layout`,
+:func:`~specmd_sim.timeline.flow_pairs`), as ``TracePacket`` messages of Perfetto's
+``TrackEvent`` schema (https://perfetto.dev/docs/reference/synthetic-track-event), which
+ui.perfetto.dev and ``trace_processor`` read natively (gzipped as well):
+
+- a ``TrackDescriptor`` per process (``pid``, its name and sort index), per track (a thread of
+  its process: ``passes``, each lane's sub-tracks, ``requests``) and per counter (a counter
+  track of its process, named as the JSON names it: ``"<label> <unit>"``);
+- each span a ``SLICE_BEGIN`` and a ``SLICE_END`` on its track, with the category and the
+  debug annotations of its JSON event (``pass``, ``request``, ``layer``, ``expert``,
+  ``expert_id``, ``bytes``, ``class``, ``gpu``); event names, categories and annotation names
+  are interned (each track is a packet sequence of its own, whose first packet carries them);
+- a flow (``flow_ids``, Perfetto's global flow ids, numbered as
+  :func:`~specmd_sim.timeline.flow_pairs` numbers them) on the slices at both of its ends:
+  Perfetto binds a flow id to the slice whose begin carries it, so every flow binds;
+- the passes (slices on each GPU's ``passes`` track), each request's phases (slices on
+  ``requests`` tracks) and first tokens (instants), the run's metadata (an instant ``run`` at
+  0 on the first track) and the counters' change points (``COUNTER`` events).
+
+The packets are built a column at a time (:mod:`specmd_sim.protowire`), each track's in time
+order, a chunk of :data:`CHUNK` spans at a time.
+"""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from specmd_sim import protowire as pw
+from specmd_sim.atomic import atomic_file
+from specmd_sim.cache.states import AccessClass
+from specmd_sim.timeline import KIND as _KIND
+from specmd_sim.timeline import (
+    KINDS,
+    TRANSFER_KINDS,
+    TraceLayout,
+    class_name,
+    counter_label,
+    flow_pairs,
+    served_class,
+    served_gpu,
+    step_changes,
+    to_ns,
+    trace_layout,
+    track_rows,
+)
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+CHUNK = 1 << 16
+"""Spans (or counter samples) encoded at a time: ~15 MB of numpy arrays in flight."""
+GZIP_LEVEL = 3
+"""The trace compresses ~5x at level 1, a little more at higher levels in much more time
+(``benchmarks/outputs_size.py --level N``)."""
+
+# TrackEvent.Type; TracePacket.sequence_flags
+SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
+STATE_CLEARED, NEEDS_STATE = 1, 2
+_BOOTTIME, _CLOCK = 6, 64  # a builtin clock; the sequences' own (ids 64-127 are per sequence)
+# uuid and tid bases: processes, tracks and counters never share a uuid, nor a thread's tid a
+# process's pid
+_PROCESS_UUID, _TRACK_UUID, _COUNTER_UUID, _TID = 1, 1 << 20, 2 << 20, 1 << 16
+
+CATEGORIES = ("compute", "transfer", "stall", "pass", "request")
+_CATEGORY_OF_KIND = [
+    CATEGORIES.index(
+        "stall" if k == "stall" else
+        "transfer" if k in (*TRANSFER_KINDS, "write_back", "nvme_read") else "compute"
+    ) + 1
+    for k in KINDS
+]  # fmt: skip
+ANNOTATIONS = (
+    "pass", "request", "layer", "expert", "expert_id", "bytes", "class", "gpu", "phase",
+    "ttft_ms",
+)  # fmt: skip
+_ANN = {name: i + 1 for i, name in enumerate(ANNOTATIONS)}
+CLASSES = (*(class_name(k) for k in range(len(AccessClass))), "unused")
+"""The ``class`` annotation's values, interned (iids from 1): the access classes, and
+``unused`` for a prefetch whose target layer did not run its expert."""
+_UNUSED = len(AccessClass)
+
+
+def _interned() -> bytes:
+    """The ``InternedData`` every sequence starts with: span kinds, categories, annotation
+    names and the ``class`` annotation's values (iids from 1, in the order of :data:`KINDS`,
+    :data:`CATEGORIES`, :data:`ANNOTATIONS`, :data:`CLASSES`)."""
+    parts = []
+    interned = ((2, KINDS), (1, CATEGORIES), (3, ANNOTATIONS), (29, CLASSES))
+    for field, names in interned:  # event names, categories, annotation names, their strings
+        n = len(names)
+        entry = pw.field_varint(1, np.arange(1, n + 1)) + pw.field_bytes(
+            2, pw.table([s.encode() for s in names]), np.arange(n)
+        )
+        parts.append(pw.flatten(pw.field_message(field, entry, n), n))
+    return b"".join(parts)
+
+
+def _packets(inner: pw.Blocks, n: int) -> bytes:
+    """``n`` ``TracePacket`` rows as fields of the ``Trace`` message (field 1)."""
+    return pw.flatten(pw.field_message(1, inner, n), n)
+
+
+def _sequence_start(sequence: int, interned: bytes, track_uuid: int) -> bytes:
+    """A sequence's first packets: its interned data, its defaults (events on ``track_uuid``,
+    times on the sequence's clock) and that clock: incremental, so each packet's timestamp is
+    the nanoseconds since the sequence's previous one (the first's since 0)."""
+    raw = np.frombuffer(interned, np.uint8)[None, :]
+    c = pw.const_varint
+    defaults = c(58, _CLOCK) + pw.field_message(11, c(11, track_uuid), 1)
+    fields = c(10, sequence) + c(13, STATE_CLEARED) + pw.field_message(12, [(raw, raw.shape[1])], 1)
+    fields += pw.field_message(59, defaults, 1)
+    clocks = [c(1, _CLOCK) + c(2, 0) + c(3, 1), c(1, _BOOTTIME) + c(2, 0)]
+    snapshot = [block for clock in clocks for block in pw.field_message(1, clock, 1)]
+    snapshot += c(2, _BOOTTIME)
+    second = c(10, sequence) + c(13, NEEDS_STATE) + c(8, 0) + c(58, _BOOTTIME)
+    second += pw.field_message(6, snapshot, 1)
+    return _packets(fields, 1) + _packets(second, 1)
+
+
+def _annotation(name: str, value: pw.Blocks, n: int, present: np.ndarray | None) -> pw.Blocks:
+    """A debug annotation (its interned name, ``value``) where ``present``."""
+    return pw.field_message(4, pw.const_varint(1, _ANN[name]) + value, n, present)
+
+
+def _int_annotation(name: str, values: np.ndarray) -> pw.Blocks:
+    """An integer annotation where the value is >= 0 (-1: none)."""
+    values = values.astype(np.int64)
+    present = values >= 0
+    return _annotation(name, pw.field_varint(4, np.maximum(values, 0)), values.size, present)
+
+
+def _deltas(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A sequence's slices' begin and end times as deltas on its incremental clock (the slices
+    follow each other: each begins at or after the previous one's end)."""
+    before = np.r_[0, end[:-1]]
+    return start - before, end - start
+
+
+def _slices(ts: np.ndarray, te: np.ndarray, sequence: int, begin: pw.Blocks) -> bytes:
+    """A begin packet and an end packet per row (``begin``: the begin event's fields beyond
+    its type), one row after another; ``ts`` and ``te`` as deltas (:func:`_deltas`)."""
+    n = ts.size
+    seq = pw.const_varint(10, sequence) + pw.const_varint(13, NEEDS_STATE)
+    event = pw.const_varint(9, SLICE_BEGIN) + begin
+    first = pw.field_varint(8, ts) + pw.field_message(11, event, n) + seq
+    end = pw.const_varint(9, SLICE_END)
+    second = pw.field_varint(8, te) + pw.field_message(11, end, n) + seq
+    return pw.flatten(pw.field_message(1, first, n) + pw.field_message(1, second, n), n)
+
+
+def perfetto_chunks(
+    spans: np.ndarray,
+    lanes: list[str],
+    counters: dict[str, np.ndarray] | None = None,
+    *,
+    per_pass: Mapping[str, Sequence[Any]] | None = None,
+    per_request: Mapping[str, Sequence[Any]] | None = None,
+    num_experts: int | None = None,
+    metadata: dict[str, Any] | None = None,
+) -> Iterator[bytes]:
+    """The trace (a ``perfetto.protos.Trace``) as consecutive pieces of its bytes; the
+    arguments are :func:`~specmd_sim.timeline.chrome_trace_chunks`'."""
+    counters = counters or {}
+    per_pass, per_request = per_pass or {}, per_request or {}
+    layout = trace_layout(spans, lanes, counters, per_pass, per_request)
+    requests = _request_tracks(per_request, layout)
+    interned = _interned()
+    yield _descriptors(layout, requests[0], sorted(counters))
+    yield from _span_packets(spans, lanes, per_pass, num_experts, layout, interned)
+    yield from _pass_packets(per_pass, layout, interned)
+    yield from _request_packets(per_request, requests, layout, interned)
+    # sequences: a track's its id; then each GPU's first tokens, the counters, the metadata
+    after = len(layout.tracks) + len(requests[0]) + len(layout.pass_pids) + 1
+    yield from _counter_packets(counters, after, interned)
+    if metadata and layout.tracks:
+        yield _metadata_packet(metadata, interned, after + len(counters))
+
+
+def _descriptors(layout: TraceLayout, request_tracks: list[tuple[int, str]],
+                 counters: list[str]) -> bytes:  # fmt: skip
+    """The ``TrackDescriptor`` packets: processes, tracks (then request tracks), counters."""
+    pids = list(layout.pid_of.values())
+    names = pw.table([name.encode() for name in layout.pid_of])
+    n = len(pids)
+    process = pw.field_varint(1, pids) + pw.field_bytes(6, names, np.arange(n))
+    process += pw.field_varint(3, pids)
+    out = [_packets(pw.field_message(60, pw.field_varint(1, np.add(pids, _PROCESS_UUID))
+                                     + pw.field_message(3, process, n), n), n)]  # fmt: skip
+    tracks = layout.tracks + request_tracks
+    if tracks:
+        n = len(tracks)
+        t = np.arange(1, n + 1)
+        thread = pw.field_varint(1, [pid for pid, _ in tracks]) + pw.field_varint(2, t + _TID)
+        thread += pw.field_bytes(5, pw.table([name.encode() for _, name in tracks]), t - 1)
+        thread += pw.field_varint(3, t)
+        desc = pw.field_varint(1, t + _TRACK_UUID) + pw.field_message(4, thread, n)
+        out.append(_packets(pw.field_message(60, desc, n), n))
+    if counters:
+        n = len(counters)
+        labels = [" ".join(counter_label(name)).encode() for name in counters]
+        parent = [layout.counter_pid(name) + _PROCESS_UUID for name in counters]
+        desc = pw.field_varint(1, np.arange(n) + _COUNTER_UUID) + pw.field_varint(5, parent)
+        desc += pw.field_bytes(2, pw.table(labels), np.arange(n))
+        desc += pw.field_message(8, [], n)
+        out.append(_packets(pw.field_message(60, desc, n), n))
+    return b"".join(out)
+
+
+def _span_packets(
+    spans: np.ndarray,
+    lanes: list[str],
+    per_pass: Mapping[str, Sequence[Any]],
+    num_experts: int | None,
+    layout: TraceLayout,
+    interned: bytes,
+) -> Iterator[bytes]:
+    """Each track's spans, a sequence per track, in time order (a sub-track's spans never
+    overlap), with their flows."""
+    order = layout.order[np.argsort(layout.tid, kind="stable")]
+    tid = layout.span_tid[order]
+    klass = served_class(spans)
+    gpus = list(dict.fromkeys(per_pass.get("gpu", [])))
+    gpu = served_gpu(spans, lanes, per_pass, gpus)
+    gpu_names = pw.table([g.encode() for g in gpus] or [b""])
+    flows = _flow_columns(flow_pairs(spans, lanes, layout.span_tid), spans.size)
+    transfer = np.isin(np.arange(len(KINDS)), [_KIND[k] for k in TRANSFER_KINDS])
+    bounds = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1], True]) if tid.size else []
+    for lo_track, hi_track in itertools.pairwise(bounds):
+        track = int(tid[lo_track])
+        yield _sequence_start(track, interned, track + _TRACK_UUID)
+        mine = order[lo_track:hi_track]
+        ts, te = _deltas(layout.start_ns[mine], layout.end_ns[mine])
+        for lo in range(0, mine.size, CHUNK):
+            part = slice(lo, lo + CHUNK)
+            i = mine[part]
+            s, n = spans[i], i.size
+            kind = s["kind"].astype(np.int64)
+            expert, k, g = s["expert"].astype(np.int64), klass[i], gpu[i]
+            begin = pw.field_varint(10, kind + 1)
+            begin += pw.field_varint(3, np.take(_CATEGORY_OF_KIND, kind))
+            begin += _int_annotation("pass", s["pass_"]) + _int_annotation("request", s["request"])
+            begin += _annotation("gpu", pw.field_bytes(6, gpu_names, np.maximum(g, 0)), n, g >= 0)
+            begin += _int_annotation("layer", s["layer"])
+            if num_experts:
+                begin += _int_annotation("expert", np.where(expert >= 0, expert % num_experts, -1))
+            else:  # (else layer * num_experts + expert)
+                begin += _int_annotation("expert_id", expert)
+            begin += _int_annotation("bytes", np.where(s["bytes"] != 0, s["bytes"], -1))
+            value = pw.field_varint(17, np.where(k >= 0, k, _UNUSED) + 1)
+            begin += _annotation("class", value, n, (k >= 0) | transfer[kind])
+            for column in flows:
+                ids = column[i]
+                begin += pw.field_fixed64(47, ids, ids > 0)
+            yield _slices(ts[part], te[part], track, begin)
+
+
+def _flow_columns(pairs: list[tuple[str, np.ndarray, np.ndarray]], n: int) -> list[np.ndarray]:
+    """The flow ids each of ``n`` spans carries (ids 1, 2, ... in the order of ``pairs``; 0:
+    none), in as many columns as the most any span carries: a flow's id on both its slices."""
+    sources = [src for _, src, _ in pairs]
+    total = sum(src.size for src in sources)
+    ends = np.concatenate([*sources, *(dst for _, _, dst in pairs), np.zeros(0, np.int64)])
+    ids = np.tile(np.arange(1, total + 1), 2)
+    order = np.argsort(ends, kind="stable")
+    ends, ids = ends[order], ids[order]
+    nth = np.arange(ends.size) - np.searchsorted(ends, ends)
+    columns = []
+    for k in range(int(nth.max()) + 1 if nth.size else 0):
+        column = np.zeros(n, np.int64)
+        column[ends[nth == k]] = ids[nth == k]
+        columns.append(column)
+    return columns
+
+
+def _pass_packets(
+    per_pass: Mapping[str, Sequence[Any]], layout: TraceLayout, interned: bytes
+) -> Iterator[bytes]:
+    """Each GPU's passes as slices on its ``passes`` track (a sequence of its own)."""
+    if not per_pass.get("pass"):
+        return
+    pid = np.asarray(layout.pass_pid)
+    start, end = to_ns(per_pass["start_s"]), to_ns(per_pass["end_s"])
+    phases = sorted(set(per_pass["phase"]))
+    phase = np.array([phases.index(p) for p in per_pass["phase"]])
+    number = np.asarray(per_pass["pass"], np.int64)
+    names = [f"pass {p}".encode() for p in number.tolist()]
+    for t, owner in enumerate(layout.pass_pids, 1):
+        mine = np.flatnonzero(pid == owner)
+        mine = mine[np.argsort(start[mine], kind="stable")]
+        args = _int_annotation("pass", number[mine])
+        args += _int_annotation("request", np.asarray(per_pass["request"], np.int64)[mine])
+        value = pw.field_bytes(6, pw.table([p.encode() for p in phases]), phase[mine])
+        args += _annotation("phase", value, mine.size, None)
+        yield from _named_slices(t, interned, [names[i] for i in mine.tolist()], "pass",
+                                 start[mine], end[mine], args)  # fmt: skip
+
+
+def _named_slices(
+    track: int,
+    interned: bytes,
+    names: list[bytes],
+    category: str,
+    start: np.ndarray,
+    end: np.ndarray,
+    args: pw.Blocks,
+) -> Iterator[bytes]:
+    """Slices of their own names (not interned), one after another on ``track`` (a sequence
+    of its own), with ``args``."""
+    yield _sequence_start(track, interned, track + _TRACK_UUID)
+    begin = pw.field_bytes(23, pw.table(names), np.arange(len(names)))
+    begin += pw.const_varint(3, CATEGORIES.index(category) + 1) + args
+    yield _slices(*_deltas(start, end), track, begin)
+
+
+def _request_phases(per_request: Mapping[str, Sequence[Any]]) -> list[tuple[int, str, int, int]]:
+    """``(request row, phase, start ns, end ns)``: prefill from arrival to the first token, then
+    decode (when it lasts) to the finish; ``request`` throughout without a first token."""
+    out = []
+    for i, ttft in enumerate(per_request.get("ttft_s", [])):
+        arrival = float(per_request["arrival_s"][i])
+        a, z = int(to_ns(arrival)), int(to_ns(per_request["finish_s"][i]))
+        if ttft is None:
+            out.append((i, "request", a, z))
+            continue
+        first = int(to_ns(arrival + ttft))
+        out.append((i, "prefill", a, first))
+        if z > first:
+            out.append((i, "decode", first, z))
+    return out
+
+
+def _request_tracks(
+    per_request: Mapping[str, Sequence[Any]], layout: TraceLayout
+) -> tuple[list[tuple[int, str]], list[tuple[int, str, int, int]], np.ndarray]:
+    """The ``requests`` tracks (each GPU's, split where phases overlap), after the layout's, the
+    phases and each phase's track id."""
+    phases = _request_phases(per_request)
+    tracks: list[tuple[int, str]] = []
+    tid = np.zeros(len(phases), np.int64)
+    pid = np.array([layout.request_pid[i] for i, *_ in phases], np.int64)
+    start = np.array([p[2] for p in phases], np.int64)
+    end = np.array([p[3] for p in phases], np.int64)
+    for owner in dict.fromkeys(pid.tolist()):
+        mine = np.flatnonzero(pid == owner)
+        rows, n_rows = track_rows(start[mine], end[mine])
+        tid[mine] = len(layout.tracks) + len(tracks) + 1 + rows
+        tracks += [(owner, "requests" if n_rows == 1 else f"requests #{r}") for r in range(n_rows)]
+    return tracks, phases, tid
+
+
+def _request_packets(
+    per_request: Mapping[str, Sequence[Any]],
+    requests: tuple[list[tuple[int, str, int, int]], list[tuple[int, str, int, int]], np.ndarray],
+    layout: TraceLayout,
+    interned: bytes,
+) -> Iterator[bytes]:
+    """Each request's phases as slices on the ``requests`` tracks, and its first token as an
+    instant on its GPU's ``passes`` track (each a sequence of its own)."""
+    _, phases, tid = requests
+    if not phases:
+        return
+    req = np.array([per_request["request"][i] for i, *_ in phases], np.int64)
+    start = np.array([p[2] for p in phases], np.int64)
+    end = np.array([p[3] for p in phases], np.int64)
+    names = [f"request {r} {p[1]}".encode() for r, p in zip(req.tolist(), phases, strict=True)]
+    for track in dict.fromkeys(tid.tolist()):
+        mine = np.flatnonzero(tid == track)
+        mine = mine[np.argsort(start[mine], kind="stable")]
+        args = _int_annotation("request", req[mine])
+        yield from _named_slices(track, interned, [names[i] for i in mine.tolist()], "request",
+                                 start[mine], end[mine], args)  # fmt: skip
+    yield from _first_tokens(per_request, phases, layout, interned, 1 + int(tid.max()))
+
+
+def _first_tokens(
+    per_request: Mapping[str, Sequence[Any]],
+    phases: list[tuple[int, str, int, int]],
+    layout: TraceLayout,
+    interned: bytes,
+    sequence: int,
+) -> Iterator[bytes]:
+    """An instant at each first token, on the ``passes`` track of the request's GPU (each
+    GPU's a sequence, numbered from ``sequence``)."""
+    prefill = [(i, a, first) for i, phase, a, first in phases if phase == "prefill"]
+    if not prefill or not layout.pass_pids:
+        return
+    pid = np.array([layout.request_pid[i] for i, *_ in prefill], np.int64)
+    req = np.array([per_request["request"][i] for i, *_ in prefill], np.int64)
+    at = np.array([first for *_, first in prefill], np.int64)
+    ttft_ms = np.array([(first - a) / 1e6 for _, a, first in prefill])
+    for t, owner in enumerate(layout.pass_pids, 1):
+        mine = np.flatnonzero(pid == owner)
+        mine = mine[np.argsort(at[mine], kind="stable")]
+        n = mine.size
+        if not n:
+            continue
+        seq = sequence + t - 1
+        yield _sequence_start(seq, interned, t + _TRACK_UUID)
+        names = pw.table([f"first token (request {r})".encode() for r in req[mine].tolist()])
+        event = pw.const_varint(9, INSTANT) + pw.field_bytes(23, names, np.arange(n))
+        event += pw.const_varint(3, CATEGORIES.index("request") + 1)
+        event += _annotation("ttft_ms", pw.field_double(5, ttft_ms[mine]), n, None)
+        yield _packets(_timed(np.diff(at[mine], prepend=0), event, n, seq), n)
+
+
+def _timed(delta: np.ndarray, event: pw.Blocks, n: int, sequence: int) -> pw.Blocks:
+    """A packet per row: its time (a delta), the track event and its sequence."""
+    packet = pw.field_varint(8, delta) + pw.field_message(11, event, n)
+    return packet + pw.const_varint(10, sequence) + pw.const_varint(13, NEEDS_STATE)
+
+
+def _counter_packets(
+    counters: dict[str, np.ndarray], base: int, interned: bytes
+) -> Iterator[bytes]:
+    """Each counter's change points as ``COUNTER`` events on its track (a sequence each,
+    numbered from ``base``): integers where every value is one, else doubles."""
+    for c, name in enumerate(sorted(counters)):
+        times, values = step_changes(counters[name])
+        yield _sequence_start(base + c, interned, c + _COUNTER_UUID)
+        whole = bool(np.all((values == np.round(values)) & (values >= 0) & (values < 2**63)))
+        delta = np.diff(times, prepend=0)
+        for lo in range(0, times.size, CHUNK):
+            v = values[lo : lo + CHUNK]
+            n = v.size
+            value = pw.field_varint(30, v.astype(np.int64)) if whole else pw.field_double(44, v)
+            event = pw.const_varint(9, COUNTER) + value
+            yield _packets(_timed(delta[lo : lo + CHUNK], event, n, base + c), n)
+
+
+def _metadata_packet(metadata: dict[str, Any], interned: bytes, sequence: int) -> bytes:
+    """The run's metadata as an instant ``run`` at 0 on the first track, a string annotation
+    per item (by name)."""
+    items = sorted((str(k), str(v)) for k, v in metadata.items())
+    m = len(items)
+    keys = pw.table([k.encode() for k, _ in items])
+    values = pw.table([v.encode() for _, v in items])
+    annotation = pw.field_bytes(10, keys, np.arange(m)) + pw.field_bytes(6, values, np.arange(m))
+    entries = np.frombuffer(pw.flatten(pw.field_message(4, annotation, m), m), np.uint8)[None, :]
+    event = pw.const_varint(9, INSTANT) + pw.field_bytes(23, pw.table([b"run"]), [0])
+    event += [(entries, entries.shape[1])]
+    start = _sequence_start(sequence, interned, 1 + _TRACK_UUID)
+    return start + _packets(_timed(np.zeros(1, np.int64), event, 1, sequence), 1)
+
+
+def write_perfetto_trace(
+    path: Path, spans: np.ndarray, lanes: list[str], level: int = GZIP_LEVEL, **kwargs: Any
+) -> None:
+    """Write :func:`perfetto_chunks` (same arguments) gzip-compressed at ``level``, a chunk at
+    a time, compressing one chunk while the next is built. The gzip header names no file and
+    no time, so the same inputs give the same bytes."""
+    from concurrent.futures import ThreadPoolExecutor  # (here: a replay writes no trace)
+
+    with (
+        atomic_file(path) as tmp,
+        open(tmp, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=level, mtime=0) as out,
+        ThreadPoolExecutor(1) as compressor,
+    ):
+        writing: Future[int] | None = None
+        for piece in perfetto_chunks(spans, lanes, **kwargs):
+            if writing is not None:
+                writing.result()
+            writing = compressor.submit(out.write, piece)
+        if writing is not None:
+            writing.result()

@@ -1,0 +1,328 @@
+"""The run folder's Perfetto trace (protobuf, ``trace.pftrace.gz``), parsed with Perfetto's own
+message definitions (the ``perfetto`` package's ``perfetto_trace_pb2``) and read as trace
+processor reads it (sequences, interned data, packet defaults, incremental clocks), holds what
+the Chrome JSON trace holds, event for event: the same processes and tracks, the same slices
+with the same times and args, the same flows between the same slices, the same counters."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from specmd_sim import SimConfig, simulate
+from specmd_sim import protowire as pw
+from specmd_sim.metrics import RunResult
+from specmd_sim.perfetto import perfetto_chunks
+from specmd_sim.report import RunData
+from specmd_sim.runs import TRACE_FILE, chrome_trace_options
+from specmd_sim.timeline import to_chrome_trace
+from tests.report.test_chrome_trace import ns
+
+pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
+
+
+@dataclass
+class _Sequence:
+    names: dict[int, str] = field(default_factory=dict)
+    categories: dict[int, str] = field(default_factory=dict)
+    annotations: dict[int, str] = field(default_factory=dict)
+    strings: dict[int, str] = field(default_factory=dict)
+    track: int | None = None
+    clock: int | None = None
+    incremental: dict[int, int] = field(default_factory=dict)  # clock id -> last time
+
+
+@dataclass
+class Read:
+    """A trace as trace processor would see it (the parts specmd writes)."""
+
+    processes: dict[int, dict[str, Any]] = field(default_factory=dict)  # uuid -> pid, name
+    threads: dict[int, dict[str, Any]] = field(default_factory=dict)  # uuid -> pid, tid, name
+    counters: dict[int, dict[str, Any]] = field(default_factory=dict)  # uuid -> parent, name
+    slices: list[dict[str, Any]] = field(default_factory=list)
+    instants: list[dict[str, Any]] = field(default_factory=list)
+    samples: dict[int, list[tuple[int, float]]] = field(default_factory=dict)
+
+
+def _value(annotation: Any, seq: _Sequence) -> Any:
+    kind = annotation.WhichOneof("value")
+    if kind == "string_value_iid":
+        return seq.strings[annotation.string_value_iid]
+    return getattr(annotation, kind)
+
+
+def _describe(out: Read, desc: Any) -> None:
+    if desc.HasField("process"):
+        out.processes[desc.uuid] = {"pid": desc.process.pid, "name": desc.process.process_name}
+    elif desc.HasField("thread"):
+        t = desc.thread
+        out.threads[desc.uuid] = {"pid": t.pid, "tid": t.tid, "name": t.thread_name}
+    else:
+        assert desc.HasField("counter")
+        out.counters[desc.uuid] = {"parent": desc.parent_uuid, "name": desc.name}
+
+
+def _update(seq: _Sequence, packet: Any) -> None:
+    """A packet's changes to its sequence's state: interned data, defaults, clocks."""
+    if packet.HasField("interned_data"):
+        data = packet.interned_data
+        seq.names.update({e.iid: e.name for e in data.event_names})
+        seq.categories.update({e.iid: e.name for e in data.event_categories})
+        seq.annotations.update({e.iid: e.name for e in data.debug_annotation_names})
+        seq.strings.update({e.iid: e.str.decode() for e in data.debug_annotation_string_values})
+    if packet.HasField("trace_packet_defaults"):
+        defaults = packet.trace_packet_defaults
+        seq.clock = defaults.timestamp_clock_id
+        seq.track = defaults.track_event_defaults.track_uuid
+    if packet.HasField("clock_snapshot"):
+        by_id = {c.clock_id: c for c in packet.clock_snapshot.clocks}
+        for clock in by_id.values():
+            if clock.is_incremental:  # specmd's maps onto boot time 0 at 0
+                assert clock.timestamp == 0 and by_id[6].timestamp == 0
+                seq.incremental[clock.clock_id] = 0
+
+
+def read_trace(data: bytes) -> Read:
+    """Every packet, in file order: descriptors, sequences' state, events on their tracks."""
+    trace = pb.Trace.FromString(data)
+    out, seqs = Read(), defaultdict(_Sequence)
+    open_slices: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for packet in trace.packet:
+        if packet.HasField("track_descriptor"):
+            _describe(out, packet.track_descriptor)
+            continue
+        seq_id = packet.trusted_packet_sequence_id
+        if packet.sequence_flags & 1:  # SEQ_INCREMENTAL_STATE_CLEARED
+            seqs[seq_id] = _Sequence()
+        seq = seqs[seq_id]
+        _update(seq, packet)
+        if not packet.HasField("track_event"):
+            continue
+        assert packet.sequence_flags & 2  # SEQ_NEEDS_INCREMENTAL_STATE
+        clock = packet.timestamp_clock_id if packet.HasField("timestamp_clock_id") else seq.clock
+        if clock in seq.incremental:
+            seq.incremental[clock] += packet.timestamp
+            ts = seq.incremental[clock]
+        else:
+            ts = packet.timestamp
+        ev = packet.track_event
+        track = ev.track_uuid if ev.HasField("track_uuid") else seq.track
+        if ev.type == pb.TrackEvent.TYPE_SLICE_END:
+            begun = open_slices[track].pop()
+            begun["end"] = ts
+            continue
+        if ev.type == pb.TrackEvent.TYPE_COUNTER:
+            kind = ev.WhichOneof("counter_value_field")
+            out.samples.setdefault(track, []).append((ts, float(getattr(ev, kind))))
+            continue
+        name = ev.name if ev.HasField("name") else seq.names[ev.name_iid]
+        args = {}
+        for a in ev.debug_annotations:
+            key = a.name if a.HasField("name") else seq.annotations[a.name_iid]
+            args[key] = _value(a, seq)
+        event = {"track": track, "name": name, "start": ts, "args": args}
+        event["category"] = [seq.categories[i] for i in ev.category_iids]
+        event["flows"] = list(ev.flow_ids)
+        if ev.type == pb.TrackEvent.TYPE_INSTANT:
+            out.instants.append(event)
+        else:
+            assert ev.type == pb.TrackEvent.TYPE_SLICE_BEGIN
+            open_slices[track].append(event)
+            out.slices.append(event)
+    assert not any(open_slices.values()), "every slice ends"
+    return out
+
+
+def _options(result: RunResult) -> tuple[Any, dict[str, Any]]:
+    rec = RunData.from_result(result).recording
+    assert rec is not None
+    return rec, chrome_trace_options(json.loads(result.to_json()), rec)
+
+
+def _both(result: RunResult) -> tuple[dict[str, Any], Read]:
+    rec, options = _options(result)
+    data = b"".join(perfetto_chunks(rec.spans, rec.lanes, **options))
+    return to_chrome_trace(rec.spans, rec.lanes, **options), read_trace(data)
+
+
+def _json_view(trace: dict[str, Any], num_experts: int | None) -> dict[str, Any]:
+    """The JSON trace's processes, tracks, slices (by track), flows and counters, in the
+    protobuf trace's terms: args of -1 (none) and ``expert_id`` beside ``expert`` left out."""
+    events = trace["traceEvents"]
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e["name"] == "thread_name"}  # fmt: skip
+    slices = defaultdict(list)
+    starts: dict[tuple[int, int], list[tuple[int, int, dict]]] = defaultdict(list)
+    for e in events:
+        if e["ph"] != "X":
+            continue
+        args = {k: v for k, v in e["args"].items() if not (k in ("pass", "request") and v < 0)}
+        if num_experts and "expert" in args:
+            args.pop("expert_id")
+        start, end = ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])
+        item = (e["name"], e["cat"], start, end, tuple(sorted(args.items())))
+        slices[(processes[e["pid"]], threads[(e["pid"], e["tid"])])].append(item)
+        starts[(e["pid"], e["tid"])].append((start, end, item))
+    flows: dict[int, list] = defaultdict(list)
+    for e in events:
+        if e["ph"] in ("s", "f"):
+            at = ns(e["ts"])
+            (hit,) = [i for s, t, i in starts[(e["pid"], e["tid"])] if s <= at <= t]
+            flows[e["id"]].append((processes[e["pid"]], threads[(e["pid"], e["tid"])], hit))
+    counters = defaultdict(list)
+    for e in events:
+        if e["ph"] == "C":
+            ((unit, value),) = e["args"].items()
+            counters[(processes[e["pid"]], f"{e['name']} {unit}")].append((ns(e["ts"]), value))
+    return {"processes": sorted(processes.values()), "slices": slices, "flows": flows,
+            "counters": counters, "metadata": trace.get("otherData", {})}  # fmt: skip
+
+
+def _proto_view(read: Read) -> dict[str, Any]:
+    pid_name = {p["pid"]: p["name"] for p in read.processes.values()}
+    track_name = {u: (pid_name[t["pid"]], t["name"]) for u, t in read.threads.items()}
+    slices = defaultdict(list)
+    flows: dict[int, list] = defaultdict(list)
+    for s in read.slices:
+        category = s["category"][0]
+        if category == "request":
+            continue  # (the JSON's are async events: compared by themselves)
+        item = (s["name"], category, s["start"], s["end"], tuple(sorted(s["args"].items())))
+        slices[track_name[s["track"]]].append(item)
+        for flow in s["flows"]:
+            flows[flow].append((*track_name[s["track"]], item))
+    counters = {}
+    for uuid, samples in read.samples.items():
+        c = read.counters[uuid]
+        counters[(read.processes[c["parent"]]["name"], c["name"])] = samples
+    (run,) = [i for i in read.instants if i["name"] == "run"] or [{"args": {}}]
+    return {"processes": sorted(pid_name.values()), "slices": slices, "flows": flows,
+            "counters": counters, "metadata": run["args"]}  # fmt: skip
+
+
+def check_same(result: RunResult) -> Read:
+    """The protobuf trace of ``result`` holds the JSON trace's events (see the module)."""
+    trace, read = _both(result)
+    num_experts = result.inputs.get("num_experts")
+    want, got = _json_view(trace, num_experts), _proto_view(read)
+    assert got["processes"] == want["processes"]
+    assert set(got["slices"]) == {k for k, v in want["slices"].items() if k[1] != "requests"}
+    for track, items in want["slices"].items():
+        assert got["slices"][track] == sorted(items, key=lambda i: (i[2], i[3])), track
+    # a flow: the same two slices (JSON: from the slice its start lies in, to the one its end
+    # lies in; protobuf: the two slices carrying its id), by id
+    assert len(got["flows"]) == len(want["flows"])
+    for flow, ends in want["flows"].items():
+        assert sorted(got["flows"][flow]) == sorted(ends), flow
+    assert got["counters"].keys() == want["counters"].keys()
+    for name, samples in want["counters"].items():
+        assert got["counters"][name] == [(t, float(v)) for t, v in samples], name
+    assert got["metadata"] == want["metadata"]
+    requests = [e for e in trace["traceEvents"] if e.get("cat") == "request" and e["ph"] in "be"]
+    phases = Counter((e["name"], ns(e["ts"])) for e in requests)
+    proto = Counter()
+    for s in read.slices:
+        if s["category"] == ["request"]:
+            proto.update([(s["name"], s["start"]), (s["name"], s["end"])])
+    assert proto == phases
+    firsts = [(e["name"], ns(e["ts"]), e["args"]) for e in trace["traceEvents"] if e["ph"] == "i"]
+    assert sorted((i["name"], i["start"], i["args"]) for i in read.instants
+                  if i["name"] != "run") == sorted(firsts)  # fmt: skip
+    return read
+
+
+def test_the_perfetto_trace_holds_the_json_traces_events(timed: RunResult) -> None:
+    read = check_same(timed)
+    assert read.slices and read.samples and any(s["flows"] for s in read.slices)
+
+
+def test_on_two_gpus_too(two_gpus: RunResult) -> None:
+    check_same(two_gpus)
+
+
+def test_with_batches_requests_and_cpu_experts(tiny_config: Callable[..., SimConfig]) -> None:
+    """Batched passes of several requests (overlapping request phases: several ``requests``
+    tracks) and experts run on the CPU (spans on a host lane)."""
+    result = simulate(
+        tiny_config(
+            workload={"batch_size": 2, "arrivals": "poisson", "arrival_rate_per_s": 50},
+            miss={"kind": "cpu-execute"},
+        )
+    )
+    read = check_same(result)
+    assert {t["name"] for t in read.threads.values()} >= {"requests #1", "cpu-experts"}
+
+
+def test_every_flow_binds_to_two_slices(timed: RunResult) -> None:
+    read = check_same(timed)
+    ends = Counter(f for s in read.slices for f in s["flows"])
+    assert ends and set(ends.values()) == {2}
+
+
+def test_the_run_folder_writes_it_gzipped_and_deterministic(timed: RunResult, timed_dir: Path,
+                                                            tmp_path: Path) -> None:  # fmt: skip
+    rec, options = _options(timed)
+    data = b"".join(perfetto_chunks(rec.spans, rec.lanes, **options))
+    written = (timed_dir / TRACE_FILE).read_bytes()
+    assert gzip.decompress(written) == data
+    assert written[4:8] == b"\0\0\0\0"  # (no time in the gzip header)
+
+
+def test_an_empty_run_writes_a_trace() -> None:
+    from specmd_sim.timeline import SPAN_DTYPE
+
+    read = read_trace(b"".join(perfetto_chunks(np.zeros(0, SPAN_DTYPE), [])))
+    assert read.slices == [] and read.processes
+
+
+@pytest.mark.parametrize("values", [[0, 1, 127, 128, 300, 2**63 - 1, 2**64 - 1], [5]])
+def test_the_column_encoder_writes_what_protobuf_reads(values: list[int]) -> None:
+    """Rows of varint, fixed64, double, string and sub-message fields, present or not, read
+    back by protobuf's own parser (a message type declared here with those fields)."""
+    n = len(values)
+    present = np.arange(n) % 2 == 0
+    texts = ["", "a", "h\u00e9llo"]
+    blocks = pw.field_varint(1, np.array(values, np.uint64))
+    blocks += pw.field_fixed64(47, np.array(values, np.uint64), present)
+    blocks += pw.field_double(44, np.arange(n) / 3, present)
+    blocks += pw.field_bytes(23, pw.table([t.encode() for t in texts]), np.arange(n) % 3)
+    blocks += pw.field_message(11, pw.field_varint(9, np.arange(n)), n, ~present)
+    blocks += pw.const_varint(2, 150)
+    rows = _rows_type().FromString(pw.flatten(pw.field_message(1, blocks, n), n)).row
+    assert len(rows) == n
+    for i, (row, value) in enumerate(zip(rows, values, strict=True)):
+        assert (row.a, row.d, row.k) == (value, texts[i % 3], 150)
+        assert row.HasField("b") == row.HasField("c") == bool(present[i])
+        assert row.HasField("e") != bool(present[i])
+        if present[i]:
+            assert (row.b, row.c) == (value, i / 3)
+        else:
+            assert row.e.x == i
+
+
+def _rows_type() -> Any:
+    """``Rows { repeated Row row = 1 }`` with ``Row``: 1 uint64 a, 47 fixed64 b, 44 double c,
+    23 string d, 11 ``Inner`` e (9 uint64 x), 2 uint64 k (proto2: presence is kept)."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    file = descriptor_pb2.FileDescriptorProto(name="specmd_rows.proto", package="t")
+    inner = file.message_type.add(name="Inner")
+    inner.field.add(name="x", number=9, type=4, label=1)
+    row = file.message_type.add(name="Row")
+    for name, number, kind in (("a", 1, 4), ("b", 47, 6), ("c", 44, 1), ("d", 23, 9), ("k", 2, 4)):
+        row.field.add(name=name, number=number, type=kind, label=1)
+    row.field.add(name="e", number=11, type=11, label=1, type_name=".t.Inner")
+    rows = file.message_type.add(name="Rows")
+    rows.field.add(name="row", number=1, type=11, label=3, type_name=".t.Row")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("t.Rows"))
