@@ -47,7 +47,7 @@ from specmd_sim.timeline import (
 )
 
 SPANS_FORMAT = "specmd-spans"
-SPANS_VERSION = 1
+SPANS_VERSION = 2
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 TIMELINE_FILE = "timeline.html"
 TRACE_FILE = "trace.pftrace.gz"
@@ -106,12 +106,15 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
         files["config"].write_text(yaml.safe_dump(result.config, sort_keys=True), encoding="utf-8")
         result.write(files["result"])
         if result.spans is not None:
+            from concurrent.futures import ThreadPoolExecutor  # (a replay writes no spans)
+
             recording = Recording(result.spans, list(result.lanes), dict(result.counters))
-            files["spans"] = folder / "spans.npz"
-            write_spans(files["spans"], recording)
-            files["trace"] = folder / TRACE_FILE
+            files["spans"], files["trace"] = folder / "spans.npz", folder / TRACE_FILE
             options = chrome_trace_options(json.loads(result.to_json()), recording)
-            write_perfetto_trace(files["trace"], recording.spans, recording.lanes, **options)
+            with ThreadPoolExecutor(1) as pool:  # (both compress, mostly without the GIL)
+                spans = pool.submit(write_spans, files["spans"], recording)
+                write_perfetto_trace(files["trace"], recording.spans, recording.lanes, **options)
+                spans.result()
         if extra is not None:
             files.update(extra(folder))
         write_manifest(folder, files.values())
@@ -296,33 +299,86 @@ def chrome_trace_options(result: dict[str, Any], recording: Recording) -> dict[s
 
 
 def write_spans(path: Path, recording: Recording) -> None:
-    """Spans, lane names and counters as one ``.npz`` (no pickles, fixed zip timestamps)."""
-    meta = {
+    """Spans, lane names and counters as one ``.npz`` (no pickles, fixed zip timestamps),
+    a member per column (:data:`SPANS_VERSION` 2): an integer column in the narrowest integer
+    type that holds its values, every column's bytes grouped by significance (an ``(itemsize,
+    rows)`` byte array: the high bytes of times and ids, nearly all alike, then compress to
+    little), deflated at level 1. At ~4,000 tokens that is ~1/2 the bytes of whole rows
+    deflated at the default level, in ~1/3 of the time."""
+    meta: dict[str, Any] = {
         "format": SPANS_FORMAT,
         "version": SPANS_VERSION,
         "lanes": list(recording.lanes),
         "kinds": list(KINDS),
         "counters": sorted(recording.counters),
+        "columns": {},
     }
-    members = {"meta": np.array(json.dumps(meta, sort_keys=True)), "spans": recording.spans}
-    for i, name in enumerate(meta["counters"]):
-        members[f"counter_{i}"] = recording.counters[name]
+    members: dict[str, np.ndarray] = {}
+    tables = [("spans", recording.spans)]
+    tables += [(f"counter_{i}", recording.counters[n]) for i, n in enumerate(meta["counters"])]
+    for table, rows in tables:
+        for name in rows.dtype.names or ():
+            column = _narrow(rows[name])
+            meta["columns"][f"{table}.{name}"] = column.dtype.str
+            members[f"{table}.{name}"] = _by_significance(column)
+    members = {"meta": np.array(json.dumps(meta, sort_keys=True)), **members}
     with atomic_file(path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
         for name, arr in members.items():
             info = zipfile.ZipInfo(f"{name}.npy", date_time=_FIXED_TIME)
             info.compress_type = zipfile.ZIP_DEFLATED
+            info._compresslevel = 1  # type: ignore[attr-defined]  # (compress_level from 3.13)
             with zf.open(info, "w", force_zip64=True) as fh:
                 np.lib.format.write_array(fh, arr, allow_pickle=False)
 
 
+def _narrow(column: np.ndarray) -> np.ndarray:
+    """An integer column in the narrowest signed type that holds its values."""
+    if column.dtype.kind != "i" or not column.size:
+        return np.ascontiguousarray(column)
+    lo, hi = int(column.min()), int(column.max())
+    for kind in (np.int8, np.int16, np.int32):
+        info = np.iinfo(kind)
+        if info.min <= lo and hi <= info.max:
+            return column.astype(kind)
+    return np.ascontiguousarray(column)
+
+
+def _by_significance(column: np.ndarray) -> np.ndarray:
+    """The column's bytes as ``(itemsize, rows)``: row ``k`` the ``k``-th byte of every value."""
+    size = column.dtype.itemsize
+    return np.ascontiguousarray(column.view(np.uint8).reshape(-1, size).T)
+
+
+def _table(data: Any, meta: dict[str, Any], table: str, dtype: np.dtype) -> np.ndarray:
+    """``table``'s rows, from its columns (:func:`write_spans`)."""
+    columns = {}
+    for name in dtype.names or ():
+        raw = data[f"{table}.{name}"]
+        stored = np.dtype(meta["columns"][f"{table}.{name}"])
+        columns[name] = np.ascontiguousarray(raw.T).view(stored).reshape(-1)
+    rows = np.empty(len(columns[next(iter(columns))]), dtype)
+    for name, column in columns.items():
+        rows[name] = column
+    return rows
+
+
 def read_spans(path: Path) -> Recording:
-    """Read :func:`write_spans`' file; kind ids are mapped onto this version's :data:`KINDS`."""
+    """Read :func:`write_spans`' file (or a version 1 file: whole rows); kind ids are mapped onto
+    this version's :data:`KINDS`."""
     try:
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"][()]))
-            spans = data["spans"]
-            counters = {n: data[f"counter_{i}"] for i, n in enumerate(meta["counters"])}
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as exc:
+            names = meta["counters"]
+            if meta.get("version", 1) == 1:
+                spans = data["spans"]
+                counters = {n: data[f"counter_{i}"] for i, n in enumerate(names)}
+            else:
+                spans = _table(data, meta, "spans", SPAN_DTYPE)
+                counters = {
+                    n: _table(data, meta, f"counter_{i}", COUNTER_DTYPE)
+                    for i, n in enumerate(names)
+                }
+    except (OSError, KeyError, ValueError, TypeError, zipfile.BadZipFile) as exc:
         raise SpecmdError(f"{path}: expected a spans file written by specmd, got {exc}") from None
     if meta.get("format") != SPANS_FORMAT or spans.dtype != SPAN_DTYPE:
         raise SpecmdError(f"{path}: expected format {SPANS_FORMAT!r}, got {meta.get('format')!r}")
@@ -330,7 +386,6 @@ def read_spans(path: Path) -> Recording:
     if unknown:
         raise SpecmdError(f"{path}: expected span kinds of {KINDS}, got {unknown}")
     remap = np.array([KINDS.index(k) for k in meta["kinds"]], dtype=np.int8)
-    spans = spans.copy()
     spans["kind"] = remap[spans["kind"]]
     counters = {n: c.astype(COUNTER_DTYPE, copy=False) for n, c in counters.items()}
     return Recording(spans, list(meta["lanes"]), counters)

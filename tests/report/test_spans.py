@@ -17,8 +17,10 @@ from specmd_sim.metrics import RunResult
 from specmd_sim.report import RunData
 from specmd_sim.runs import read_result, read_spans, write_run, write_spans
 from specmd_sim.timeline import (
+    COUNTER_DTYPE,
     KIND,
     KINDS,
+    SPAN_DTYPE,
     Recording,
     SpanRecorder,
     counter_label,
@@ -98,6 +100,25 @@ def test_spans_file_round_trips_and_is_byte_stable(timed: RunResult, tmp_path: P
     assert back.counters.keys() == timed.counters.keys()
     for name, samples in timed.counters.items():
         assert np.array_equal(back.counters[name], samples)
+
+
+def test_spans_file_keeps_every_value_in_narrowed_columns(tmp_path: Path) -> None:
+    """Columns are stored in the narrowest integer type that holds them (so a file of wide
+    values and one of narrow values both read back exactly), each column's bytes grouped by
+    significance."""
+    spans = _spans()
+    spans["bytes"][:4] = [2**40, -1, 0, 2**63 - 1]
+    spans["expert"][0] = 2**31 - 1
+    spans["start"][0] = 1e-300
+    counters = {"c": np.array([(0.5, 2.0**60), (1.0, -3.0)], COUNTER_DTYPE)}
+    path = tmp_path / "s.npz"
+    write_spans(path, Recording(spans, ["gpu0/compute", "gpu0/copy"], counters))
+    back = read_spans(path)
+    assert np.array_equal(back.spans, spans) and back.spans.dtype == SPAN_DTYPE
+    assert np.array_equal(back.counters["c"], counters["c"])
+    with np.load(path) as data:
+        assert data["spans.layer"].shape == (1, spans.size)  # (int16 values that fit int8)
+        assert data["spans.bytes"].shape == (8, spans.size)
 
 
 def test_spans_file_maps_kinds_by_name(tmp_path: Path) -> None:
