@@ -32,6 +32,7 @@ from specmd_sim.metric_spec import (
     reported,
     value_type,
 )
+from specmd_sim.timeline import Recording
 
 __all__ = [
     "INPUTS",
@@ -74,6 +75,15 @@ class RunResult:
     # the path the engine took and, where it fell back from its compiled one, why and at what
     # cost (:meth:`specmd_sim.engine.coverage.EnginePath.line`): shown, never written (to_dict)
     engine_path: str = ""
+    _recording: Recording | None = field(default=None, init=False, repr=False, compare=False)
+
+    def recording(self) -> Recording | None:
+        """The spans, lanes and counters as one :class:`~specmd_sim.timeline.Recording`, the
+        same object each call (None without spans), so that the outputs written from one
+        result (the trace, the timeline page) derive what they share once."""
+        if self.spans is not None and self._recording is None:
+            self._recording = Recording(self.spans, list(self.lanes), dict(self.counters))
+        return self._recording
 
     def to_dict(self) -> dict[str, Any]:
         """The ``result.json`` mapping; raises ValueError for a name outside the spec."""

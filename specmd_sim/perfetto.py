@@ -30,6 +30,7 @@ from __future__ import annotations
 import gzip
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,7 @@ import numpy as np
 from specmd_sim import protowire as pw
 from specmd_sim.atomic import atomic_file
 from specmd_sim.cache.states import AccessClass
+from specmd_sim.engine import jit
 from specmd_sim.timeline import KIND as _KIND
 from specmd_sim.timeline import (
     KINDS,
@@ -167,6 +169,7 @@ def perfetto_chunks(
     per_request: Mapping[str, Sequence[Any]] | None = None,
     num_experts: int | None = None,
     metadata: dict[str, Any] | None = None,
+    served: np.ndarray | None = None,
 ) -> Iterator[bytes]:
     """The trace (a ``perfetto.protos.Trace``) as consecutive pieces of its bytes; the
     arguments are :func:`~specmd_sim.timeline.chrome_trace_chunks`'."""
@@ -176,7 +179,8 @@ def perfetto_chunks(
     requests = _request_tracks(per_request, layout)
     interned = _interned()
     yield _descriptors(layout, requests[0], sorted(counters))
-    yield from _span_packets(spans, lanes, per_pass, num_experts, layout, interned)
+    klass = served_class(spans) if served is None else served
+    yield from _span_packets(spans, klass, lanes, per_pass, num_experts, layout, interned)
     yield from _pass_packets(per_pass, layout, interned)
     yield from _request_packets(per_request, requests, layout, interned)
     # sequences: a track's its id; then each GPU's first tokens, the counters, the metadata
@@ -218,6 +222,7 @@ def _descriptors(layout: TraceLayout, request_tracks: list[tuple[int, str]],
 
 def _span_packets(
     spans: np.ndarray,
+    klass: np.ndarray,
     lanes: list[str],
     per_pass: Mapping[str, Sequence[Any]],
     num_experts: int | None,
@@ -225,16 +230,16 @@ def _span_packets(
     interned: bytes,
 ) -> Iterator[bytes]:
     """Each track's spans, a sequence per track, in time order (a sub-track's spans never
-    overlap), with their flows."""
+    overlap), with their flows and the class each served (``klass``)."""
     order = layout.order[np.argsort(layout.tid, kind="stable")]
     tid = layout.span_tid[order]
-    klass = served_class(spans)
     gpus = list(dict.fromkeys(per_pass.get("gpu", [])))
     gpu = served_gpu(spans, lanes, per_pass, gpus)
     gpu_names = pw.table([g.encode() for g in gpus] or [b""])
     flows = _flow_columns(flow_pairs(spans, lanes, layout.span_tid), spans.size)
     transfer = np.isin(np.arange(len(KINDS)), [_KIND[k] for k in TRANSFER_KINDS])
     bounds = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1], True]) if tid.size else []
+    encode = _encode_compiled if jit.available() else _encode_columns
     for lo_track, hi_track in itertools.pairwise(bounds):
         track = int(tid[lo_track])
         yield _sequence_start(track, interned, track + _TRACK_UUID)
@@ -243,25 +248,177 @@ def _span_packets(
         for lo in range(0, mine.size, CHUNK):
             part = slice(lo, lo + CHUNK)
             i = mine[part]
-            s, n = spans[i], i.size
-            kind = s["kind"].astype(np.int64)
-            expert, k, g = s["expert"].astype(np.int64), klass[i], gpu[i]
-            begin = pw.field_varint(10, kind + 1)
-            begin += pw.field_varint(3, np.take(_CATEGORY_OF_KIND, kind))
-            begin += _int_annotation("pass", s["pass_"]) + _int_annotation("request", s["request"])
-            begin += _annotation("gpu", pw.field_bytes(6, gpu_names, np.maximum(g, 0)), n, g >= 0)
-            begin += _int_annotation("layer", s["layer"])
-            if num_experts:
-                begin += _int_annotation("expert", np.where(expert >= 0, expert % num_experts, -1))
-            else:  # (else layer * num_experts + expert)
-                begin += _int_annotation("expert_id", expert)
-            begin += _int_annotation("bytes", np.where(s["bytes"] != 0, s["bytes"], -1))
-            value = pw.field_varint(17, np.where(k >= 0, k, _UNUSED) + 1)
-            begin += _annotation("class", value, n, (k >= 0) | transfer[kind])
-            for column in flows:
-                ids = column[i]
-                begin += pw.field_fixed64(47, ids, ids > 0)
-            yield _slices(ts[part], te[part], track, begin)
+            s = spans[i]
+            kind, expert, k = s["kind"].astype(np.int64), s["expert"].astype(np.int64), klass[i]
+            columns = _SpanColumns(
+                ts=ts[part], te=te[part], sequence=track, name=kind + 1,
+                category=np.take(_CATEGORY_OF_KIND, kind),
+                pass_=s["pass_"].astype(np.int64), request=s["request"].astype(np.int64),
+                gpu=gpu[i], gpu_names=gpu_names, layer=s["layer"].astype(np.int64),
+                expert=np.where(expert >= 0, expert % num_experts, -1) if num_experts else expert,
+                expert_name=_ANN["expert" if num_experts else "expert_id"],
+                size=np.where(s["bytes"] != 0, s["bytes"], -1).astype(np.int64),
+                klass=np.where((k >= 0) | transfer[kind], np.where(k >= 0, k, _UNUSED) + 1, 0),
+                flows=np.stack([c[i] for c in flows], axis=1) if flows else np.zeros((i.size, 0),
+                                                                                        np.int64),
+            )  # fmt: skip
+            yield encode(columns)
+
+
+@dataclass
+class _SpanColumns:
+    """A chunk of one track's spans as the columns their packets are made of: times as deltas
+    (:func:`_deltas`), the name iid, category iid, the int annotations (-1: none), the GPU (an
+    index into ``gpu_names``, -1: none), the expert annotation's name iid (``expert`` where
+    the expert count is known, else ``expert_id``), the class iid (0: none) and the flow ids
+    (0: none)."""
+
+    ts: np.ndarray
+    te: np.ndarray
+    sequence: int
+    name: np.ndarray
+    category: np.ndarray
+    pass_: np.ndarray
+    request: np.ndarray
+    gpu: np.ndarray
+    gpu_names: tuple[np.ndarray, np.ndarray]
+    layer: np.ndarray
+    expert: np.ndarray
+    expert_name: int
+    size: np.ndarray
+    klass: np.ndarray
+    flows: np.ndarray
+
+
+def _encode_columns(c: _SpanColumns) -> bytes:
+    """The spans' begin and end packets, a column at a time (:mod:`specmd_sim.protowire`): the
+    specification of :func:`_encode_compiled`."""
+    n = c.ts.size
+    begin = pw.field_varint(10, c.name) + pw.field_varint(3, c.category)
+    begin += _int_annotation("pass", c.pass_) + _int_annotation("request", c.request)
+    value = pw.field_bytes(6, c.gpu_names, np.maximum(c.gpu, 0))
+    begin += _annotation("gpu", value, n, c.gpu >= 0)
+    begin += _int_annotation("layer", c.layer)
+    body = pw.const_varint(1, c.expert_name) + pw.field_varint(4, np.maximum(c.expert, 0))
+    begin += pw.field_message(4, body, n, c.expert >= 0)
+    begin += _int_annotation("bytes", c.size)
+    begin += _annotation("class", pw.field_varint(17, c.klass), n, c.klass > 0)
+    for column in c.flows.T:
+        begin += pw.field_fixed64(47, column, column > 0)
+    return _slices(c.ts, c.te, c.sequence, begin)
+
+
+def _encode_compiled(c: _SpanColumns) -> bytes:
+    """:func:`_encode_columns`, by a compiled loop over the spans (:func:`_span_bytes`)."""
+    out = np.empty(c.ts.size * (160 + 11 * c.flows.shape[1] + c.gpu_names[0].shape[1]), np.uint8)
+    end = _span_bytes(
+        c.ts, c.te, c.sequence, c.name, c.category, c.pass_, c.request, c.gpu, c.gpu_names[0],
+        c.gpu_names[1], c.layer, c.expert, c.expert_name, c.size, c.klass, c.flows, out,
+    )  # fmt: skip
+    return out[:end].tobytes()
+
+
+@jit.compiled
+def _varint_size(value: int) -> int:
+    size = 1
+    while value >= 128:
+        value >>= 7
+        size += 1
+    return size
+
+
+@jit.compiled
+def _put_varint(out: np.ndarray, at: int, value: int) -> int:
+    while value >= 128:
+        out[at] = (value & 0x7F) | 0x80
+        value >>= 7
+        at += 1
+    out[at] = value
+    return at + 1
+
+
+@jit.compiled
+def _put_annotation(out: np.ndarray, at: int, name: int, key: int, value: int) -> int:
+    """A debug annotation: ``name`` (its interned iid) and a varint ``value`` under ``key``."""
+    body = 2 + _varint_size(key) + _varint_size(value)
+    out[at] = 0x22  # TrackEvent.debug_annotations
+    at = _put_varint(out, at + 1, body)
+    out[at] = 0x08  # .name_iid
+    out[at + 1] = name
+    at = _put_varint(out, at + 2, key)
+    return _put_varint(out, at, value)
+
+
+@jit.compiled
+def _span_bytes(ts, te, sequence, name, category, pass_, request, gpu, gpu_text, gpu_len, layer,
+                expert, expert_name, size, klass, flows, out):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Each span's begin and end packets into ``out``; the bytes written. Field by field as
+    :func:`_encode_columns` orders them (keys: protobuf's ``number << 3 | wire type``)."""
+    at = 0
+    event = np.empty(256 + 9 * flows.shape[1] + gpu_text.shape[1], np.uint8)
+    seq_size = _varint_size(sequence)
+    for i in range(ts.size):
+        e = 0
+        event[0], event[1] = 0x48, 1  # TrackEvent.type = SLICE_BEGIN
+        event[2] = 0x50  # .name_iid
+        e = _put_varint(event, 3, name[i])
+        event[e] = 0x18  # .category_iids
+        e = _put_varint(event, e + 1, category[i])
+        if pass_[i] >= 0:
+            e = _put_annotation(event, e, 1, 0x20, pass_[i])
+        if request[i] >= 0:
+            e = _put_annotation(event, e, 2, 0x20, request[i])
+        if gpu[i] >= 0:
+            length = gpu_len[gpu[i]]
+            event[e] = 0x22
+            e = _put_varint(event, e + 1, 3 + _varint_size(length) + length)
+            event[e], event[e + 1], event[e + 2] = 0x08, 8, 0x32  # name_iid gpu, string_value
+            e = _put_varint(event, e + 3, length)
+            for j in range(length):
+                event[e + j] = gpu_text[gpu[i], j]
+            e += length
+        if layer[i] >= 0:
+            e = _put_annotation(event, e, 3, 0x20, layer[i])
+        if expert[i] >= 0:
+            e = _put_annotation(event, e, expert_name, 0x20, expert[i])
+        if size[i] >= 0:
+            e = _put_annotation(event, e, 6, 0x20, size[i])
+        if klass[i] > 0:
+            e = _put_annotation(event, e, 7, 0x88, klass[i])  # .string_value_iid (17)
+        for f in range(flows.shape[1]):
+            flow = flows[i, f]
+            if flow > 0:
+                event[e] = 0xF9  # .flow_ids (47, fixed64): 0xF9 0x02
+                event[e + 1] = 0x02
+                for b in range(8):
+                    event[e + 2 + b] = (flow >> (8 * b)) & 0xFF
+                e += 10
+        # the begin packet: timestamp, the event, the sequence and its flags
+        size_ = 1 + _varint_size(ts[i]) + 1 + _varint_size(e) + e + 1 + seq_size + 2
+        out[at] = 0x0A  # Trace.packet
+        at = _put_varint(out, at + 1, size_)
+        out[at] = 0x40  # TracePacket.timestamp
+        at = _put_varint(out, at + 1, ts[i])
+        out[at] = 0x5A  # .track_event
+        at = _put_varint(out, at + 1, e)
+        out[at : at + e] = event[:e]
+        at += e
+        out[at] = 0x50  # .trusted_packet_sequence_id
+        at = _put_varint(out, at + 1, sequence)
+        out[at], out[at + 1] = 0x68, 2  # .sequence_flags = SEQ_NEEDS_INCREMENTAL_STATE
+        at += 2
+        # the end packet
+        size_ = 1 + _varint_size(te[i]) + 1 + 1 + 2 + 1 + seq_size + 2
+        out[at] = 0x0A
+        at = _put_varint(out, at + 1, size_)
+        out[at] = 0x40
+        at = _put_varint(out, at + 1, te[i])
+        out[at], out[at + 1], out[at + 2], out[at + 3] = 0x5A, 2, 0x48, 2  # type = SLICE_END
+        out[at + 4] = 0x50
+        at = _put_varint(out, at + 5, sequence)
+        out[at], out[at + 1] = 0x68, 2
+        at += 2
+    return at
 
 
 def _flow_columns(pairs: list[tuple[str, np.ndarray, np.ndarray]], n: int) -> list[np.ndarray]:

@@ -108,7 +108,8 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
         if result.spans is not None:
             from concurrent.futures import ThreadPoolExecutor  # (a replay writes no spans)
 
-            recording = Recording(result.spans, list(result.lanes), dict(result.counters))
+            recording = result.recording()
+            assert recording is not None  # (it has spans)
             files["spans"], files["trace"] = folder / "spans.npz", folder / TRACE_FILE
             options = chrome_trace_options(json.loads(result.to_json()), recording)
             with ThreadPoolExecutor(1) as pool:  # (both compress, mostly without the GIL)
@@ -295,6 +296,7 @@ def chrome_trace_options(result: dict[str, Any], recording: Recording) -> dict[s
         "per_request": result.get("per_request") or {},
         "num_experts": inputs.get("num_experts"),
         "metadata": {k: v for k, v in metadata.items() if v is not None},
+        "served": recording.served(),
     }
 
 

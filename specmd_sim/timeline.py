@@ -90,6 +90,14 @@ class Recording:
     spans: np.ndarray
     lanes: list[str]
     counters: dict[str, np.ndarray] = field(default_factory=dict)
+    _served: np.ndarray | None = field(default=None, init=False, repr=False)
+
+    def served(self) -> np.ndarray:
+        """:func:`served_class` of the spans, derived once however many outputs read it (the
+        timeline page, the trace)."""
+        if self._served is None:
+            self._served = served_class(self.spans)
+        return self._served
 
 
 SPAN_CHUNK_ROWS = 1 << 14
@@ -507,6 +515,7 @@ def chrome_trace_chunks(
     per_request: Mapping[str, Sequence[Any]] | None = None,
     num_experts: int | None = None,
     metadata: dict[str, Any] | None = None,
+    served: np.ndarray | None = None,
 ) -> Iterator[str]:
     """The Chrome Trace Event Format (JSON object form), for ui.perfetto.dev and chrome://tracing,
     as consecutive pieces of one compact JSON text, at most :data:`TRACE_CHUNK` events each, so
@@ -534,6 +543,9 @@ def chrome_trace_chunks(
       to that device's process, others to the first lane's: the bandwidth of each resource of
       the flow network, ``network/<resource>_bytes_per_s``, to a process ``network``);
     - ``otherData``: ``metadata`` (e.g. model, hardware, policies).
+
+    ``served`` is :func:`served_class` of the spans where the caller has it already
+    (:meth:`Recording.served`).
 
     Span and counter events, nearly all of a trace, are formatted from the arrays' columns, not
     built as a dict each and dumped: that is what makes a long run's trace cheap (``_span_text``).
@@ -575,7 +587,7 @@ def chrome_trace_chunks(
         )
         while batch := list(itertools.islice(events, TRACE_CHUNK)):
             yield "," + ",".join(map(_dumps, batch))
-    klass = served_class(spans)
+    klass = served_class(spans) if served is None else served
     gpus = list(dict.fromkeys(per_pass.get("gpu", [])))
     gpu = served_gpu(spans, lanes, per_pass, gpus)
     track_pid = layout.track_pid

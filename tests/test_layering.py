@@ -28,13 +28,14 @@ Layer order, lowest first; a module may import modules of its own layer and of t
 - ``scenario`` — resolves a config into passes, placement and plug-in objects (below engine).
 - ``metric_spec`` < ``timeline`` < ``metrics`` < ``metric_docs`` — the vocabulary of results,
   below ``engine`` because the engines produce it: they record spans (``timeline``) and return
-  a ``RunResult`` (``metrics``, which checks its names against ``metric_spec``); ``perfetto``
-  writes the spans as a Perfetto trace, beside ``timeline``'s Chrome JSON. Above
+  a ``RunResult`` (``metrics``, which checks its names against ``metric_spec``). Above
   ``scenario`` so that no input of a run (policies, config, scenario) depends on its results.
   A RunResult carries spans, spans know no RunResult; the specification knows neither, and
   its documentation generator (``metric_docs``) may read all three.
 - ``engine`` — the layer step and the drivers.
 - ``execute`` — the real executor: the engine's layer step and accounting, fulfilled for real.
+- ``perfetto`` — the spans as a Perfetto trace (beside ``timeline``'s Chrome JSON), its span
+  packets by a compiled loop where numba is installed (``engine.jit``).
 - ``runs`` — run folders (config, result, spans, Chrome trace): data files only; the HTML
   page ``timeline.html`` is written by the report layer, above it.
 - ``report`` — figures and pages (plotly); it reads run folders (``runs.read_spans``).
@@ -72,9 +73,9 @@ LAYERS = (
     "errors", "units", "_data", "schema_base", "atomic", "packed_rows", "protowire",
     "hardware", "runtime", "models", "traces",
     "cache", "policies", "config", "scenario",
-    "metric_spec", "timeline", "perfetto", "metrics", "metric_docs",
+    "metric_spec", "timeline", "metrics", "metric_docs",
     "engine", "execute", "record",
-    "runs", "report", "sweep", "regress", "reproduce", "validate",
+    "perfetto", "runs", "report", "sweep", "regress", "reproduce", "validate",
     "__init__",
     "cli", "pytest_plugin", "__main__",
 )  # fmt: skip

@@ -1,12 +1,20 @@
 """Self-contained HTML pages holding several plotly figures, tables and text.
 
-plotly.js is inlined once per page, so a page opens offline and from a local file. Figure
-containers get fixed ids (``fig-<n>``), so the same figures give the same bytes.
+plotly.js is inlined once per page, so a page opens offline and from a local file. It and each
+figure's JSON are inlined gzipped (base64 in a ``<script type="application/gzip">``) and
+inflated by the browser's own ``DecompressionStream`` as the page loads (every current browser:
+Chrome 80, Firefox 113, Safari 16.4): a page is ~3x smaller than its text (plotly.js alone is
+4.8 MB), and reading the smaller file is faster than the inflating costs. Figure containers get
+fixed ids (``fig-<n>``) and the gzip headers no time, so the same figures give the same bytes.
 """
 
 from __future__ import annotations
 
+import base64
+import functools
+import gzip
 import html
+import json
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -48,6 +56,37 @@ footer { color: #888; font-size: 12px; margin-top: 32px; }
 """
 
 
+_GZIP_LEVEL = 1  # (level 6 saves a tenth of the bytes in 2.5x the time)
+_LOADER = """<script>
+const specmdInflate = id => new Response(new Blob([Uint8Array.from(
+  atob(document.getElementById(id).textContent), c => c.charCodeAt(0))]).stream()
+  .pipeThrough(new DecompressionStream("gzip"))).text();
+const specmdPlotly = specmdInflate("plotly-js").then(js => {
+  const script = document.createElement("script");
+  script.textContent = js;
+  document.head.appendChild(script);
+});
+function specmdPlot(id, config) {
+  return Promise.all([specmdPlotly, specmdInflate(id + "-data")]).then(([, text]) => {
+    const fig = JSON.parse(text);
+    return Plotly.newPlot(id, fig.data, fig.layout, config);
+  });
+}
+</script>"""
+
+
+def _packed(element_id: str, data: bytes) -> str:
+    """``data`` gzipped, as base64 in a script element the loader inflates by its id."""
+    packed = base64.b64encode(gzip.compress(data, _GZIP_LEVEL, mtime=0)).decode()
+    return f'<script type="application/gzip" id="{element_id}">{packed}</script>'
+
+
+@functools.cache
+def _plotly_js() -> str:
+    """plotly.js, packed (once a process: every page holds the same)."""
+    return _packed("plotly-js", get_plotlyjs().encode())
+
+
 @dataclass
 class Block:
     """A section: heading, a paragraph of plain text, figures, then raw HTML (tables)."""
@@ -66,7 +105,8 @@ def write_page(path: Path, title: str, blocks: list[Block], subtitle_html: str =
         f"<title>{html.escape(title)}</title>",
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<style>{_CSS}</style>",
-        f'<script type="text/javascript">{get_plotlyjs()}</script>',
+        _plotly_js(),
+        _LOADER,  # (after the packed plotly.js it reads)
         "</head><body><main>",
         f"<h1>{html.escape(title)}</h1>",
     ]
@@ -90,9 +130,16 @@ def write_page(path: Path, title: str, blocks: list[Block], subtitle_html: str =
 
 
 def figure_div(fig: go.Figure, div_id: str) -> str:
-    """The figure as a ``<div>`` and the script that draws it (plotly.js not included)."""
-    return pio.to_html(
-        fig, full_html=False, include_plotlyjs=False, div_id=div_id, config=PLOT_CONFIG
+    """The figure as a ``<div>``, its JSON packed (:func:`_packed`) and the script that
+    draws it once plotly.js and the JSON are inflated (plotly.js not included: the page's)."""
+    height = fig.layout.height
+    style = f"height:{height}px; width:100%;" if height else "height:100%; width:100%;"
+    data = pio.to_json(fig, validate=False, remove_uids=True).encode()
+    config = json.dumps(PLOT_CONFIG, sort_keys=True)
+    return (
+        f'<div id="{div_id}" class="plotly-graph-div" style="{style}"></div>'
+        f"{_packed(f'{div_id}-data', data)}"
+        f'<script>specmdPlot("{div_id}", {config});</script>'
     )
 
 

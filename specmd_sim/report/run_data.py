@@ -18,7 +18,7 @@ import numpy as np
 
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import METRICS, TABLES, RunResult
-from specmd_sim.timeline import Recording, served_class, span_gpus
+from specmd_sim.timeline import Recording, span_gpus
 from specmd_sim.units import format_bytes
 
 PASS_DTYPE = np.dtype(
@@ -45,10 +45,7 @@ class RunData:
 
     @classmethod
     def from_result(cls, result: RunResult, run_dir: Path | None = None) -> RunData:
-        recording = None
-        if result.spans is not None:
-            recording = Recording(result.spans, list(result.lanes), dict(result.counters))
-        return cls(json.loads(result.to_json()), recording, run_dir)
+        return cls(json.loads(result.to_json()), result.recording(), run_dir)
 
     @classmethod
     def load(cls, run_dir: Path, spans: bool = True) -> RunData:
@@ -209,8 +206,9 @@ class RunData:
 
     @cached_property
     def classes(self) -> np.ndarray:
-        """:func:`~specmd_sim.timeline.served_class` of every span."""
-        return served_class(self.spans)
+        """:func:`~specmd_sim.timeline.served_class` of every span (derived once a
+        recording: :meth:`~specmd_sim.timeline.Recording.served`)."""
+        return self.require_spans("this view").served()
 
     @cached_property
     def pass_step(self) -> np.ndarray:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import Completed, run_specmd
+from support.pages import unpacked
 
 from specmd_sim.errors import SpecmdError
 from specmd_sim.report.images import export_images
@@ -40,7 +41,7 @@ def test_timeline_window_and_limit(timed_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "window.html"
     proc = specmd("timeline", timed_dir, "--window", "10:40", "--max-spans", "500", "--out", out)
     assert proc.returncode == 0, proc.stderr
-    assert "drawn one by one" in out.read_text()
+    assert "drawn one by one" in unpacked(out)
 
 
 def test_a_window_is_a_page_of_its_own(timed_dir: Path, tmp_path: Path) -> None:
@@ -53,7 +54,7 @@ def test_a_window_is_a_page_of_its_own(timed_dir: Path, tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"wrote {run_dir / 'timeline-10-40.5ms.html'}"
     assert (run_dir / "timeline.html").read_bytes() == before
-    assert "drawn one by one" in (run_dir / "timeline-10-40.5ms.html").read_text()
+    assert "drawn one by one" in unpacked(run_dir / "timeline-10-40.5ms.html")
     assert specmd("report", run_dir).returncode == 0  # the folder still reads as a run
 
 
@@ -140,7 +141,7 @@ def test_compare_runs(timed_dir: Path, replay_dir: Path, tmp_path: Path) -> None
     proc = specmd("compare", timed_dir, replay_dir, "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert "2 run(s)" in proc.stdout and f"wrote {out}" in proc.stdout
-    assert "engine=simulate" in out.read_text()
+    assert "engine=simulate" in unpacked(out)
 
 
 def test_compare_of_nothing_comparable(tmp_path: Path) -> None:

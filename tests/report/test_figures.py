@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support.pages import packed_ids
 
 from specmd_sim.metrics import METRICS, RunResult
 from specmd_sim.report import RunData, layer_figure, timeline_figure
@@ -203,7 +204,9 @@ def test_run_report_page(run: RunData, timed_dir: Path, tmp_path: Path) -> None:
     stacked = np.sum([np.asarray(t.y) for t in taxonomy.data], axis=0)
     assert stacked.tolist() == run.per_layer["accesses"]
     page = (tmp_path / "report.html").read_text()
-    assert page.count("<script") == 1 + len(figures)  # plotly.js once, then one per figure
+    # plotly.js once and its loader, then each figure's JSON and the script that draws it
+    assert packed_ids(page) == ["plotly-js"] + [f"fig-{i}-data" for i in range(1, 6)]
+    assert page.count("<script") == 2 + 2 * len(figures)
     assert 'href="timeline.html"' in page and "All metrics" in page
     # each number in its unit: throughput in tok/s, link bandwidths in B/s, shares in %
     throughput = METRICS["throughput_tok_s"].format(run.metrics["throughput_tok_s"])

@@ -19,6 +19,7 @@ import pytest
 
 from specmd_sim import SimConfig, simulate
 from specmd_sim import protowire as pw
+from specmd_sim.engine import jit
 from specmd_sim.metrics import RunResult
 from specmd_sim.perfetto import perfetto_chunks
 from specmd_sim.report import RunData
@@ -326,3 +327,15 @@ def _rows_type() -> Any:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("t.Rows"))
+
+
+@pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
+def test_the_compiled_span_packets_are_the_columns_ones(
+    two_gpus: RunResult, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compiled loop writes the span packets byte for byte as the column encoder (its
+    specification) does: flows, GPUs, every annotation, on a run of two GPUs."""
+    rec, options = _options(two_gpus)
+    compiled = b"".join(perfetto_chunks(rec.spans, rec.lanes, **options))
+    monkeypatch.setattr(jit, "available", lambda: False)
+    assert b"".join(perfetto_chunks(rec.spans, rec.lanes, **options)) == compiled
