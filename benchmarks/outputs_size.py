@@ -11,13 +11,14 @@ least-stale eviction, top-k prefetching; seed 0), two ways:
 - **whole process**: ``specmd run --config ... --out ...`` in a process of its own, its wall
   time, as a user waits for it (Python's start and imports, the inputs, the engine, every
   output): the accesses per second it makes;
-- **by part**, in this process, on the same run: the engine (``simulate``), then each output
-  written alone as ``specmd run`` writes it: ``result.json``, ``spans.npz``, the Perfetto trace,
-  the timeline page; each one's seconds, bytes and bytes per access.
+- **by part**, in this process, on the same run: the engine (``simulate``), the run folder as
+  ``specmd run`` writes it (``write_run`` with the timeline page: the spans and the trace in
+  threads beside the page), then each output written alone: ``result.json``, ``spans.npz``,
+  the Perfetto trace, the timeline page; each one's seconds, bytes and bytes per access.
 
 Verdicts (the issue's targets, for the 4,000-token run on this 2-core machine class): the
-whole process at least 250k accesses/s; the outputs (the parts' seconds together) at most 25%
-of the whole process's wall time; the engine alone at least 400k accesses/s; the trace at most
+whole process at least 250k accesses/s; the outputs (the run folder's seconds) at most 25% of
+the whole process's wall time; the engine alone at least 400k accesses/s; the trace at most
 20 bytes an access; the timeline page at most 4 MB. Seconds swing with the machine's load:
 each is the best of ``--repeat``.
 """
@@ -40,7 +41,13 @@ from settings import stated
 from specmd_sim import SimConfig, simulate
 from specmd_sim.perfetto import write_perfetto_trace
 from specmd_sim.report import RunData, write_timeline
-from specmd_sim.runs import TIMELINE_FILE, TRACE_FILE, chrome_trace_options, write_spans
+from specmd_sim.runs import (
+    TIMELINE_FILE,
+    TRACE_FILE,
+    chrome_trace_options,
+    write_run,
+    write_spans,
+)
 from specmd_sim.traces import PRESETS, generate_trace, save_trace
 
 PROMPT = 16
@@ -109,7 +116,15 @@ def measure(tokens: int, repeat: int, folder: Path) -> dict[str, Any]:
         seconds, _ = _best(repeat, lambda path=path, write=write: write(path))
         size = path.stat().st_size
         outputs[name] = {"s": seconds, "bytes": size, "bytes_per_access": size / accesses}
-    outputs_s = sum(o["s"] for o in outputs.values())
+
+    run_dir = folder / f"folder-{tokens}"
+
+    def page(out: Path) -> dict[str, Path]:
+        write_timeline(RunData.from_result(result, None), out / TIMELINE_FILE)
+        return {"timeline": out / TIMELINE_FILE}
+
+    # as specmd run writes it: the spans and the trace beside the page
+    outputs_s, _ = _best(repeat, lambda: write_run(run_dir, result, page))
     res = {
         "tokens": tokens,
         "accesses": accesses,
@@ -121,6 +136,7 @@ def measure(tokens: int, repeat: int, folder: Path) -> dict[str, Any]:
         "engine_accesses_per_s": accesses / engine_s,
         "outputs": outputs,
         "outputs_s": outputs_s,
+        "outputs_alone_s": sum(o["s"] for o in outputs.values()),
         "outputs_share": outputs_s / whole_s,
         "trace_bytes_per_access": outputs[TRACE_FILE]["bytes_per_access"],
         "page_bytes": outputs[TIMELINE_FILE]["bytes"],
@@ -149,8 +165,9 @@ def report(res: dict[str, Any]) -> str:
             f"{o['bytes_per_access']:6.1f} B/access"
         )
     lines.append(
-        f"  outputs together            {res['outputs_s']:7.2f} s  "
-        f"= {res['outputs_share']:.0%} of the whole process"
+        f"  run folder (write_run)      {res['outputs_s']:7.2f} s  "
+        f"= {res['outputs_share']:.0%} of the whole process (the parts alone: "
+        f"{res['outputs_alone_s']:.2f} s)"
     )
     for name, target in TARGETS.items():
         lines.append(f"  {name}: {res[name]:,.3g} (target {target:,}) -> {res['verdicts'][name]}")

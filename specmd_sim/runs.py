@@ -27,6 +27,7 @@ import json
 import re
 import zipfile
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +97,10 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
     The folder is written whole into a temporary sibling and then renamed into place
     (:func:`specmd_sim.atomic.atomic_folder`), so an interrupted rerun leaves the old folder as
     it was and a reader never sees the results, spans and pages of two runs mixed. ``extra``
-    adds files (the timeline page) to the folder before it is put in place. The last file
-    written, :data:`MANIFEST`, lists every file with its size: :func:`check_run_folder`.
+    adds files (the timeline page) to the folder before it is put in place. The spans and the
+    trace are written in threads of their own beside ``extra`` (their compressing and compiled
+    encoding run without the GIL). The last file written, :data:`MANIFEST`, lists every file
+    with its size: :func:`check_run_folder`.
     """
     run_dir = Path(run_dir)
     check_run_target(run_dir, "run folder")
@@ -105,19 +108,20 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
         files = {"config": folder / "config.yaml", "result": folder / "result.json"}
         files["config"].write_text(yaml.safe_dump(result.config, sort_keys=True), encoding="utf-8")
         result.write(files["result"])
-        if result.spans is not None:
-            from concurrent.futures import ThreadPoolExecutor  # (a replay writes no spans)
-
-            recording = result.recording()
-            assert recording is not None  # (it has spans)
-            files["spans"], files["trace"] = folder / "spans.npz", folder / TRACE_FILE
-            options = chrome_trace_options(json.loads(result.to_json()), recording)
-            with ThreadPoolExecutor(1) as pool:  # (both compress, mostly without the GIL)
-                spans = pool.submit(write_spans, files["spans"], recording)
-                write_perfetto_trace(files["trace"], recording.spans, recording.lanes, **options)
-                spans.result()
-        if extra is not None:
-            files.update(extra(folder))
+        writing = []
+        with ThreadPoolExecutor(2) as pool:  # (they compress and encode mostly without the GIL)
+            if result.spans is not None:
+                recording = result.recording()
+                assert recording is not None  # (it has spans)
+                files["spans"], files["trace"] = folder / "spans.npz", folder / TRACE_FILE
+                options = chrome_trace_options(json.loads(result.to_json()), recording)
+                writing.append(pool.submit(write_spans, files["spans"], recording))
+                writing.append(pool.submit(write_perfetto_trace, files["trace"], recording.spans,
+                                           recording.lanes, **options))  # fmt: skip
+            if extra is not None:
+                files.update(extra(folder))
+            for job in writing:
+                job.result()
         write_manifest(folder, files.values())
     return {name: run_dir / p.name for name, p in files.items()}
 
