@@ -257,14 +257,19 @@ def track_rows(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, int]:
     s, e = start[order], end[order]
     if n == 1 or bool(np.all(s[1:] >= np.maximum.accumulate(e)[:-1])):
         return np.zeros(n, np.int32), 1
-    rows = np.zeros(n, np.int32)
+    placed = []
     free_at: list[float] = []  # end of the last span on each sub-track
-    for i in range(n):
-        row = next((r for r, t in enumerate(free_at) if t <= s[i]), len(free_at))
-        if row == len(free_at):
-            free_at.append(0.0)
-        free_at[row] = float(e[i])
-        rows[order[i]] = row
+    for begin, finish in zip(s.tolist(), e.tolist(), strict=True):  # (Python floats: faster)
+        for row, t in enumerate(free_at):
+            if t <= begin:
+                free_at[row] = finish
+                break
+        else:
+            row = len(free_at)
+            free_at.append(finish)
+        placed.append(row)
+    rows = np.empty(n, np.int32)
+    rows[order] = placed
     return rows, len(free_at)
 
 
