@@ -311,12 +311,22 @@ def _encode_columns(c: _SpanColumns) -> bytes:
 
 def _encode_compiled(c: _SpanColumns) -> bytes:
     """:func:`_encode_columns`, by a compiled loop over the spans (:func:`_span_bytes`)."""
-    out = np.empty(c.ts.size * (160 + 11 * c.flows.shape[1] + c.gpu_names[0].shape[1]), np.uint8)
+    # at most 181 bytes a span (varints of 64-bit values at their longest) + its flows + a GPU's
+    # name (:func:`_span_bytes`): the compiled loop does not check bounds
+    out = np.empty(c.ts.size * _span_bound(c.flows.shape[1], c.gpu_names[0].shape[1]), np.uint8)
     end = _span_bytes(
         c.ts, c.te, c.sequence, c.name, c.category, c.pass_, c.request, c.gpu, c.gpu_names[0],
         c.gpu_names[1], c.layer, c.expert, c.expert_name, c.size, c.klass, c.flows, out,
     )  # fmt: skip
     return out[:end].tobytes()
+
+
+@jit.compiled
+def _span_bound(flows: int, gpu_name: int) -> int:
+    """Bytes a span's two packets take at most: the begin event 128 (type 2, name and category
+    11 each, five int annotations 15 each, the class 16, the GPU's 8) + the GPU's name + 10 a
+    flow, its packet 27 more, the end packet 26."""
+    return 200 + 10 * flows + gpu_name
 
 
 @jit.compiled
@@ -356,7 +366,7 @@ def _span_bytes(ts, te, sequence, name, category, pass_, request, gpu, gpu_text,
     """Each span's begin and end packets into ``out``; the bytes written. Field by field as
     :func:`_encode_columns` orders them (keys: protobuf's ``number << 3 | wire type``)."""
     at = 0
-    event = np.empty(256 + 9 * flows.shape[1] + gpu_text.shape[1], np.uint8)
+    event = np.empty(_span_bound(flows.shape[1], gpu_text.shape[1]), np.uint8)
     seq_size = _varint_size(sequence)
     for i in range(ts.size):
         e = 0

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from support.cli import cli
 from support.lcs import miss_count
+from support.pages import unpacked
 from support.traces import random_trace_ids
 
 from specmd_sim import build_config, make_trace, replay, save_trace
@@ -283,7 +284,7 @@ def test_the_command(tmp_path, monkeypatch, capsys) -> None:
     shown = json.loads(out)
     assert shown["method"] == "stack" and [r["capacity"] for r in shown["rows"]] == [16, 64, "10%"]
     assert all(r["belady_hit_rate"] >= r["hit_rate"] for r in shown["rows"])
-    assert "offline optimum (belady)" in page.read_text()
+    assert "offline optimum (belady)" in unpacked(page)
     code, out, err = cli(monkeypatch, capsys, *args)
     assert code == 0 and "exact, one pass" in out
     code, out, err = cli(monkeypatch, capsys, "mrc", "--trace", trace, "--out", str(tmp_path))
