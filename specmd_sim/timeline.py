@@ -249,6 +249,11 @@ def track_rows(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, int]:
     Spans go, in order of start (ties by position), to the lowest-numbered sub-track that is
     free by then. A capacity-one lane therefore keeps a single sub-track; a lane that holds
     concurrent spans (a link carrying several flows) gets as many as it needs.
+
+    Without a loop over spans: sub-track 0's spans are the greedy chain from the first span
+    (each next one the first to start once the last has ended), since whether a span goes there
+    depends on sub-track 0 alone; sub-track 1's the chain of those left; and so on. A chain is
+    the nodes reached from its first by following "next" (:func:`_reached`).
     """
     n = len(start)
     if n == 0:
@@ -257,20 +262,34 @@ def track_rows(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, int]:
     s, e = start[order], end[order]
     if n == 1 or bool(np.all(s[1:] >= np.maximum.accumulate(e)[:-1])):
         return np.zeros(n, np.int32), 1
-    placed = []
-    free_at: list[float] = []  # end of the last span on each sub-track
-    for begin, finish in zip(s.tolist(), e.tolist(), strict=True):  # (Python floats: faster)
-        for row, t in enumerate(free_at):
-            if t <= begin:
-                free_at[row] = finish
-                break
-        else:
-            row = len(free_at)
-            free_at.append(finish)
-        placed.append(row)
     rows = np.empty(n, np.int32)
-    rows[order] = placed
-    return rows, len(free_at)
+    left, row = np.arange(n), 0
+    while left.size:
+        ls = s[left]
+        later = np.maximum(np.searchsorted(ls, e[left], "left"), np.arange(1, left.size + 1))
+        on = _reached(later)
+        rows[left[on]] = row
+        left, row = left[~on], row + 1
+    out = np.empty(n, np.int32)
+    out[order] = rows
+    return out, row
+
+
+def _reached(later: np.ndarray) -> np.ndarray:
+    """Which nodes ``0, later[0], later[later[0]], ...`` visits (``later[i] > i``; ``m`` =
+    ``later.size``: none), by doubling: after round ``k`` it holds the first ``2**k`` steps."""
+    m = later.size
+    jump = np.append(later, m)  # m, the end, stays the end
+    on = np.zeros(m + 1, bool)
+    on[0] = True
+    nodes = np.zeros(1, np.int64)
+    while True:
+        reached = jump[nodes]
+        on[reached] = True
+        if bool(np.all(reached == m)):
+            return on[:m]
+        nodes = np.flatnonzero(on[:m])
+        jump = jump[jump]
 
 
 # --- what the spans tell about transfers -------------------------------------------------

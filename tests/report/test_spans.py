@@ -222,3 +222,30 @@ def test_an_expert_streamed_past_the_cache_is_drawn_as_streamed(engine: str) -> 
             AccessClass.CAPACITY,
             AccessClass.COLLISION,
         }
+
+
+def _track_rows_one_by_one(start: np.ndarray, end: np.ndarray) -> tuple[list[int], int]:
+    """The rule itself, span by span: in order of start (ties by position), the lowest
+    sub-track free by then (its last span ended at or before the start)."""
+    free_at: list[float] = []
+    rows = [0] * len(start)
+    for i in sorted(range(len(start)), key=lambda i: (start[i], i)):
+        row = next((r for r, t in enumerate(free_at) if t <= start[i]), len(free_at))
+        if row == len(free_at):
+            free_at.append(0.0)
+        free_at[row] = end[i]
+        rows[i] = row
+    return rows, len(free_at)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_track_rows_is_the_rule_span_by_span(seed: int) -> None:
+    """Against the rule applied one span at a time, on lanes with ties, zero-length spans and
+    up to a dozen concurrent spans."""
+    rng = np.random.default_rng(seed)
+    for _ in range(25):
+        n = int(rng.integers(0, 60))
+        start = rng.integers(0, 30, n).astype(float)
+        end = start + rng.integers(0, 1 + int(rng.integers(1, 12)), n)
+        rows, count = track_rows(start, end)
+        assert (rows.tolist(), count) == _track_rows_one_by_one(start.tolist(), end.tolist())
