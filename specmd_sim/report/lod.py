@@ -130,9 +130,12 @@ def bin_spans(
     shape = (n_rows, len(KINDS), lo.size)
     busy, count, nbytes = np.zeros(shape), np.zeros(shape, np.int64), np.zeros(shape)
     b = spans["bytes"][rest].astype(np.float64)
-    for g in groups.tolist():
+    key = r * len(KINDS) + k
+    by_group = np.argsort(key, kind="stable")  # each group's spans together, in their order
+    bounds = np.searchsorted(key[by_group], np.r_[groups, groups[-1] + 1])
+    for g, first, stop in zip(groups.tolist(), bounds[:-1], bounds[1:], strict=True):
         row, kind = divmod(g, len(KINDS))
-        m = (r == row) & (k == kind)
+        m = by_group[first:stop]
         order = np.argsort(s[m], kind="stable")
         starts, sizes = s[m][order], b[m][order]
         ends = np.sort(e[m])
