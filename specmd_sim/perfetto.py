@@ -176,12 +176,14 @@ def perfetto_chunks(
     arguments are :func:`~specmd_sim.timeline.chrome_trace_chunks`'."""
     counters = counters or {}
     per_pass, per_request = per_pass or {}, per_request or {}
+    # the flows first: deriving them holds the most per span, the layout after them the rest
+    flows = _flow_columns(flow_pairs(spans, lanes), spans.size)
     layout = trace_layout(spans, lanes, counters, per_pass, per_request)
     requests = _request_tracks(per_request, layout)
     interned = _interned()
     yield _descriptors(layout, requests[0], sorted(counters))
     klass = served_class(spans) if served is None else served
-    yield from _span_packets(spans, klass, lanes, per_pass, num_experts, layout, interned)
+    yield from _span_packets(spans, klass, flows, lanes, per_pass, num_experts, layout, interned)
     yield from _pass_packets(per_pass, layout, interned)
     yield from _request_packets(per_request, requests, layout, interned)
     # sequences: a track's its id; then each GPU's first tokens, the counters, the metadata
@@ -224,6 +226,7 @@ def _descriptors(layout: TraceLayout, request_tracks: list[tuple[int, str]],
 def _span_packets(
     spans: np.ndarray,
     klass: np.ndarray,
+    flows: list[np.ndarray],
     lanes: list[str],
     per_pass: Mapping[str, Sequence[Any]],
     num_experts: int | None,
@@ -231,13 +234,12 @@ def _span_packets(
     interned: bytes,
 ) -> Iterator[bytes]:
     """Each track's spans, a sequence per track, in time order (a sub-track's spans never
-    overlap), with their flows and the class each served (``klass``)."""
+    overlap), with the class each served (``klass``) and their flows (:func:`_flow_columns`)."""
     order = layout.order[np.argsort(layout.tid, kind="stable")]
     tid = layout.span_tid[order]
     gpus = list(dict.fromkeys(per_pass.get("gpu", [])))
-    gpu = served_gpu(spans, lanes, per_pass, gpus)
+    gpu = served_gpu(spans, lanes, per_pass, gpus).astype(np.int16)  # (GPUs: a few)
     gpu_names = pw.table([g.encode() for g in gpus] or [b""])
-    flows = _flow_columns(flow_pairs(spans, lanes, layout.span_tid), spans.size)
     transfer = np.isin(np.arange(len(KINDS)), [_KIND[k] for k in TRANSFER_KINDS])
     bounds = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1], True]) if tid.size else []
     encode = _encode_compiled if jit.available() else _encode_columns
@@ -251,17 +253,17 @@ def _span_packets(
             i = mine[part]
             s = spans[i]
             kind, expert, k = s["kind"].astype(np.int64), s["expert"].astype(np.int64), klass[i]
-            columns = _SpanColumns(
+            columns = _SpanColumns(  # (int64 columns: what the compiled loop is typed for)
                 ts=ts[part], te=te[part], sequence=track, name=kind + 1,
                 category=np.take(_CATEGORY_OF_KIND, kind),
                 pass_=s["pass_"].astype(np.int64), request=s["request"].astype(np.int64),
-                gpu=gpu[i], gpu_names=gpu_names, layer=s["layer"].astype(np.int64),
+                gpu=gpu[i].astype(np.int64), gpu_names=gpu_names, layer=s["layer"].astype(np.int64),
                 expert=np.where(expert >= 0, expert % num_experts, -1) if num_experts else expert,
                 expert_name=_ANN["expert" if num_experts else "expert_id"],
                 size=np.where(s["bytes"] != 0, s["bytes"], -1).astype(np.int64),
                 klass=np.where((k >= 0) | transfer[kind], np.where(k >= 0, k, _UNUSED) + 1, 0),
-                flows=np.stack([c[i] for c in flows], axis=1) if flows else np.zeros((i.size, 0),
-                                                                                        np.int64),
+                flows=np.stack([c[i] for c in flows], axis=1).astype(np.int64) if flows
+                else np.zeros((i.size, 0), np.int64),
             )  # fmt: skip
             yield encode(columns)
 
@@ -444,7 +446,7 @@ def _flow_columns(pairs: list[tuple[str, np.ndarray, np.ndarray]], n: int) -> li
     nth = np.arange(ends.size) - np.searchsorted(ends, ends)
     columns = []
     for k in range(int(nth.max()) + 1 if nth.size else 0):
-        column = np.zeros(n, np.int64)
+        column = np.zeros(n, np.int32 if total < 2**31 else np.int64)
         column[ends[nth == k]] = ids[nth == k]
         columns.append(column)
     return columns

@@ -319,34 +319,37 @@ def write_spans(path: Path, recording: Recording) -> None:
         "counters": sorted(recording.counters),
         "columns": {},
     }
-    members: dict[str, np.ndarray] = {}
     tables = [("spans", recording.spans)]
     tables += [(f"counter_{i}", recording.counters[n]) for i, n in enumerate(meta["counters"])]
-    for table, rows in tables:
+    for table, rows in tables:  # (each column's type first: one column is held at a time)
         for name in rows.dtype.names or ():
-            column = _narrow(rows[name])
-            meta["columns"][f"{table}.{name}"] = column.dtype.str
-            members[f"{table}.{name}"] = _by_significance(column)
-    members = {"meta": np.array(json.dumps(meta, sort_keys=True)), **members}
+            meta["columns"][f"{table}.{name}"] = _narrow_type(rows[name]).str
     with atomic_file(path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, arr in members.items():
+
+        def member(name: str, arr: np.ndarray) -> None:
             info = zipfile.ZipInfo(f"{name}.npy", date_time=_FIXED_TIME)
             info.compress_type = zipfile.ZIP_DEFLATED
             info._compresslevel = 1  # type: ignore[attr-defined]  # (compress_level from 3.13)
             with zf.open(info, "w", force_zip64=True) as fh:
                 np.lib.format.write_array(fh, arr, allow_pickle=False)
 
+        member("meta", np.array(json.dumps(meta, sort_keys=True)))
+        for table, rows in tables:
+            for name in rows.dtype.names or ():
+                stored = np.dtype(meta["columns"][f"{table}.{name}"])
+                member(f"{table}.{name}", _by_significance(rows[name].astype(stored)))
 
-def _narrow(column: np.ndarray) -> np.ndarray:
-    """An integer column in the narrowest signed type that holds its values."""
+
+def _narrow_type(column: np.ndarray) -> np.dtype[Any]:
+    """The narrowest signed integer type that holds an integer column's values; else its own."""
     if column.dtype.kind != "i" or not column.size:
-        return np.ascontiguousarray(column)
+        return column.dtype
     lo, hi = int(column.min()), int(column.max())
     for kind in (np.int8, np.int16, np.int32):
         info = np.iinfo(kind)
         if info.min <= lo and hi <= info.max:
-            return column.astype(kind)
-    return np.ascontiguousarray(column)
+            return np.dtype(kind)
+    return column.dtype
 
 
 def _by_significance(column: np.ndarray) -> np.ndarray:

@@ -523,7 +523,7 @@ def trace_layout(
     tracks = [(pid, "passes") for pid in pass_pids]
     start_ns, end_ns = to_ns(spans["start"]), to_ns(spans["end"])
     order, tid = _span_tracks(spans["lane"], start_ns, end_ns, lanes, pid_of, tracks)
-    span_tid = np.zeros(spans.size, np.int64)  # 0: a span on no track
+    span_tid = np.zeros(spans.size, np.int32)  # 0: a span on no track
     span_tid[order] = tid
     track_pid = np.array([0] + [pid for pid, _ in tracks])
     return TraceLayout(pid_of, main_pid, tracks, pass_pid, pass_pids, request_pid, start_ns,
@@ -621,7 +621,7 @@ def chrome_trace_chunks(
             spans[i], klass[i], start_ns[i], end_ns[i], track_pid[at], at, num_experts,
             gpu[i], gpus,
         )  # fmt: skip
-    yield from _flow_chunks(flow_pairs(spans, lanes, layout.span_tid), layout)
+    yield from _flow_chunks(flow_pairs(spans, lanes), layout)
     for name, samples in sorted(counters.items()):
         label, arg = counter_label(name)
         pid = layout.counter_pid(name)
@@ -706,18 +706,17 @@ FLOWS = ("stall ended by", "prefetch used by")
 (:func:`prefetch_uses`)."""
 
 
-def flow_pairs(
-    spans: np.ndarray, lanes: list[str], span_tid: np.ndarray
-) -> list[tuple[str, np.ndarray, np.ndarray]]:
-    """The flows of :data:`FLOWS` between spans on tracks (``span_tid`` > 0), as ``(name,
-    sources, targets)`` span indices: from each stall to the span that ended it
+def flow_pairs(spans: np.ndarray, lanes: list[str]) -> list[tuple[str, np.ndarray, np.ndarray]]:
+    """The flows of :data:`FLOWS` between spans on a lane of ``lanes`` (those a trace draws), as
+    ``(name, sources, targets)`` span indices: from each stall to the span that ended it
     (:func:`stall_causes`), from each prefetch to the expert span that used it
     (:func:`prefetch_uses`), by span. Numbered 1, 2, ... in that order, they are the flow ids
     of every trace format."""
+    drawn = (spans["lane"] >= 0) & (spans["lane"] < len(lanes))
     pairs = []
     for name, target in zip(FLOWS, (stall_causes(spans, lanes), prefetch_uses(spans)), strict=True):
-        src = np.flatnonzero((target >= 0) & (span_tid > 0))
-        src = src[span_tid[target[src]] > 0]
+        src = np.flatnonzero((target >= 0) & drawn)
+        src = src[drawn[target[src]]]
         pairs.append((name, src, target[src]))
     return pairs
 
