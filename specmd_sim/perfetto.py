@@ -145,8 +145,10 @@ def _int_annotation(name: str, values: np.ndarray) -> pw.Blocks:
 def _deltas(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A sequence's slices' begin and end times as deltas on its incremental clock (the slices
     follow each other: each begins at or after the previous one's end)."""
-    before = np.r_[0, end[:-1]]
-    return start - before, end - start
+    begin = start - np.r_[0, end[:-1]]
+    if begin.size and int(begin.min()) < 0:  # (sub-tracks and a GPU's passes never overlap)
+        raise ValueError("trace: slices of one track overlap; expected them one after another")
+    return begin, end - start
 
 
 def _slices(ts: np.ndarray, te: np.ndarray, sequence: int, begin: pw.Blocks) -> bytes:
