@@ -90,7 +90,7 @@ def _execute(
     started = time.perf_counter()
     files = write_run(run_dir, result, timeline)
     page = sum(seconds for name, seconds in prof.phases if name == TIMELINE_PHASE)
-    prof.add("run folder (result, spans, Perfetto trace)", time.perf_counter() - started - page)
+    prof.add(FOLDER_PHASE, time.perf_counter() - started - page)
     _summary(out_console, result)
     if profile:  # on stderr: --json keeps stdout for the metrics
         prof.print(console(True), result.engine_path)
@@ -100,6 +100,7 @@ def _execute(
 
 
 TIMELINE_PHASE = "timeline page"
+FOLDER_PHASE = "run folder after the page (spans, trace: written beside it)"
 
 
 def _timeline_writer(

@@ -8,6 +8,7 @@ import re
 
 from support.cli import cli
 
+from specmd_sim.cli.run import FOLDER_PHASE, TIMELINE_PHASE
 from specmd_sim.engine import jit
 
 SMALL = ["--trace", "mixtral-synthetic", "--cache", "16", "--set", "workload.max_requests=1"]
@@ -29,8 +30,8 @@ def test_profile_splits_the_run_and_its_engine(tmp_path, monkeypatch, capsys) ->
     assert "wall time of the run (--profile)" in err
     got = shares(err)
     phases = {k: v for k, v in got.items() if not k.startswith("engine:")}
-    assert set(phases) == {"inputs (trace, passes, placement, checks)", "engine", "timeline page",
-                           "run folder (result, spans, Perfetto trace)"}  # fmt: skip
+    assert set(phases) == {"inputs (trace, passes, placement, checks)", "engine",
+                           TIMELINE_PHASE, FOLDER_PHASE}  # fmt: skip
     assert abs(sum(phases.values()) - 100) < 0.5
     parts = {k.removeprefix("engine: "): v for k, v in got.items() if k.startswith("engine:")}
     assert {"SimPy event loop", "cache and policies", "engine (layer step, streams, flows)",
