@@ -63,6 +63,13 @@ class PackedRows:
     rows out, sorted by ``keys`` (fields, the first the most significant; ties in the order
     appended) and keeps what it gave; should rows come after that, they grow a copy or a new
     run, leaving the array given out as it was.
+
+    With ``last_at_instant`` (a step function's samples, appended in time order), of the rows
+    of one ``time`` only the last is kept: the value that holds from that instant on. The last
+    row appended waits outside the array until a row of a later time (or :meth:`array`) says
+    it was the last of its instant, so a series keeps one row per instant however its rows
+    were chunked or spilled (a row appended after :meth:`array`, at the instant of the last
+    one given out, is kept beside it).
     """
 
     __slots__ = (
@@ -72,7 +79,9 @@ class PackedRows:
         "_folder",
         "_given_out",
         "_keys",
+        "_last_at_instant",
         "_merges",
+        "_pending",
         "_runs",
         "_size",
         "_spill_rows",
@@ -88,8 +97,11 @@ class PackedRows:
         keys: tuple[str, ...] = (),
         spill_bytes: int = SPILL_BYTES,
         budget: SpillBudget | None = None,
+        last_at_instant: bool = False,
     ) -> None:
         self._dtype = dtype
+        self._last_at_instant = last_at_instant
+        self._pending: np.ndarray | None = None  # the last row, while its instant may go on
         self.chunk_rows = chunk_rows
         self._keys = keys
         self._budget = SpillBudget(spill_bytes) if budget is None else budget
@@ -124,6 +136,16 @@ class PackedRows:
         self._place(rows)
 
     def _place(self, rows: np.ndarray) -> None:
+        if self._last_at_instant and len(rows):
+            if self._pending is not None:
+                rows = np.concatenate((self._pending, rows))
+            time = rows["time"]
+            last = np.r_[time[1:] != time[:-1], False]  # the last of its instant, but the end
+            self._pending = rows[-1:].copy()
+            rows = rows[last]
+        self._put(rows)
+
+    def _put(self, rows: np.ndarray) -> None:
         while len(rows):
             if self._size == self._spill_rows:  # full, whatever the others hold
                 self._spill()
@@ -175,6 +197,9 @@ class PackedRows:
         merged into a file and mapped (read only)."""
         if self.rows:
             self.pack()
+        if self._pending is not None:  # the last row: no later one will share its instant
+            pending, self._pending = self._pending, None
+            self._put(pending)
         if not self._runs:
             if self._keys:
                 self._data = _sorted(self._data[: self._size], self._keys)

@@ -127,7 +127,8 @@ class SpanRecorder:
 
     Counters (``cache_used_bytes``, ``bytes_in_flight``, each network resource's
     ``network/<resource>_bytes_per_s``) are step functions sampled at each change: the value
-    holds from its time until the next sample.
+    holds from its time until the next sample. Of several samples at one instant only the last
+    is kept (``PackedRows(last_at_instant=True)``): the others held for no time.
     """
 
     def __init__(
@@ -159,7 +160,7 @@ class SpanRecorder:
         not check."""
         if counter not in self._series:
             self._series[counter] = PackedRows(
-                COUNTER_DTYPE, self._counter_chunk_rows, budget=self._budget
+                COUNTER_DTYPE, self._counter_chunk_rows, budget=self._budget, last_at_instant=True
             )
         return self._series[counter]
 

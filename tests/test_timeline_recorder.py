@@ -309,3 +309,26 @@ def test_timing_engine_gives_the_same_spans_and_counters_in_tiny_chunks(
     assert chunked.lanes == default.lanes and list(chunked.counters) == list(default.counters)
     for name, samples in default.counters.items():
         assert chunked.counters[name].tobytes() == samples.tobytes()
+
+
+@pytest.mark.parametrize("counter_chunk_rows", [1, 3, COUNTER_CHUNK_ROWS])
+@pytest.mark.parametrize("spill", [0, 1, 4], ids=["in-memory", "spill-1", "spill-4"])
+def test_a_counter_keeps_the_last_sample_of_each_instant(
+    counter_chunk_rows: int, spill: int
+) -> None:
+    """Several samples at one instant (a cache filling and emptying within an event): the
+    series keeps only the last of them, the value that holds from then on, however the
+    samples were chunked or spilled; samples of distinct times are all kept."""
+    rng = random.Random(5)
+    rec = SpanRecorder(counter_chunk_rows=counter_chunk_rows,
+                       spill_bytes=spill * COUNTER_DTYPE.itemsize or (1 << 20))  # fmt: skip
+    samples = []
+    time = 0.0
+    for _ in range(60):
+        time += rng.choice([0.0, 0.0, 0.5])  # two of three at the instant of the one before
+        samples.append((time, float(rng.randrange(100))))
+    for sample in samples:
+        rec.sample("c", *sample)
+    last = {t: v for t, v in samples}  # (a dict keeps the last value of each time)
+    want = np.array(sorted(last.items()), dtype=COUNTER_DTYPE)
+    assert rec.counters()["c"].tobytes() == want.tobytes()
