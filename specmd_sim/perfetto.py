@@ -32,7 +32,7 @@ import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -91,6 +91,12 @@ CLASSES = (*(class_name(k) for k in range(len(AccessClass))), "unused")
 """The ``class`` annotation's values, interned (iids from 1): the access classes, and
 ``unused`` for a prefetch whose target layer did not run its expert."""
 _UNUSED = len(AccessClass)
+# the annotation names' iids and the keys the compiled span loop writes (numba reads these
+# globals as constants): varint value 0x20 (field 4), string 0x32 (6), interned string (17)
+_PASS, _REQUEST, _LAYER, _BYTES, _CLASS, _GPU = (
+    _ANN[name] for name in ("pass", "request", "layer", "bytes", "class", "gpu")
+)
+_INT_VALUE, _STRING_VALUE, _STRING_IID = 0x20, 0x32, 0x88  # (17 << 3: 0x88 0x01 as a varint)
 
 
 def _interned() -> bytes:
@@ -183,16 +189,18 @@ def perfetto_chunks(
     layout = trace_layout(spans, lanes, counters, per_pass, per_request)
     requests = _request_tracks(per_request, layout)
     interned = _interned()
-    yield _descriptors(layout, requests[0], sorted(counters))
+    yield _descriptors(layout, requests.tracks, sorted(counters))
     klass = served_class(spans) if served is None else served
     yield from _span_packets(spans, klass, flows, lanes, per_pass, num_experts, layout, interned)
     yield from _pass_packets(per_pass, layout, interned)
-    yield from _request_packets(per_request, requests, layout, interned)
-    # sequences: a track's its id; then each GPU's first tokens, the counters, the metadata
-    after = len(layout.tracks) + len(requests[0]) + len(layout.pass_pids) + 1
-    yield from _counter_packets(counters, after, interned)
+    # sequences: a track's its id; after the tracks, each GPU's first tokens, the counters, the
+    # metadata
+    first_tokens = len(layout.tracks) + len(requests.tracks) + 1
+    yield from _request_packets(per_request, requests, layout, interned, first_tokens)
+    counters_from = first_tokens + len(layout.pass_pids)
+    yield from _counter_packets(counters, counters_from, interned)
     if metadata and layout.tracks:
-        yield _metadata_packet(metadata, interned, after + len(counters))
+        yield _metadata_packet(metadata, interned, counters_from + len(counters))
 
 
 def _descriptors(layout: TraceLayout, request_tracks: list[tuple[int, str]],
@@ -373,33 +381,32 @@ def _span_bytes(ts, te, sequence, name, category, pass_, request, gpu, gpu_text,
     event = np.empty(_span_bound(flows.shape[1], gpu_text.shape[1]), np.uint8)
     seq_size = _varint_size(sequence)
     for i in range(ts.size):
-        e = 0
         event[0], event[1] = 0x48, 1  # TrackEvent.type = SLICE_BEGIN
         event[2] = 0x50  # .name_iid
         e = _put_varint(event, 3, name[i])
         event[e] = 0x18  # .category_iids
         e = _put_varint(event, e + 1, category[i])
         if pass_[i] >= 0:
-            e = _put_annotation(event, e, 1, 0x20, pass_[i])
+            e = _put_annotation(event, e, _PASS, _INT_VALUE, pass_[i])
         if request[i] >= 0:
-            e = _put_annotation(event, e, 2, 0x20, request[i])
+            e = _put_annotation(event, e, _REQUEST, _INT_VALUE, request[i])
         if gpu[i] >= 0:
             length = gpu_len[gpu[i]]
             event[e] = 0x22
             e = _put_varint(event, e + 1, 3 + _varint_size(length) + length)
-            event[e], event[e + 1], event[e + 2] = 0x08, 8, 0x32  # name_iid gpu, string_value
+            event[e], event[e + 1], event[e + 2] = 0x08, _GPU, _STRING_VALUE  # .name_iid, value
             e = _put_varint(event, e + 3, length)
             for j in range(length):
                 event[e + j] = gpu_text[gpu[i], j]
             e += length
         if layer[i] >= 0:
-            e = _put_annotation(event, e, 3, 0x20, layer[i])
+            e = _put_annotation(event, e, _LAYER, _INT_VALUE, layer[i])
         if expert[i] >= 0:
-            e = _put_annotation(event, e, expert_name, 0x20, expert[i])
+            e = _put_annotation(event, e, expert_name, _INT_VALUE, expert[i])
         if size[i] >= 0:
-            e = _put_annotation(event, e, 6, 0x20, size[i])
+            e = _put_annotation(event, e, _BYTES, _INT_VALUE, size[i])
         if klass[i] > 0:
-            e = _put_annotation(event, e, 7, 0x88, klass[i])  # .string_value_iid (17)
+            e = _put_annotation(event, e, _CLASS, _STRING_IID, klass[i])
         for f in range(flows.shape[1]):
             flow = flows[i, f]
             if flow > 0:
@@ -511,11 +518,17 @@ def _request_phases(per_request: Mapping[str, Sequence[Any]]) -> list[tuple[int,
     return out
 
 
-def _request_tracks(
-    per_request: Mapping[str, Sequence[Any]], layout: TraceLayout
-) -> tuple[list[tuple[int, str]], list[tuple[int, str, int, int]], np.ndarray]:
-    """The ``requests`` tracks (each GPU's, split where phases overlap), after the layout's, the
-    phases and each phase's track id."""
+class _Requests(NamedTuple):
+    """The ``requests`` tracks (``(pid, name)``, numbered after the layout's), the request
+    phases (:func:`_request_phases`) and each phase's track id."""
+
+    tracks: list[tuple[int, str]]
+    phases: list[tuple[int, str, int, int]]
+    tid: np.ndarray
+
+
+def _request_tracks(per_request: Mapping[str, Sequence[Any]], layout: TraceLayout) -> _Requests:
+    """The ``requests`` tracks: each GPU's, split where its requests' phases overlap."""
     phases = _request_phases(per_request)
     tracks: list[tuple[int, str]] = []
     tid = np.zeros(len(phases), np.int64)
@@ -527,17 +540,19 @@ def _request_tracks(
         rows, n_rows = track_rows(start[mine], end[mine])
         tid[mine] = len(layout.tracks) + len(tracks) + 1 + rows
         tracks += [(owner, "requests" if n_rows == 1 else f"requests #{r}") for r in range(n_rows)]
-    return tracks, phases, tid
+    return _Requests(tracks, phases, tid)
 
 
 def _request_packets(
     per_request: Mapping[str, Sequence[Any]],
-    requests: tuple[list[tuple[int, str, int, int]], list[tuple[int, str, int, int]], np.ndarray],
+    requests: _Requests,
     layout: TraceLayout,
     interned: bytes,
+    first_tokens: int,
 ) -> Iterator[bytes]:
-    """Each request's phases as slices on the ``requests`` tracks, and its first token as an
-    instant on its GPU's ``passes`` track (each a sequence of its own)."""
+    """Each request's phases as slices on the ``requests`` tracks (a sequence each), and its
+    first token as an instant on its GPU's ``passes`` track (each GPU's a sequence, numbered
+    from ``first_tokens``)."""
     _, phases, tid = requests
     if not phases:
         return
@@ -551,7 +566,7 @@ def _request_packets(
         args = _int_annotation("request", req[mine])
         yield from _named_slices(track, interned, [names[i] for i in mine.tolist()], "request",
                                  start[mine], end[mine], args)  # fmt: skip
-    yield from _first_tokens(per_request, phases, layout, interned, 1 + int(tid.max()))
+    yield from _first_tokens(per_request, phases, layout, interned, first_tokens)
 
 
 def _first_tokens(

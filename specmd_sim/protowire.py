@@ -65,14 +65,19 @@ def field_varint(number: int, values: npt.ArrayLike, present: np.ndarray | None 
 
 def field_fixed64(number: int, values: npt.ArrayLike, present: np.ndarray | None = None) -> Blocks:
     """A ``fixed64`` field (little-endian, 8 bytes) where ``present``."""
-    data = np.ascontiguousarray(np.asarray(values).astype("<u8")).view(np.uint8).reshape(-1, 8)
-    key, key_len = _key(number, FIXED64)
-    return [(key, _present(key_len, present)), (data, _present(8, present))]
+    return _field_8_bytes(number, values, "<u8", present)
 
 
 def field_double(number: int, values: npt.ArrayLike, present: np.ndarray | None = None) -> Blocks:
     """A ``double`` field where ``present``."""
-    data = np.ascontiguousarray(np.asarray(values).astype("<f8")).view(np.uint8).reshape(-1, 8)
+    return _field_8_bytes(number, values, "<f8", present)
+
+
+def _field_8_bytes(
+    number: int, values: npt.ArrayLike, dtype: str, present: np.ndarray | None
+) -> Blocks:
+    """A field of 8 bytes a value (wire type 1): ``values`` as ``dtype``, where ``present``."""
+    data = np.ascontiguousarray(np.asarray(values).astype(dtype)).view(np.uint8).reshape(-1, 8)
     key, key_len = _key(number, FIXED64)
     return [(key, _present(key_len, present)), (data, _present(8, present))]
 

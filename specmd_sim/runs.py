@@ -107,14 +107,15 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
     with atomic_folder(run_dir, "run folder") as folder:
         files = {"config": folder / "config.yaml", "result": folder / "result.json"}
         files["config"].write_text(yaml.safe_dump(result.config, sort_keys=True), encoding="utf-8")
-        result.write(files["result"])
+        text = result.to_json()  # (serialised once: written, and read by the trace's options)
+        write_text(files["result"], text)
         writing = []
         with ThreadPoolExecutor(2) as pool:  # (they compress and encode mostly without the GIL)
             if result.spans is not None:
                 recording = result.recording()
                 assert recording is not None  # (it has spans)
                 files["spans"], files["trace"] = folder / "spans.npz", folder / TRACE_FILE
-                options = chrome_trace_options(json.loads(result.to_json()), recording)
+                options = trace_options(json.loads(text), recording)
                 writing.append(pool.submit(write_spans, files["spans"], recording))
                 writing.append(pool.submit(write_perfetto_trace, files["trace"], recording.spans,
                                            recording.lanes, **options))  # fmt: skip
@@ -281,7 +282,7 @@ def _got(data: dict[str, Any], key: str) -> str:
     return short_repr(data[key]) if key in data else "none"
 
 
-def chrome_trace_options(result: dict[str, Any], recording: Recording) -> dict[str, Any]:
+def trace_options(result: dict[str, Any], recording: Recording) -> dict[str, Any]:
     """What a trace writer (:func:`specmd_sim.perfetto.perfetto_chunks`,
     :func:`specmd_sim.timeline.chrome_trace_chunks`) takes from ``result.json``: the engine's
     pass and request tables, the counters, the expert count and the run's metadata."""

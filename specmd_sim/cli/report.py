@@ -136,7 +136,7 @@ def chrome(
     chrome://tracing and tools that read only JSON; the run folder's trace.pftrace.gz holds the
     same for ui.perfetto.dev, smaller and faster to write."""
     from specmd_sim.report import RunData
-    from specmd_sim.runs import CHROME_TRACE_FILE, chrome_trace_options
+    from specmd_sim.runs import CHROME_TRACE_FILE, trace_options
     from specmd_sim.timeline import write_chrome_trace
 
     path = _check_outputs(out, run_dir / CHROME_TRACE_FILE, None)
@@ -145,7 +145,7 @@ def chrome(
     check_output(path, "Chrome trace", folder=False)
     recording = run.recording
     assert recording is not None  # (require_spans)
-    options = chrome_trace_options(run.result, recording)
+    options = trace_options(run.result, recording)
     write_chrome_trace(path, recording.spans, recording.lanes, **options)
     typer.echo(f"wrote {path}")
 

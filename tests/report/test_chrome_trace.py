@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from specmd_sim.metrics import RunResult
-from specmd_sim.runs import CHROME_TRACE_FILE, chrome_trace_options
+from specmd_sim.runs import CHROME_TRACE_FILE, trace_options
 from specmd_sim.timeline import (
     KINDS,
     SPAN_DTYPE,
@@ -242,7 +242,7 @@ def test_the_same_spans_give_the_same_bytes(timed: RunResult) -> None:
     result = json.loads(timed.to_json())
     rec = Recording(timed.spans, timed.lanes, timed.counters)
     texts = [
-        "".join(chrome_trace_chunks(rec.spans, rec.lanes, **chrome_trace_options(result, rec)))
+        "".join(chrome_trace_chunks(rec.spans, rec.lanes, **trace_options(result, rec)))
         for _ in range(2)
     ]
     assert texts[0] == texts[1]

@@ -25,8 +25,8 @@ from specmd_sim.runs import (
     MANIFEST,
     TRACE_FILE,
     check_run_folder,
-    chrome_trace_options,
     read_result,
+    trace_options,
     write_manifest,
 )
 from specmd_sim.timeline import (
@@ -52,7 +52,7 @@ def text(timed: RunResult) -> str:
 
 def options(timed: RunResult) -> dict[str, Any]:
     recording = Recording(timed.spans, timed.lanes, timed.counters)
-    return chrome_trace_options(json.loads(timed.to_json()), recording)
+    return trace_options(json.loads(timed.to_json()), recording)
 
 
 def test_the_file_is_a_deterministic_gzip_of_the_text(raw: bytes, text: str) -> None:

@@ -20,7 +20,7 @@ from specmd_sim import SimConfig, simulate
 from specmd_sim.engine.sim.flows import FlowNetwork
 from specmd_sim.metrics import RunResult
 from specmd_sim.report import RunData, timeline_figure
-from specmd_sim.runs import CHROME_TRACE_FILE, chrome_trace_options, write_run
+from specmd_sim.runs import CHROME_TRACE_FILE, trace_options, write_run
 from specmd_sim.timeline import (
     FLOWS,
     TRANSFER_KINDS,
@@ -38,7 +38,7 @@ TRANSFERS = TRANSFER_KINDS  # demand fetches, prefetches, promoted prefetches
 def trace_of(result: RunResult) -> dict[str, Any]:
     rec = RunData.from_result(result).recording
     assert rec is not None
-    options = chrome_trace_options(json.loads(result.to_json()), rec)
+    options = trace_options(json.loads(result.to_json()), rec)
     return to_chrome_trace(rec.spans, rec.lanes, **options)
 
 
