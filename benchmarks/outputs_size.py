@@ -14,13 +14,15 @@ least-stale eviction, top-k prefetching; seed 0), two ways:
 - **by part**, in this process, on the same run: the engine (``simulate``), the run folder as
   ``specmd run`` writes it (``write_run`` with the timeline page: the spans and the trace in
   threads beside the page), then each output written alone: ``result.json``, ``spans.npz``,
-  the Perfetto trace, the timeline page; each one's seconds, bytes and bytes per access.
+  the Perfetto trace, the timeline page; each one's seconds, bytes and bytes per access;
+- **the page in a browser**: the whole process's ``timeline.html`` opened in headless Chromium
+  (where it is installed) until every figure is drawn, on the page's own clock.
 
 Verdicts (the issue's targets, for the 4,000-token run on this 2-core machine class): the
 whole process at least 250k accesses/s; the outputs (the run folder's seconds) at most 25% of
 the whole process's wall time; the engine alone at least 400k accesses/s; the trace at most
-20 bytes an access; the timeline page at most 4 MB. Seconds swing with the machine's load:
-each is the best of ``--repeat``.
+20 bytes an access; the timeline page at most 4 MB, open and drawn in under 1.5 s. Seconds
+swing with the machine's load: each is the best of ``--repeat``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from typing import Any
 
 import yaml
 from settings import stated
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.browser import Browser, find_chromium  # the tests' harness
 
 from specmd_sim import SimConfig, simulate
 from specmd_sim.perfetto import write_perfetto_trace
@@ -58,8 +63,14 @@ TARGETS = {
     "engine_accesses_per_s": 400_000,
     "trace_bytes_per_access": 20,
     "page_bytes": 4_000_000,
+    "page_drawn_s": 1.5,
 }
-AT_MOST = {"outputs_share", "trace_bytes_per_access", "page_bytes"}  # (the others: at least)
+AT_MOST = {
+    "outputs_share",
+    "trace_bytes_per_access",
+    "page_bytes",
+    "page_drawn_s",
+}  # (the others: at least)
 
 
 def _best(repeat: int, fn: Callable[[], Any]) -> tuple[float, Any]:
@@ -96,6 +107,13 @@ def measure(tokens: int, repeat: int, folder: Path) -> dict[str, Any]:
         subprocess.run([*cmd, "--out", str(out)], check=True, capture_output=True)
 
     whole_s, _ = _best(repeat, whole)
+    page_drawn_s = None
+    if find_chromium() is not None:
+        with Browser() as browser:
+            drawn = [
+                browser.drawn_in(folder / f"run-{tokens}" / TIMELINE_FILE) for _ in range(repeat)
+            ]
+        page_drawn_s = min(drawn)
     cfg = SimConfig.model_validate(settings)
     engine_s, result = _best(repeat, lambda: simulate(cfg))
     recording = result.recording()
@@ -141,9 +159,12 @@ def measure(tokens: int, repeat: int, folder: Path) -> dict[str, Any]:
         "outputs_share": outputs_s / whole_s,
         "trace_bytes_per_access": outputs[TRACE_FILE]["bytes_per_access"],
         "page_bytes": outputs[TIMELINE_FILE]["bytes"],
+        "page_drawn_s": page_drawn_s,
     }
     res["verdicts"] = {
-        name: "met"
+        name: "not measured (no Chromium)"
+        if res[name] is None
+        else "met"
         if (res[name] <= target if name in AT_MOST else res[name] >= target)
         else "not met"
         for name, target in TARGETS.items()
@@ -171,7 +192,8 @@ def report(res: dict[str, Any]) -> str:
         f"{res['outputs_alone_s']:.2f} s)"
     )
     for name, target in TARGETS.items():
-        lines.append(f"  {name}: {res[name]:,.3g} (target {target:,}) -> {res['verdicts'][name]}")
+        value = "-" if res[name] is None else f"{res[name]:,.3g}"
+        lines.append(f"  {name}: {value} (target {target:,}) -> {res['verdicts'][name]}")
     return "\n".join(lines)
 
 

@@ -16,6 +16,12 @@ class SpecmdError(Exception):
     """An error caused by the user's input; its message is meant to be shown as is."""
 
 
+class Notice(UserWarning):
+    """Something the user should know about a run that is not an error (the engines compile
+    for this machine, a page inlines a slower plotly.js): one line, which the CLI prints on
+    stderr each time it is warned."""
+
+
 def from_validation_error(source: str, err: ValidationError) -> SpecmdError:
     """Condense a pydantic ValidationError into one line naming field, expectation and value."""
     problems = err.errors(include_url=False)

@@ -30,8 +30,7 @@ from specmd_sim.cli import (  # noqa: F401  (they register their commands)
     validate,
 )
 from specmd_sim.cli.app import app
-from specmd_sim.engine.jit import CompileNotice
-from specmd_sim.errors import SpecmdError
+from specmd_sim.errors import Notice, SpecmdError
 
 __all__ = ["app", "app_for", "main", "process_main"]
 
@@ -66,18 +65,18 @@ def main() -> None:
 
 @contextlib.contextmanager
 def _notices() -> Iterator[None]:
-    """The engines' notices (:class:`~specmd_sim.engine.jit.CompileNotice`: compiling for this
-    machine) as lines on stderr, each time; other warnings as Python shows them."""
+    """Notices (:class:`~specmd_sim.errors.Notice`: the engines compiling for this machine, a
+    page's plotly.js) as lines on stderr, each time; other warnings as Python shows them."""
     show = warnings.showwarning
 
     def notice(message: Any, category: type[Warning], *args: Any, **kwargs: Any) -> None:
-        if issubclass(category, CompileNotice):
+        if issubclass(category, Notice):
             print(f"specmd: {message}", file=sys.stderr, flush=True)
         else:
             show(message, category, *args, **kwargs)
 
     with warnings.catch_warnings():
-        warnings.simplefilter("always", CompileNotice)
+        warnings.simplefilter("always", Notice)
         warnings.showwarning = notice
         yield
 

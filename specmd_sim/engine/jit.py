@@ -19,13 +19,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from specmd_sim.errors import Notice
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 # why a compiled path is not taken without numba (:mod:`specmd_sim.engine.coverage`)
 UNCOMPILED = "kernels not compiled (numba, the fast extra, is not installed)"
 
 
-class CompileNotice(UserWarning):
+class CompileNotice(Notice):
     """The compiled engines compile for this machine: once, the first run after an install or
     an upgrade (numba's cache keeps the machine code). The CLI prints it as a line on stderr."""
 

@@ -1,11 +1,17 @@
 """Self-contained HTML pages holding several plotly figures, tables and text.
 
-plotly.js is inlined once per page, so a page opens offline and from a local file. It and each
-figure's JSON are inlined gzipped (base64 in a ``<script type="application/gzip">``) and
-inflated by the browser's own ``DecompressionStream`` as the page loads (every current browser:
-Chrome 80, Firefox 113, Safari 16.4): a page is ~3x smaller than its text (plotly.js alone is
-4.8 MB), and reading the smaller file is faster than the inflating costs. Figure containers get
-fixed ids (``fig-<n>``) and the gzip headers no time, so the same figures give the same bytes.
+plotly.js is inlined once per page, so a page opens offline and from a local file: plotly's
+*basic* bundle (scatter and bar traces, all the pages draw; ``assets/``, 1.2 MB), which a
+browser parses in a quarter of the time of the full 4.8 MB one the plotly package carries (a
+4,000-token timeline opens and draws in ~1.0 s instead of ~1.8 s in headless Chromium,
+``benchmarks/outputs_size.py``). Where the installed plotly's own plotly.js is of another major
+version than the bundle, its figures may use what the bundle does not know, so the page inlines
+the full plotly.js and says so (a :class:`~specmd_sim.errors.Notice`). It and each figure's JSON
+are inlined gzipped (base64 in a ``<script type="application/gzip">``) and inflated by the
+browser's own ``DecompressionStream`` as the page loads (every current browser: Chrome 80,
+Firefox 113, Safari 16.4): a page is ~3x smaller than its text, and reading the smaller file is
+faster than the inflating costs. Figure containers get fixed ids (``fig-<n>``) and the gzip
+headers no time, so the same figures give the same bytes.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import functools
 import gzip
 import html
 import json
+import re
+import warnings
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -22,9 +30,10 @@ from typing import Any
 
 import plotly.graph_objects as go
 import plotly.io as pio
-from plotly.offline import get_plotlyjs
+from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
 from specmd_sim.atomic import write_text
+from specmd_sim.errors import Notice
 
 PLOT_CONFIG: dict[str, Any] = {
     "displaylogo": False,
@@ -81,10 +90,39 @@ def _packed(element_id: str, data: bytes) -> str:
     return f'<script type="application/gzip" id="{element_id}">{packed}</script>'
 
 
+BASIC_PLOTLY_JS = Path(__file__).parent / "assets" / "plotly-basic.min.js"
+BASIC_TRACE_TYPES = frozenset({"scatter", "bar", "pie"})  # what the basic bundle draws
+
+
+def bundle_version(js: str) -> str:
+    """The version a plotly.js bundle states in its first comment ("plotly.js ... v4.1.1")."""
+    found = re.search(r"plotly\.js[^\n]*? v(\d+\.\d+\.\d+)", js[:300])
+    if found is None:
+        raise ValueError("not a plotly.js bundle: no version in its header")
+    return found.group(1)
+
+
+def plotly_js_source() -> str:
+    """The plotly.js the pages inline: the basic bundle where the installed plotly's plotly.js
+    has its major version, else (said once a process) that full plotly.js."""
+    basic = BASIC_PLOTLY_JS.read_text()
+    ours, theirs = bundle_version(basic), get_plotlyjs_version()
+    if ours.split(".")[0] == theirs.split(".")[0]:
+        return basic
+    warnings.warn(
+        f"pages inline the full plotly.js {theirs} (4.8 MB, ~0.7 s slower to open): the "
+        f"installed plotly's plotly.js is not of the major version of the basic bundle "
+        f"specmd-sim carries ({ours})",
+        Notice,
+        stacklevel=2,
+    )
+    return get_plotlyjs()
+
+
 @functools.cache
 def _plotly_js() -> str:
     """plotly.js, packed (once a process: every page holds the same)."""
-    return _packed("plotly-js", get_plotlyjs().encode())
+    return _packed("plotly-js", plotly_js_source().encode())
 
 
 @dataclass
@@ -132,6 +170,9 @@ def write_page(path: Path, title: str, blocks: list[Block], subtitle_html: str =
 def figure_div(fig: go.Figure, div_id: str) -> str:
     """The figure as a ``<div>``, its JSON packed (:func:`_packed`) and the script that
     draws it once plotly.js and the JSON are inflated (plotly.js not included: the page's)."""
+    other = {trace.type for trace in fig.data} - BASIC_TRACE_TYPES
+    if other:  # a page's plotly.js may be the basic bundle, which would draw nothing of them
+        raise ValueError(f"trace types {sorted(other)} are not in plotly.js's basic bundle")
     height = fig.layout.height
     style = f"height:{height}px; width:100%;" if height else "height:100%; width:100%;"
     data = pio.to_json(fig, validate=False, remove_uids=True).encode()

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support.browser import Browser, Page, find_chromium
+from support.browser import Browser, BrowserError, Page, find_chromium
 
 from specmd_sim.report import RunData
 from specmd_sim.report.compare import write_compare
@@ -115,3 +115,16 @@ def test_timeline_says_what_it_aggregates(opened: Callable) -> None:
         page.evaluate("JSON.stringify(document.getElementById('fig-1').layout.yaxis.ticktext)")
     )
     assert layout[:3] == ["requests", "passes", "gpu0/compute"]
+
+
+def test_the_page_clock_sees_every_plot_drawn(
+    browser: Browser, pages: dict[str, Path], tmp_path: Path
+) -> None:
+    """The benchmark's load time (``Browser.drawn_in``): the page's clock when its last plot is
+    drawn, after the page began and after plotly.js ran (a page without figures never ends)."""
+    seconds = browser.drawn_in(pages["timeline"])
+    assert 0.0 < seconds < 60.0
+    empty = tmp_path / "empty.html"
+    empty.write_text("<html><body><p>no figure</p></body></html>")
+    with pytest.raises(BrowserError, match="timed out"):
+        browser.drawn_in(empty, timeout_s=0.5)

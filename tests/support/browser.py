@@ -40,6 +40,14 @@ def find_chromium() -> str | None:
     return next((p for p in map(shutil.which, _NAMES) if p), None)
 
 
+# run in a page before its own scripts: the page's clock when every plotly figure is drawn
+_DRAWN_CLOCK = """(() => { const drawn = () => {
+  const plots = [...document.querySelectorAll('.plotly-graph-div')];
+  if (plots.length && plots.every(p => p._fullLayout && p.querySelector('.main-svg'))) {
+    window.specmdDrawnAt = performance.now(); } else { setTimeout(drawn, 10); } };
+  setTimeout(drawn, 10); })();"""
+
+
 class Browser:
     """A headless Chromium; use as a context manager, then :meth:`open` pages."""
 
@@ -165,15 +173,16 @@ class Browser:
 
     # --- pages --------------------------------------------------------------------------
 
-    def open(self, target: str | Path, timeout_s: float = 60.0) -> Page:
-        """Open a URL or a local file in a new tab and wait for its load event."""
+    def open(self, target: str | Path, timeout_s: float = 60.0, before: str = "") -> Page:
+        """Open a URL or a local file in a new tab and wait for its load event; ``before``: a
+        script run in the page before its own."""
         url = target if isinstance(target, str) and "://" in target else Path(target).resolve()
         url = url if isinstance(url, str) else url.as_uri()
         target_id = self.send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.send("Target.attachToTarget", {"targetId": target_id, "flatten": True})[
             "sessionId"
         ]
-        page = Page(self, session)
+        page = Page(self, session, target_id)
         for domain in ("Page", "Runtime", "Log"):
             self.send(f"{domain}.enable", session=session)
         self.send(
@@ -181,9 +190,20 @@ class Browser:
             {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False},
             session=session,
         )
+        if before:
+            self.send("Page.addScriptToEvaluateOnNewDocument", {"source": before}, session=session)
         self.send("Page.navigate", {"url": url}, session=session)
         self.wait_event("Page.loadEventFired", session, timeout_s)
         return page
+
+    def drawn_in(self, target: str | Path, timeout_s: float = 60.0) -> float:
+        """Seconds from a page's navigation to every plotly figure on it drawn, on the page's
+        own clock (``performance.now()``, checked every 10 ms from inside the page, so the
+        polling from here adds nothing); the tab is closed after."""
+        page = self.open(target, timeout_s, before=_DRAWN_CLOCK)
+        drawn = page.wait_for("window.specmdDrawnAt", timeout_s)
+        self.send("Target.closeTarget", {"targetId": page.target_id})
+        return float(drawn) / 1000.0
 
     def image_stats(self, png: bytes) -> dict[str, Any]:
         """Decode a PNG in a blank page: width, height, the number of distinct colours and the
@@ -208,9 +228,10 @@ class Browser:
 class Page:
     """One tab: evaluate script, collect console errors, take screenshots."""
 
-    def __init__(self, browser: Browser, session: str) -> None:
+    def __init__(self, browser: Browser, session: str, target_id: str) -> None:
         self.browser = browser
         self.session = session
+        self.target_id = target_id
         self._errors: list[str] = []
 
     def evaluate(self, expression: str, await_promise: bool = False) -> Any:
