@@ -17,6 +17,7 @@ from support.context import cache as make_cache
 
 from specmd_sim import SimConfig, replay
 from specmd_sim.cache import AccessClass, ExpertCache, FetchReason
+from specmd_sim.errors import SpecmdError
 
 HIT, COMP, CAP, COLL = (
     AccessClass.HIT,
@@ -258,6 +259,58 @@ def test_belady_bypass_admits_an_expert_needed_sooner() -> None:
     assert one_per_pass(cache, keys) == [COMP, COMP, COMP, HIT, HIT]
     assert cache.contents() == [0, 2]
     assert cache.stats.bypassed == 0 and cache.stats.evictions == 1
+
+
+# --- static layers (Accelerate's device_map, llama.cpp's --n-cpu-moe) ----------------------------
+
+
+def test_static_layers_keeps_whole_layers_and_streams_the_others_through_the_slots_left() -> None:
+    # 3 layers x 4 experts (keys: layer 0 = 0..3, layer 1 = 4..7, layer 2 = 8..11), 6 slots;
+    # first: 1 -> layer 0's 4 experts placed before the run, 2 slots left for the others
+    cache = make_cache({"kind": "static-layers", "first": 1}, slots=6, layers=3)
+    assert cache.contents() == [0, 1, 2, 3]
+    cache.begin_pass(0)
+    assert step(cache, 0, [0, 3]) == [HIT, HIT]  # resident: no fetch
+    assert step(cache, 1, [4]) == [COMP]  # [4] in the 2 free slots
+    assert step(cache, 2, [8]) == [COMP]  # [4, 8]: full
+    cache.begin_pass(1)
+    assert step(cache, 1, [5]) == [COMP]  # LRU among the others: 4 goes, never a resident
+    assert step(cache, 0, [1, 2]) == [HIT, HIT]
+    assert step(cache, 2, [8]) == [HIT]
+    # 4 was evicted in this pass (by 5): a collision; 5, used before 8, goes
+    assert step(cache, 1, [4]) == [COLL]
+    assert cache.contents() == [0, 1, 2, 3, 4, 8] and cache.stats.evictions == 2
+
+
+def test_static_layers_last_keeps_the_final_layers() -> None:
+    # llama.cpp --n-cpu-moe 2 on 3 layers: the experts of layer 2 (8..11) on the GPU
+    cache = make_cache({"kind": "static-layers", "last": 1}, slots=5, layers=3)
+    assert cache.contents() == [8, 9, 10, 11]
+    cache.begin_pass(0)
+    assert step(cache, 2, [11]) == [HIT]
+    assert step(cache, 0, [0]) == [COMP]
+    assert step(cache, 1, [4]) == [COMP]  # one slot streams: 0 goes
+    assert cache.contents() == [4, 8, 9, 10, 11]
+
+
+@pytest.mark.parametrize(
+    ("spec", "slots", "message"),
+    [
+        (
+            {"first": 2, "last": 2},
+            20,
+            r"first \+ last must be at most the model's 3 MoE layers, got 2 \+ 2",
+        ),
+        (
+            {"first": 1, "last": 1},
+            8,
+            r"resident layers' 8 experts need fewer than the cache's 8 slots",
+        ),
+    ],
+)
+def test_static_layers_refuses_what_cannot_be_placed(spec: dict, slots: int, message: str) -> None:
+    with pytest.raises(SpecmdError, match=message):
+        make_cache({"kind": "static-layers", **spec}, slots=slots, layers=3)
 
 
 # --- through replay: static-hot and the miss handlers -------------------------------------------

@@ -137,3 +137,35 @@ def first_evictable(keys: Iterable[int], evictable: Evictable) -> int | None:
         if evictable(key):
             return key
     return None
+
+
+class ResidentAndLRU(EvictionPolicy[C]):
+    """A fixed resident set placed before the run and never evicted (the subclass's ``__init__``
+    calls :meth:`place`); every other expert cached under LRU in the slots left."""
+
+    def __init__(self, config: PluginConfig, ctx: RunContext) -> None:
+        super().__init__(config, ctx)
+        self.others: dict[int, None] = {}
+        self.place([])
+
+    def place(self, keys: list[int]) -> None:
+        """The resident set (before the run)."""
+        self.resident, self.resident_set = keys, frozenset(keys)
+
+    def initial_contents(self) -> list[int]:
+        return self.resident
+
+    def on_access(self, key: int) -> None:
+        if key in self.others:
+            del self.others[key]
+            self.others[key] = None
+
+    def on_insert(self, key: int, reason: FetchReason) -> None:
+        if key not in self.resident_set:
+            self.others[key] = None
+
+    def on_remove(self, key: int) -> None:
+        del self.others[key]
+
+    def choose_victim(self, evictable: Evictable, incoming: int) -> int | None:
+        return first_evictable(self.others, evictable)

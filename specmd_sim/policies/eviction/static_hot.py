@@ -19,7 +19,7 @@ from pydantic import Field
 
 from specmd_sim.cache.states import FetchReason
 from specmd_sim.policies.context import OfflineContext
-from specmd_sim.policies.eviction.base import Evictable, EvictionPolicy, first_evictable
+from specmd_sim.policies.eviction.base import ResidentAndLRU
 from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.registry import EVICTION
 
@@ -32,7 +32,7 @@ class StaticHotConfig(PluginConfig):
 
 
 @EVICTION.register
-class StaticHotEviction(EvictionPolicy[StaticHotConfig]):
+class StaticHotEviction(ResidentAndLRU[StaticHotConfig]):
     description = "The most popular experts pinned for good; the rest streamed (or LRU)."
     source = "Fiddler (Kamahori et al., 2024); kTransformers"
     offline = True
@@ -44,28 +44,8 @@ class StaticHotEviction(EvictionPolicy[StaticHotConfig]):
         n_hot = max(1, int(ctx.slots * self.config.hot_fraction))
         order = np.lexsort((np.arange(counts.size), -counts))  # most popular, then lowest id
         order = order[ctx.source[order] >= 0]  # the GPU's own expert shard is resident anyway
-        self.hot = [int(k) for k in order[:n_hot]]
-        self.hot_set = set(self.hot)
+        self.place([int(k) for k in order[:n_hot]])
         self.free_slots = ctx.slots - n_hot
-        self.others: dict[int, None] = {}
-
-    def initial_contents(self) -> list[int]:
-        return self.hot
 
     def admit(self, key: int, reason: FetchReason) -> bool:
-        return key in self.hot_set or self.free_slots > 0
-
-    def on_access(self, key: int) -> None:
-        if key in self.others:
-            del self.others[key]
-            self.others[key] = None
-
-    def on_insert(self, key: int, reason: FetchReason) -> None:
-        if key not in self.hot_set:
-            self.others[key] = None
-
-    def on_remove(self, key: int) -> None:
-        del self.others[key]
-
-    def choose_victim(self, evictable: Evictable, incoming: int) -> int | None:
-        return first_evictable(self.others, evictable)
+        return key in self.resident_set or self.free_slots > 0
