@@ -19,7 +19,7 @@ from specmd_sim.runtime.loader import runtime_dir
 from specmd_sim.runtime.schema import Kernels
 from specmd_sim.validate.published import load_dataset
 
-BUNDLED = ["deepspeed-zero3", "fiddler", "fused-kernels", "hf-eager", "ktransformers",
+BUNDLED = ["deepspeed-zero3", "fiddler", "fused-kernels", "hf-eager", "ktransformers", "llama-cpp",
            "mixtral-offloading", "moe-infinity", "roofline"]  # fmt: skip
 
 
