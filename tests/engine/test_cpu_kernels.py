@@ -139,3 +139,38 @@ def test_a_pass_shorter_than_the_group_floor_runs_each_token_alone(
     assert run_ttft(short_prompt(write_trace, 10), tmp_path, 10) == pytest.approx(
         run_ttft(short_prompt(write_trace, 10), tmp_path, None), rel=1e-12
     )
+
+
+def run_split(trace: Path, last: int) -> dict:
+    """Decode with the experts of the last ``last`` layers resident (static-layers) and every
+    other layer's experts run on the CPU (llama.cpp's --n-cpu-moe): the roofline runtime."""
+    cfg = SimConfig(
+        trace=str(trace), hardware="h100-pcie", runtime="roofline",
+        cache={"capacity": last * EXPERTS + 1}, eviction={"kind": "static-layers", "last": last},
+        prefetch={"kind": "none"}, miss={"kind": "cpu-execute", "mode": "always"},
+    )  # fmt: skip
+    return simulate(cfg).metrics
+
+
+def test_a_layer_split_runs_the_cpu_layers_experts_on_the_cpu(write_trace) -> None:
+    """Every decode token routes to expert 0 of each layer. With the last N layers' experts on
+    the GPU and the others on the CPU, moving 8 more layers to the GPU shortens each token by
+    8 x (the CPU's time for one expert - the GPU's): the CPU's is worked out by hand (roofline:
+    its weights at the DRAM peak, or its FLOPs at the CPU peak, whichever is longer), and
+    nothing is copied over the link (no layer's expert is fetched)."""
+    ids = np.zeros((6, LAYERS, 1), np.int16)
+    trace = write_trace(ids, "mixtral-8x7b", EXPERTS, phase=np.ones(6, np.uint8))
+    profile, mixtral = load_profile("h100-pcie"), load_model("mixtral-8x7b")
+    host = profile.hosts[0]
+    cpu = max(
+        2 * 3 * 4096 * 14336 / host.cpu_flops.value,
+        mixtral.expert_bytes / host.dram_bandwidth_bytes_per_s.value,
+    )
+    gpu = CostModel(mixtral, profile.gpus[0], load_runtime("roofline")).expert_time(1)
+    assert cpu > 2 * gpu  # (the host's DRAM is the bound: 0.57 ms against 0.23 ms)
+    none, eight, sixteen = (run_split(trace, last) for last in (0, 8, 16))
+    assert eight["tpot_s"] - sixteen["tpot_s"] == pytest.approx(8 * (cpu - gpu), rel=1e-9)
+    assert none["tpot_s"] - eight["tpot_s"] == pytest.approx(8 * (cpu - gpu), rel=1e-9)
+    for m in (none, eight, sixteen):
+        assert m["bytes_demand"] == m["bytes_prefetch"] == 0
+        assert m["activations_cpu"] == 6 * LAYERS - m["hits"]
