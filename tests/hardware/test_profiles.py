@@ -139,7 +139,7 @@ def test_bundled_profile_quantities_have_sources(profile_id: str) -> None:
 
 # GPUs before Ada/Hopper have no FP8 tensor cores
 NO_FP8 = {"a100-80g-sxm", "t4", "t4-azure", "rtx3060", "rtx3080-mobile", "rtx-a5000", "rtx-a6000",
-          "i9-10900x-rtx2080"}  # fmt: skip
+          "i9-10900x-rtx2080", "rtx3090"}  # fmt: skip
 
 
 def test_fp8_absent_only_before_ada() -> None:
