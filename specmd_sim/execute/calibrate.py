@@ -59,6 +59,7 @@ from specmd_sim.execute.model import (
 )
 from specmd_sim.execute.run import Backend, execute
 from specmd_sim.execute.traces import calibration_configs
+from specmd_sim.hardware.this_host import this_host
 from specmd_sim.models import ModelSpec
 from specmd_sim.scenario import build_scenario
 
@@ -522,6 +523,7 @@ def _hardware_profile(cal: Calibration, setup: _Setup, latency: float, bandwidth
     ms, today = cal.measures, setup.today
     ram = _ram()
     cores = float(os.cpu_count() or 1)
+    host = this_host()  # the CPU: name, sockets, cores, clock, extensions
     worker = _compute_worker(setup)
     link = ("its own link, measured" if setup.native
             else f"a link throttled to {setup.link / 1e9:g} GB/s")  # fmt: skip
@@ -569,7 +571,8 @@ def _hardware_profile(cal: Calibration, setup: _Setup, latency: float, bandwidth
             {
                 "kind": "host",
                 "id": "host",
-                "name": "this machine's memory",
+                **host,
+                "name": host.get("name", "this machine"),
                 "dram_bytes": _q(ram, source="os.sysconf(SC_PHYS_PAGES)", grade="A"),
                 "dram_bandwidth_bytes_per_s": _q(host_bw, ms["host_bandwidth_bytes_per_s"]),
                 "cpu_flops": _q(

@@ -303,6 +303,9 @@ def test_calibrate_and_validate_real_on_a_torch_device(tmp_path: Path, device: s
     assert link.bandwidth_bytes_per_s.grade == "A"  # measured, not a setting
     assert link.bandwidth_bytes_per_s.value == measured["link_bandwidth_bytes_per_s"]["value"] > 0
     assert hardware.id == f"calibrated-{device}"
+    (host,) = hardware.hosts  # the CPU as read from the system (Linux: /proc/cpuinfo)
+    assert host.physical_cores is not None and host.isa is not None
+    assert host.physical_cores.source.startswith("read from /proc/cpuinfo")
     doc = tmp_path / "validation.md"
     cpu_part = f"{MARKER}\n## Against a real execution on this machine\n\nthe CPU's cells\n"
     doc.write_text(f"# Validation\n\npublished part\n\n{cpu_part}")
