@@ -521,6 +521,8 @@ INPUTS: dict[str, Metric] = _index(
            "profile"),
     Metric("hardware_name", "text", "none", "machine", "the hardware profile's name: its GPUs "
            "and host", "from the profile"),
+    Metric("host_name", "text", "none", "host", "the CPU and memory the profile's (first) host "
+           "describes, which the run's host-side numbers assume", "from the profile"),
     Metric("runtime", "text", "none", "runtime", "id of the runtime profile (software stack)",
            "config.runtime"),
     Metric("dense_dtype", "text", "none", "non-expert precision",

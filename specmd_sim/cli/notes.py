@@ -19,7 +19,8 @@ def prefill_words(tokens: int) -> str:
 
 def setup_line(config: dict[str, Any], inputs: dict[str, Any]) -> str:
     """The settings that set the headline numbers, in words: the workload, prefill, predictor,
-    runtime, cache and machine (its GPU and host)."""
+    runtime, cache and machine (its GPUs, and its host where the machine's name does not say
+    it: the CPU and memory the run's host-side numbers assume)."""
     workload, chosen = config.get("workload", {}), config.get("predictor", {})
     predictor = chosen.get("kind", "?")
     words = f"predictor {predictor}"
@@ -36,6 +37,9 @@ def setup_line(config: dict[str, Any], inputs: dict[str, Any]) -> str:
     slots = inputs.get("capacity_slots")
     cache_words = f"cache {cache}" + (f" = {slots:,} expert slots" if slots else "")
     machine = inputs.get("hardware_name") or inputs.get("hardware", "?")
+    host = inputs.get("host_name")
+    if host and host not in machine:
+        machine += f" (host: {host})"
     return (
         f"setup: {requests} request(s), {tokens} tokens of routing ({config.get('trace', '?')}); "
         f"prefill {prefill_words(int(workload.get('prefill_chunk_tokens', 0)))}; {words}; "

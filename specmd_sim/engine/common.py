@@ -24,6 +24,7 @@ def inputs_echo(scenario: Scenario) -> dict[str, Any]:
         "routed_bytes": scenario.placement.routed_bytes,  # at each expert's precision
         "hardware": scenario.profile.id,
         "hardware_name": scenario.profile.name,
+        "host_name": scenario.profile.hosts[0].name,
         "runtime": scenario.runtime.id,
         "dense_dtype": model.dense_dtype,
         "kv_dtype": model.kv_dtype,

@@ -154,6 +154,7 @@ def test_the_summary_names_the_setup_in_words(tmp_path: Path) -> None:
     assert "predictor transition (learned online from the run)" in first
     assert "runtime fused-kernels" in first and "cache 5% = 51 expert slots" in first
     assert "machine NVIDIA H100 PCIe 80GB + 2x Xeon 8480+" in first
+    assert "(host: 2x Intel Xeon Platinum 8480+ (DDR5-4800, 16 channels))" in first
     result = CliRunner().invoke(
         app, ["run", "--set", "workload.max_requests=1", "--set", "predictor.kind=noisy-oracle",
               "--set", "workload.prefill_chunk_tokens=1", "--out", str(tmp_path / "o")],
@@ -243,3 +244,15 @@ def test_a_run_with_static_hot_and_a_prefetcher_explains_itself(tmp_path: Path) 
     for fragment in ("prefetch requests were dropped", "one pass demands up to 256",
                      "--cache auto holds them all"):  # fmt: skip
         assert fragment in text, fragment
+
+
+def test_the_setup_says_the_host_where_the_machines_name_does_not() -> None:
+    """The host the run's host-side numbers assume (#34 item 2): named after the machine unless
+    the machine's name already holds it."""
+    config = {"trace": "t", "runtime": "r", "workload": {}, "predictor": {"kind": "trace"}}
+    line = setup_line(config, {"hardware_name": "RTX 3090 + desktop",
+                               "host_name": "Ryzen 9 5950X (assumed)"})  # fmt: skip
+    assert line.endswith("machine RTX 3090 + desktop (host: Ryzen 9 5950X (assumed))")
+    line = setup_line(config, {"hardware_name": "A100 + EPYC 7742", "host_name": "EPYC 7742"})
+    assert line.endswith("machine A100 + EPYC 7742")
+    assert setup_line(config, {"hardware_name": "A100"}).endswith("machine A100")  # older results
