@@ -159,7 +159,7 @@ class RealValidation:
     rankings: dict[str, bool]
 
     def summary(self) -> dict[str, Any]:
-        rows = self.rows
+        rows, signs = self.rows, prefetch_signs(self.rows)
         return {
             "cells": len(rows),
             "cells_with_identical_outcomes": sum(r["outcome_differences"] == 0 for r in rows),
@@ -175,15 +175,9 @@ class RealValidation:
             "max_ttft_error": max(r["ttft_error"] for r in rows),
             "rankings_preserved": sum(self.rankings.values()),
             "groups": len(self.rankings),
-            "prefetch_sign_kept": sum(self.prefetch_signs.values()),
-            "prefetch_pairs_beyond_noise": len(self.prefetch_signs),
+            "prefetch_sign_kept": sum(signs.values()),
+            "prefetch_pairs_beyond_noise": len(signs),
         }
-
-    @property
-    def prefetch_signs(self) -> dict[str, bool]:
-        """Per pair of cells differing only in prefetching whose measured TPOTs differ by more
-        than the noise: does the simulation give prefetching's effect the measured sign?"""
-        return prefetch_signs(self.rows)
 
 
 def _config(setup: dict[str, Any], folder: Path, trace: Path, seed: int) -> SimConfig:
@@ -269,8 +263,9 @@ def run_real_validation(
     return RealValidation(rows, _rankings(rows))
 
 
-def _key(cell: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(cell[k] for k in ("bandwidth", "mode", "capacity", "prefetch", "policy"))
+def _key(cell: dict[str, Any], *without: str) -> tuple[Any, ...]:
+    """The cell's setup (:data:`SETUP`), less the fields named in ``without``."""
+    return tuple(cell[k] for k in SETUP if k not in without)
 
 
 def inputs_digest(folder: Path, trace: Path, repeats: int, device: str) -> str:
@@ -320,21 +315,17 @@ def prefetch_signs(rows: list[dict[str, Any]]) -> dict[str, bool]:
     """Pairs of cells equal but for ``prefetch`` (``none`` against each other kind) whose
     measured TPOTs differ by more than the noise (:data:`NOISE`, or either cell's measured
     spread where larger): whether the simulated difference has the measured sign."""
-
-    def key(r: dict[str, Any]) -> tuple[Any, ...]:
-        return (r["bandwidth"], r["mode"], r["capacity"], r["policy"])
-
-    without = {key(r): r for r in rows if r["prefetch"] == "none"}
+    without = {_key(r, "prefetch"): r for r in rows if r["prefetch"] == "none"}
     out = {}
     for r in rows:
-        base = without.get(key(r))
+        base = without.get(_key(r, "prefetch"))
         if r["prefetch"] == "none" or base is None:
             continue
         real = r["measured_tpot_s"] / base["measured_tpot_s"] - 1.0
         if abs(real) <= max(NOISE, tpot_spread(r), tpot_spread(base)):
             continue
         sim = r["simulated_tpot_s"] / base["simulated_tpot_s"] - 1.0
-        out[f"{_cell({k: v for k, v in r.items() if k in SETUP})}"] = real * sim > 0
+        out[_cell({k: r[k] for k in SETUP})] = real * sim > 0
     return out
 
 

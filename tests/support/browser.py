@@ -40,12 +40,14 @@ def find_chromium() -> str | None:
     return next((p for p in map(shutil.which, _NAMES) if p), None)
 
 
-# run in a page before its own scripts: the page's clock when every plotly figure is drawn
-_DRAWN_CLOCK = """(() => { const drawn = () => {
-  const plots = [...document.querySelectorAll('.plotly-graph-div')];
-  if (plots.length && plots.every(p => p._fullLayout && p.querySelector('.main-svg'))) {
-    window.specmdDrawnAt = performance.now(); } else { setTimeout(drawn, 10); } };
-  setTimeout(drawn, 10); })();"""
+# a page's plotly figures all drawn (a JavaScript expression)
+_ALL_DRAWN = ("[...document.querySelectorAll('.plotly-graph-div')]"
+              ".every(p => p._fullLayout && p.querySelector('.main-svg'))")  # fmt: skip
+# run in a page before its own scripts: the page's clock when it has figures, all drawn
+_DRAWN_CLOCK = f"""(() => {{ const drawn = () => {{
+  if (document.querySelector('.plotly-graph-div') && {_ALL_DRAWN}) {{
+    window.specmdDrawnAt = performance.now(); }} else {{ setTimeout(drawn, 10); }} }};
+  setTimeout(drawn, 10); }})();"""
 
 
 class Browser:
@@ -309,10 +311,7 @@ class Page:
     def plots(self) -> list[dict[str, Any]]:
         """Every plotly figure on the page: id, number of traces, drawn trace groups and points
         (bars, markers), and title (after waiting until plotly has drawn them all)."""
-        self.wait_for(
-            "[...document.querySelectorAll('.plotly-graph-div')]"
-            ".every(p => p._fullLayout && p.querySelector('.main-svg'))"
-        )
+        self.wait_for(_ALL_DRAWN)
         return self.evaluate(
             "[...document.querySelectorAll('.plotly-graph-div')].map(p => ({id: p.id, "
             "traces: p.data.length, drawn: p.querySelectorAll('g.trace').length, "
