@@ -49,10 +49,12 @@ if TYPE_CHECKING:
 
 KINDS = (
     "attention", "expert", "lm_head", "stall", "demand_fetch", "prefetch", "cpu_expert",
-    "write_back", "nvme_read", "promoted_prefetch", "streamed",
+    "write_back", "nvme_read", "promoted_prefetch", "streamed", "copy_issue",
 )  # fmt: skip
 """Span kinds; a span stores the index. Append only: saved spans keep their kind names."""
-COMPUTE_KINDS = ("attention", "expert", "lm_head")
+COMPUTE_KINDS = ("attention", "expert", "lm_head", "copy_issue")
+"""The kinds that are the compute stream's compute time (``compute_s``; ``copy_issue``: the host
+issuing a layer's copies of experts, during which the stream launches nothing)."""
 TRANSFER_KINDS = ("demand_fetch", "prefetch", "promoted_prefetch", "streamed")
 """A transfer is drawn as what it was issued as: a demand fetch; a prefetch; a prefetch that a
 layer needed before it had completed (a late hit: promoted to the demand queue if still queued,

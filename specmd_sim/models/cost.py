@@ -35,6 +35,10 @@ the host its cores, clock and extensions, else ``cpu_flops * cpu_flops_efficienc
 fewer tokens than the runtime's ``cpu_grouped_min_tokens`` runs each CPU expert once per token
 (each run reads the weights again).
 
+Copies: the thread that runs the model spends ``copy_issue_overhead_s`` issuing each copy of an
+expert's tensor (``h2d_tensors_per_expert`` per expert fetched or written back), paid by the
+timing engine's stream as a ``copy_issue`` span (:mod:`specmd_sim.engine.sim.stream`).
+
 Every hardware number a time is computed from is read through :meth:`CostModel.read`, which
 records it in ``used``: a run's lowest grade is derived from what its cost model read.
 """
@@ -204,6 +208,12 @@ class CostModel:
         return self.op_time(flops, nbytes, m.dense_dtype, kernels, tokens) + read(
             rt.token_overhead_s
         )
+
+    def copy_issue_time(self) -> float:
+        """Host time of issuing one copy of an expert's tensor (``copy_issue_overhead_s``; 0
+        where the runtime does not state it)."""
+        issue = self.runtime.copy_issue_overhead_s
+        return 0.0 if issue is None else self.read(issue)
 
 
 def _one_request(tokens: int, context_end: int) -> tuple[int, int]:

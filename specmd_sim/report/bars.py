@@ -36,7 +36,7 @@ def span_hover(kind: str, lane: str, token_word: str) -> str:
         "%{customdata[7]:.4f} ms + %{x:.4f} ms<br>" + _where(token_word)
     )
     expert = "expert %{customdata[4]} (id %{customdata[5]})"
-    if kind == "attention":
+    if kind in ("attention", "copy_issue"):
         body = "<br>layer %{customdata[3]}"
     elif kind == "lm_head":
         body = ""
@@ -140,7 +140,7 @@ def _span_trace(
         marker={"color": kind_colour(kind), "line": {"width": 0}},
         opacity=opacity,
         customdata=custom[m],
-        hovertext=text if kind not in ("attention", "lm_head") else None,
+        hovertext=text if kind not in ("attention", "lm_head", "copy_issue") else None,
         hovertemplate=span_hover(kind, lane, token_word),
     )
 

@@ -21,8 +21,8 @@ import numpy as np
 from specmd_sim.timeline import KINDS
 
 DRAW_ORDER = (
-    "attention", "expert", "cpu_expert", "lm_head", "stall", "demand_fetch", "prefetch",
-    "promoted_prefetch", "streamed", "write_back", "nvme_read",
+    "attention", "copy_issue", "expert", "cpu_expert", "lm_head", "stall", "demand_fetch",
+    "prefetch", "promoted_prefetch", "streamed", "write_back", "nvme_read",
 )  # fmt: skip
 """Order of kinds inside an aggregated bin (kinds not listed follow, in :data:`KINDS` order)."""
 

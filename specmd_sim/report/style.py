@@ -25,6 +25,7 @@ KIND_COLOURS = {
     "streamed": "#C4561A",
     "write_back": "#D4A6C8",
     "nvme_read": "#8F6D31",
+    "copy_issue": "#79706E",
 }
 KIND_LABELS = {
     "attention": "attention",
@@ -38,6 +39,7 @@ KIND_LABELS = {
     "streamed": "streamed past the cache",
     "write_back": "write-back",
     "nvme_read": "NVMe read into DRAM",
+    "copy_issue": "issuing copies (host)",
 }
 SPARE_COLOURS = ("#EECA3B", "#FF9DA6", "#BAB0AC", "#439894", "#D67195", "#8F6D31")
 

@@ -15,8 +15,9 @@ hardware profile's:
   writes 2 bytes per weight, which the matmul reads again);
 - **host-to-device copies**: how many tensors one expert is copied as (each pays the link's
   per-transfer latency), the fraction of the link bandwidth a copy achieves (1 for pinned
-  memory; pageable copies go through a driver staging buffer), and whether copies run on their
-  own streams or on the compute stream (then no copy overlaps compute);
+  memory; pageable copies go through a driver staging buffer), whether copies run on their
+  own streams or on the compute stream (then no copy overlaps compute), and the host time the
+  model's thread spends issuing each copy;
 - **CPU expert kernels**: the fraction of DRAM bandwidth they achieve; their compute rate, either
   measured per core and cycle for the instruction-set extension they are built for (the host
   supplies cores, clock and extensions) or as a fraction of the host's CPU FLOP/s; the threads
@@ -154,6 +155,13 @@ class RuntimeProfile(InputModel):
     )
     copy_stream: CopyStream = Field(
         description="Whether copies overlap compute ('separate') or queue with it ('compute')."
+    )
+    copy_issue_overhead_s: Seconds | None = Field(
+        default=None,
+        description="Host time the thread that runs the model spends issuing one copy of an "
+        "expert's tensor (host-to-device, or memory parity's write-back; an expert is "
+        "h2d_tensors_per_expert copies), paid on the compute stream of the GPU whose copy it "
+        "is, s; None: issuing costs nothing.",
     )
     h2d_efficiency: Fraction = Field(
         description="Fraction of a link's achievable bandwidth one copy reaches (1 = pinned)."

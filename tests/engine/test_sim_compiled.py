@@ -3,9 +3,9 @@ processes give, byte for byte: every metric and table, the spans and the counter
 covered eviction policy in both pin modes with and without prefetching, the prefetchers and
 predictors it covers, late hits, cancelled prefetches and a stream that waits for space, with
 and without spans, batches with Poisson arrivals, dense layers, experts at two precisions,
-copies in chunks and on the compute stream, memory parity's write-backs, experts on an NVMe
-drive, a copy method slower than the link, three copy engines, blocks of one pass, and several
-GPUs. Runs it does not cover say why and run on SimPy.
+copies in chunks and on the compute stream, memory parity's write-backs, the host's time
+issuing copies, experts on an NVMe drive, a copy method slower than the link, three copy
+engines, blocks of one pass, and several GPUs. Runs it does not cover say why and run on SimPy.
 
 Without numba the core runs interpreted (the same source, slower): these tests compare it
 there too."""
@@ -292,6 +292,35 @@ def test_a_run_with_more_write_backs_than_accesses_gives_the_same_run() -> None:
     assert reference.metrics["misses"] > 0.9 * (
         reference.metrics["hits"] + reference.metrics["misses"]
     )
+    assert _fields(got) == _fields(reference)
+
+
+ISSUES = {
+    "pinned, prefetched": {"prefetch": {"kind": "top-k", "lookahead": 2}},
+    "one at a time, prefetched, three tensors each": {
+        "cache": {"capacity": 150, "pin_demand_set": False},
+        "prefetch": {"kind": "top-k", "lookahead": 2},
+        "runtime_set": {"h2d_tensors_per_expert": 3}},
+    "late hits, waits for space": {
+        "hardware": "slow-link-5gbps", "cache": {"capacity": 10, "pin_demand_set": False},
+        "prefetch": {"kind": "top-k", "lookahead": 2},
+        "predictor": {"kind": "noisy-oracle", "accuracy": 0.6}},
+    "write-backs on the compute stream, chunked": {
+        "runtime": "mixtral-offloading", "cache": {"capacity": 60},
+        "timing": {"chunk_bytes": 3_000_000}, "prefetch": {"kind": "top-k", "lookahead": 2}},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(ISSUES), ids=list(ISSUES))
+def test_the_host_issuing_copies_gives_the_same_run(traces: dict[str, str], case: str) -> None:
+    """The stream pays for the copies a layer step issued (fetches, write-backs) before it runs
+    its experts and at the step's end (``copy_issue`` spans)."""
+    data = {"trace": traces["olmoe"], "eviction": "lru", "cache": {"capacity": 150},
+            **ISSUES[case]}  # fmt: skip
+    data["runtime_set"] = {"copy_issue_overhead_s": "20us", **data.get("runtime_set", {})}
+    reference, got = _both(data)
+    issued = reference.spans[reference.spans["kind"] == KIND["copy_issue"]]
+    assert issued.size and reference.metrics["stall_s"] > 0
     assert _fields(got) == _fields(reference)
 
 

@@ -11,8 +11,9 @@ policies of the compiled replay
 (:func:`specmd_sim.engine.fast.compiled_unsupported` says which), misses always fetched, no
 prefetcher or one whose plans the replay draws in bulk (top-k and score-threshold over the
 noisy oracle or the trace's scores: :mod:`specmd_sim.engine.fast.plans`), a copy per expert
-(in chunks or not, on their own stream or on the compute stream), memory parity's write-backs
-(on the device-to-host copy engines) and a fixed cache capacity. Everything else (the DRAM
+(in chunks or not, on their own stream or on the compute stream, its issue paid by the stream
+or free), memory parity's write-backs (on the device-to-host copy engines) and a fixed cache
+capacity. Everything else (the DRAM
 cache, CPU experts, dropped or substituted experts, a capacity that follows the KV cache, users'
 plug-ins) runs on SimPy, which stays the specification.
 """
@@ -186,6 +187,9 @@ class _Core:
         X[T.X_RECORD], X[T.X_GPUS] = spans.enabled, G
         X[T.X_PREFETCHING] = gpus[0].objs.prefetch.lookahead > 0
         X[T.X_DRAIN] = sc0.runtime.copy_stream.value == "compute"
+        X[T.X_TENSORS] = sc0.runtime.h2d_tensors_per_expert.value
+        st.FG[T.FG_ISSUE] = gpus[0].cost.copy_issue_time()  # (one runtime for every GPU)
+        self.issuing = st.FG[T.FG_ISSUE] > 0
         st.IS[:, T.I_SHARED] = X[T.X_DRAIN]  # (OneStream: one copy at a time)
         chunk_bytes = sc0.config.timing.chunk_bytes
         X[T.X_CHUNK] = chunk_bytes or 0
@@ -265,7 +269,7 @@ class _Core:
         out = _buffers(
             t_exp.size + plan_keys.size + self.pool, write_backs, self.per_job,
             sum(b.hi - b.lo for b in blocks), self.layers, G * self.n_keys, len(self.names),
-            self.spans.enabled,
+            self.spans.enabled, self.issuing,
         )  # fmt: skip
         outcome = run_block(
             self.arrays, T.Block(B, t_exp, plan_offsets, plan_keys), st, self.sums, out
@@ -358,13 +362,17 @@ def _buffers(
     keys: int,
     resources: int,
     record: bool,
+    issuing: bool,
 ) -> T.Out:
     """A call's outputs, each as long as the call can fill: ``jobs`` bounds its accesses and
     the host-to-device transfers that end in it (those it starts and those in flight when it
     began), ``write_backs`` its device-to-host ones (queued, moving or reserved during it),
     each in at most ``per_job`` chunks. Every chunk of either kind records a span and moves
-    the links' bandwidth samples."""
+    the links' bandwidth samples. ``issuing``: the stream pays for issuing copies, once per
+    run of experts (at most one per access) and at each layer step's end."""
     computes, chunks = jobs + passes * (layers + 2) + 8, (jobs + write_backs) * per_job + 8
+    if issuing:
+        computes += jobs + passes * layers
     spans = computes + jobs + chunks if record else 0
     return T.Out(
         spF=np.zeros((spans, 2)), spI=np.zeros((spans, 8), np.int64),

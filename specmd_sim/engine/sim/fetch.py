@@ -351,10 +351,13 @@ class WriteBacks:
             on_done=lambda job: None,
         )
         cache.write_back = self.submit
+        self.issued: Callable[[], None] | None = None  # told of each copy (the stream's host)
 
     def submit(self, key: int) -> None:
         """The cache evicted ``key``: queue the copy of its bytes back to the host."""
         self.used = True
+        if self.issued is not None:
+            self.issued()
         nbytes = self.cache.nbytes[key]
         chunks = split(nbytes, self.chunk_bytes)
         target = (self.cache.pass_index, key // self.cache.num_experts)

@@ -188,6 +188,8 @@ class _Gpu:
             env, objs, self.cost, self.fetcher, cpu, spans, self.tally, pass_base,
             compute_lane, pass_done, copies, f"{suffix}cache_capacity_bytes",
         )  # fmt: skip
+        if self.write_backs is not None:  # issued by the thread that runs the model
+            self.write_backs.issued = self.stream.issue_copy
 
     def quantities(self) -> list[Quantity]:
         """The hardware numbers this GPU's run read: its cost model's (and its plug-ins'), the

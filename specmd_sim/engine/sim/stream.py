@@ -11,6 +11,14 @@ transfer has arrived (the wait is a *stall*). A pass that produces a token ends 
 head. When the runtime issues its copies on the compute stream (``copy_stream: compute``), a
 layer's attention and its experts first wait (a stall) until no copy of the GPU is queued or
 moving, write-backs included: nothing overlaps.
+
+Issuing a copy costs the thread that runs the model host time (the runtime's
+``copy_issue_overhead_s`` per tensor copied: ``h2d_tensors_per_expert`` per expert fetched or
+written back), during which it launches no kernel. The stream pays for the copies a layer step
+issued as one ``copy_issue`` span, before it next runs or waits for an expert (a :class:`Run`,
+an :class:`AwaitCpu`) and at the step's end: the host issues the copies, then the GPU may stall
+on them. The copies start moving when they are issued, as without the cost, so the issue time
+overlaps them.
 """
 
 from __future__ import annotations
@@ -76,6 +84,12 @@ class GpuStream:
         capacity_counter: str = "cache_capacity_bytes",
     ) -> None:
         self.env, self.objs, self.cost = env, objs, cost
+        # host time per tensor copy issued (0: issuing is free), the copies an expert takes, and
+        # the experts' copies the step issued since the stream last paid for them (its fetches;
+        # write-backs, by issue_copy)
+        self.issue_s = cost.copy_issue_time()
+        self.tensors = objs.scenario.runtime.h2d_tensors_per_expert.value
+        self.issued = 0
         # copies on the compute stream: what must be idle before a kernel runs (else nothing)
         self.queued_with = (
             copies if self.objs.scenario.runtime.copy_stream.value == "compute" else []
@@ -151,17 +165,22 @@ class GpuStream:
             try:
                 request = send(outcome)
             except StopIteration:
+                if self.issued:
+                    yield from self._issue()
                 return
             outcome = None
             # most frequent first, by exact type (the requests have no subclasses; cheaper than
             # isinstance, or a match statement's class patterns)
             if type(request) is Fetch:
                 outcome = fetch(request)
+                self.issued += 1
             elif type(request) is Join:
                 outcome = fetcher.join(request.key)
             elif type(request) is Decide:
                 self.position, self.demanded = (request.pass_index, request.layer), request.keys
             elif type(request) is Run:
+                if self.issued:
+                    yield from self._issue()
                 yield from self._run(request.experts)
             elif type(request) is WaitForSpace:
                 yield from fetcher.make_room()
@@ -171,8 +190,24 @@ class GpuStream:
                                          self.pass_tokens)  # fmt: skip
             else:
                 assert isinstance(request, AwaitCpu)
+                if self.issued:
+                    yield from self._issue()
                 for cpu_expert in request.experts:
                     yield from self._wait(cpu_expert.handle, cpu_expert.key, cpu_expert.klass)
+
+    def issue_copy(self) -> None:
+        """The step issued a copy of an expert besides its fetches (a write-back)."""
+        self.issued += 1
+
+    def _issue(self) -> Generator[Any, Any, None]:
+        """The host issues the copies of experts the step issued since the stream last paid
+        for them: a ``copy_issue`` span of their tensors' issue time (none where it is 0)."""
+        copies, self.issued = self.issued * self.tensors, 0
+        if self.issue_s > 0:
+            where = self.where
+            seconds = copies * self.issue_s
+            yield self._compute("copy_issue", seconds, where["pass_"], where["layer"],
+                                where["request"])  # fmt: skip
 
     def _run(self, experts: list[Expert]) -> Generator[Any, Any, None]:
         expert_time, dtype_of, where = self.cost.expert_time, self.dtype_of, self.where

@@ -37,6 +37,7 @@ from specmd_sim.engine.fast.timed.state import (
     I_ACTIVE2,
     I_BUSY_ACTIVE,
     I_IN_FLIGHT,
+    I_ISSUED,
     I_NFREE,
     I_SBUSY,
     I_SHARED,
@@ -102,7 +103,7 @@ def _reserve(S: np.ndarray, KR: np.ndarray, key: int, prefetch: bool, p: int,
     """ExpertCache.reserve (:func:`.cache.reserve`; False: nothing is evictable), with the
     policy's admission of a prefetch: occupancy samples as the fetcher's hook takes them, and
     with memory parity each eviction queues its write-back (``WriteBacks.submit``;
-    :func:`_dispatch_back` starts it)."""
+    :func:`_dispatch_back` starts it), a copy the stream pays the issue of."""
     sc = S[L.R_SC]
     if prefetch and C.declines(S, key):
         S[L.R_STATS, L.ST_PF_DROPPED] += 1
@@ -121,6 +122,7 @@ def _reserve(S: np.ndarray, KR: np.ndarray, key: int, prefetch: bool, p: int,
             WB[w, WB_KEY], WB[w, WB_PASS] = victim, sc[L.SC_PASS]
             WB[w, WB_LAYER], WB[w, WB_LEFT] = victim // sc[L.SC_NUM_EXPERTS], nbytes
             IS[I_WB_COUNT] += 1
+            IS[I_ISSUED] += 1
     if not reserved:
         if prefetch:
             S[L.R_STATS, L.ST_PF_DROPPED] += 1
@@ -199,6 +201,7 @@ def _resolve(S: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray,
             streamed = True
         elif not _make_room(S, KR, JB, jfree, IS, IG, hT, hI, qb, now, record, used_out, g):
             return -3
+    IS[I_ISSUED] += 1  # (GpuStream: a Fetch)
     if streamed:  # past the cache, into a staging buffer
         job = _new_job(JB, jfree, IG, KR, key, need, True, True, p, layer, g)
         _submit(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, job, now, record, used_out, g)
@@ -233,6 +236,7 @@ def _plan(S: np.ndarray, KR: np.ndarray, JB: np.ndarray, jfree: np.ndarray,
             layer = key // experts
             job = _new_job(JB, jfree, IG, KR, key, S[L.K_NBYTES, key], False, False, p, layer, g)
             KR[KR_JOB, key] = job
+            IS[I_ISSUED] += 1
             _submit(S, KR, JB, jfree, IS, IG, hT, hI, free, qb, job, now, record, used_out, g)
 
 

@@ -25,6 +25,7 @@ SK_ATTENTION, SK_EXPERT, SK_LM_HEAD, SK_STALL, SK_DEMAND_FETCH, SK_PREFETCH = ra
 SK_WRITE_BACK = 7
 SK_PROMOTED = 9  # a prefetch needed before it completed (J_DEMAND == PROMOTED)
 SK_STREAMED = 10  # a demand fetch streamed past the cache (J_BYPASS)
+SK_COPY_ISSUE = 11  # the host issuing the copies of experts a layer step issued
 PROMOTED = 2  # J_DEMAND of a promoted prefetch (truthy: it is in the demand class now)
 LATE = 1  # AccessClass.LATE_HIT
 LOADING = 1  # State.LOADING
@@ -33,22 +34,23 @@ LOADING = 1  # State.LOADING
 (G_EID, G_GEN, G_COUNT, G_HEAP_N, G_NACT, G_FIRST, G_JFREE, G_NSPANS, G_NCIV, G_NSIV, G_NTIV,
  G_NUSED, G_NFLIGHT, G_NBW, G_RESUME, G_STARTED) = range(16)  # fmt: skip
 G_SIZE = G_STARTED + 1
-# the run's float scalars (FG)
-FG_NOW, FG_NET_LAST, FG_DELAY = range(3)
-FG_SIZE = FG_DELAY + 1
+# the run's float scalars (FG; FG_ISSUE: the host time of issuing a tensor's copy)
+FG_NOW, FG_NET_LAST, FG_DELAY, FG_ISSUE = range(4)
+FG_SIZE = FG_ISSUE + 1
 # each GPU's int scalars (IS rows): its stream, copy engines and transfers
 (I_STAGE, I_PASS, I_LAYER, I_IDX, I_NRUN, I_ONE, I_RETRY, I_NREADY, I_NWAIT, I_IN_FLIGHT,
  I_BUSY_ACTIVE, I_NFREE, I_ACTIVE_JOBS, I_PHASE, I_NHELD, I_DEC_PASS, I_DEC_LAYER, I_STAMP,
  I_SPACE, I_IDLE, I_AFTER, I_NFREE2, I_ACTIVE2, I_IDLE2, I_WB_HEAD,
- I_WB_COUNT, I_SHARED, I_SBUSY) = range(28)  # fmt: skip
-I_SIZE = I_SBUSY + 1  # (..2: the device-to-host copy engines of memory parity's write-backs;
-# I_SHARED: copies on the compute stream, one moving at a time (OneStream), I_SBUSY: one moves)
+ I_WB_COUNT, I_SHARED, I_SBUSY, I_ISSUED) = range(29)  # fmt: skip
+I_SIZE = I_ISSUED + 1  # (..2: the device-to-host copy engines of memory parity's write-backs;
+# I_SHARED: copies on the compute stream, one moving at a time (OneStream), I_SBUSY: one moves;
+# I_ISSUED: the copies of experts the layer step issued that the stream has not paid for)
 # each GPU's float scalars (FS rows)
 F_CSUM, F_SSUM, F_BEFORE_C, F_BEFORE_S, F_T0, F_BUSY_SINCE, F_TSUM = range(7)
 F_SIZE = F_TSUM + 1
-# static ints (X)
-X_LAYERS, X_PINNED, X_RECORD, X_PREFETCHING, X_DRAIN, X_CHUNK, X_GPUS = range(7)
-X_SIZE = X_GPUS + 1
+# static ints (X; X_TENSORS: the copies an expert takes)
+X_LAYERS, X_PINNED, X_RECORD, X_PREFETCHING, X_DRAIN, X_CHUNK, X_GPUS, X_TENSORS = range(8)
+X_SIZE = X_TENSORS + 1
 # each GPU's block (B rows): where its keys and offsets start in the run's arrays, its first
 # pass's number, its passes; the block's passes, where its expert times start (the access and
 # the index in the times) and its plans (offsets, keys); its compute lane and its queues' rows
@@ -207,7 +209,8 @@ class Here(NamedTuple):
 class Flags(NamedTuple):
     """The run's settings the core branches on: layers, pinned demand sets, spans recorded,
     Belady's next uses, prefetching, copies on the compute stream (waits for them to drain),
-    GPUs, and the network's resources (the flows' private caps come after them)."""
+    GPUs, the network's resources (the flows' private caps come after them), the copies an
+    expert takes and the host time of issuing one (0: issuing is free)."""
 
     layers: int
     pinned: bool
@@ -217,6 +220,8 @@ class Flags(NamedTuple):
     drain: bool
     gpus: int
     R: int
+    tensors: int
+    issue_s: float
 
 
 def new_state(

@@ -3,8 +3,9 @@
 :func:`run_block` is :func:`specmd_sim.engine.sim.run.simulate` written over flat arrays, for
 every GPU of the run: each GPU's stream (:class:`~specmd_sim.engine.sim.stream.GpuStream`
 and :class:`~specmd_sim.engine.layer.LayerStep` in both pin modes, with late hits, prefetch
-plans and making room; with copies on the compute stream, the waits for them to drain), its
-copy engines (:class:`~specmd_sim.engine.sim.copy_engines.CopyEngines`: two queues, promotion,
+plans, making room and the host's issue of the copies; with copies on the compute stream, the
+waits for them to drain), its copy engines
+(:class:`~specmd_sim.engine.sim.copy_engines.CopyEngines`: two queues, promotion,
 cancellation), its fetcher's callbacks (:class:`~specmd_sim.engine.sim.fetch.Fetcher`), its
 cache (:mod:`specmd_sim.engine.fast.cache`; in expert-sharded mode its own shard always a hit) and
 its tally; and the machine's flow network shared by them all, progressive filling over each
@@ -97,6 +98,7 @@ from specmd_sim.engine.fast.timed.state import (
     F_SSUM,
     F_T0,
     FG_DELAY,
+    FG_ISSUE,
     FG_NOW,
     G_GEN,
     G_HEAP_N,
@@ -118,6 +120,7 @@ from specmd_sim.engine.fast.timed.state import (
     I_IDLE,
     I_IDLE2,
     I_IDX,
+    I_ISSUED,
     I_LAYER,
     I_NHELD,
     I_NREADY,
@@ -147,6 +150,7 @@ from specmd_sim.engine.fast.timed.state import (
     PI_REQUEST,
     REFILL,
     SK_ATTENTION,
+    SK_COPY_ISSUE,
     SK_EXPERT,
     SK_LM_HEAD,
     ST_ADMITTED,
@@ -175,6 +179,7 @@ from specmd_sim.engine.fast.timed.state import (
     X_PINNED,
     X_PREFETCHING,
     X_RECORD,
+    X_TENSORS,
     Block,
     Core,
     Flags,
@@ -220,6 +225,15 @@ def _wait_drain(IS: np.ndarray, FS: np.ndarray, after: int, now: float) -> bool:
     IS[I_AFTER], IS[I_STAGE] = after, ST_DRAINED
     FS[F_T0] = now
     return True
+
+
+@compiled_inline
+def _issue(IS: np.ndarray, fl: Flags) -> float:
+    """GpuStream._issue: the host time of issuing the copies of experts the step issued since
+    the stream last paid for them (0: none, or issuing is free), paid now."""
+    copies = IS[I_ISSUED] * fl.tensors
+    IS[I_ISSUED] = 0
+    return copies * fl.issue_s
 
 
 @compiled_inline
@@ -377,6 +391,10 @@ def _one_stages(run: Run, blk: Block, core: Core, out: Out, gp: Gpu, here: Here,
             _plan_layer(run, blk, core, out, gp, here, fl, p, layer, now)
             IS[I_LAYER] += 1
             IS[I_STAGE] = ST_LAYER
+            if IS[I_ISSUED] > 0:  # the step ends: its prefetches' issue
+                seconds = _issue(IS, fl)
+                if seconds > 0:
+                    return A_KERNEL, seconds, layer, SK_COPY_ISSUE, -1, -1
             return A_NEXT, 0.0, -1, -1, -1, -1
         key = run.keys[here.k0 + i]
         S[L.K_PINS, key] += 1
@@ -428,8 +446,9 @@ def _let_go(core: Core, gp: Gpu, fl: Flags) -> None:
 def _run_stages(run: Run, core: Core, out: Out, gp: Gpu, here: Here, fl: Flags, stage: int,
                 p: int, now: float) -> Step:  # fmt: skip
     """ST_RUN: the layer's next expert runs once its transfer is done (else the stream waits:
-    a stall); ST_WAITED: the stall ends, the expert runs; ST_DRAINED: the copies drained (a
-    stall), back to the stage that waited."""
+    a stall), the first after the issue of the copies the step issued; ST_WAITED: the stall
+    ends, the expert runs; ST_DRAINED: the copies drained (a stall), back to the stage that
+    waited."""
     IS, idx, layer = gp.IS, gp.IS[I_IDX], gp.IS[I_LAYER]
     if stage == ST_DRAINED:
         _stall(out.spF, out.spI, core.IG, IS, gp.FS, out.siv, gp.TL, run.PI, here.lane,
@@ -437,6 +456,10 @@ def _run_stages(run: Run, core: Core, out: Out, gp: Gpu, here: Here, fl: Flags, 
         IS[I_STAGE] = IS[I_AFTER]
         return A_NEXT, 0.0, -1, -1, -1, -1
     if stage == ST_RUN:
+        if idx == 0 and IS[I_ISSUED] > 0:  # (the stage resumes once they are issued)
+            seconds = _issue(IS, fl)
+            if seconds > 0:
+                return A_KERNEL, seconds, layer, SK_COPY_ISSUE, -1, -1
         if idx == 0 and fl.drain and _wait_drain(IS, gp.FS, ST_RUN, now):
             return A_WAIT, 0.0, -1, -1, -1, -1  # (as before attention)
         if idx == IS[I_NRUN]:
@@ -573,7 +596,7 @@ def run_block(run: Run, blk: Block, core: Core, tally: Tallies, out: Out) -> int
     fl = Flags(X[X_LAYERS], X[X_PINNED] == 1, X[X_RECORD] == 1,
                core.S[0, L.R_SC, L.SC_PRIORITY] == L.PRIO_NEXT_USE,  # (one policy for all)
                X[X_PREFETCHING] == 1, X[X_DRAIN] == 1, X[X_GPUS],
-               core.NF.shape[1] - core.act.size)  # fmt: skip
+               core.NF.shape[1] - core.act.size, X[X_TENSORS], core.FG[FG_ISSUE])  # fmt: skip
     IG[G_NSPANS] = IG[G_NCIV] = IG[G_NSIV] = IG[G_NTIV] = 0
     IG[G_NUSED] = IG[G_NFLIGHT] = IG[G_NBW] = 0
     if not IG[G_STARTED]:  # each stream's process starts: an urgent event each, in GPU order
