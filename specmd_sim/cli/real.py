@@ -70,7 +70,9 @@ def calibrate_cmd(
             "measured (default: 2e9 on cpu and torch-cpu, native on cuda).",
         ),
     ] = None,
-    engines: Annotated[int, typer.Option(help="Copy worker threads.")] = 2,
+    engines: Annotated[
+        int, typer.Option(help="Copy engines: copy streams (cpu: copy worker threads).")
+    ] = 2,
     repeats: Annotated[int, typer.Option(help="Repeats of each microbenchmark.")] = 5,
     json_: JsonOpt = False,
 ) -> None:

@@ -2,29 +2,35 @@
 a runtime profile (grade A) that the simulator can run.
 
 Microbenchmarks on the executor's device (:mod:`.device`: numpy on the CPU, or torch on a CUDA
-GPU, each timed call ending with the device synchronised as in the executor), each repeated
-``repeats`` times (the median is kept, the spread reported):
+GPU), each repeated ``repeats`` times (the median is kept, the spread reported). Calls are
+timed as the executor makes them: on a CPU each ends before the next; on CUDA they are queued
+back to back and the device is synchronised once after them (the executor times its kernels
+with events, never synchronising a call):
 
 - **dispatch**: one expert call of a model 1 wide, per counted call: the fixed cost of a call
-  (on CUDA a kernel launch and its share of the synchronisation);
+  (on CUDA a kernel launch);
 - **bandwidth**: one expert on one token, cycling over more experts than the caches hold: the
   weights' bytes over the call's time less its dispatch;
 - **peak FLOP/s and the small-batch curve**: expert calls on 1..64 tokens; the highest FLOP
   rate among them, and per token count the fraction of the one-token bandwidth it reaches
   (``memory_efficiency_by_tokens``), so that the roofline gives each measured point back;
-- **link bandwidth** (an unthrottled link: CUDA's PCIe): ``engines`` copy workers copying
-  experts from the slow tier at once, their bytes over the time;
-- **copy latency**: copies of one expert through a copy-worker thread and the link, from the
-  request to the requester waking, less ``bytes / bandwidth``;
+- **link bandwidth** (an unthrottled link: CUDA's PCIe): ``engines`` copy streams (the CPU
+  backend: copy workers) copying experts from the slow tier at once, issued as the executor
+  issues them, their bytes over the time;
+- **copy latency**: copies of one expert through the executor's copy path and the link, from
+  the request to the requester knowing it arrived, less ``bytes / bandwidth``;
+- **copy issue**: the host time the thread that computes spends issuing one copy to a copy
+  stream (``copy_issue_overhead_s``; 0 by definition where copy workers issue their own);
 - **host memory**: ``numpy.copyto`` of the slow tier;
 - **copy interference** (reported; the simulator has no such term): an expert call on one token
-  while a copy worker copies experts back to back, against the call alone;
+  beside copies (a copy worker's, or one issued before each call), against the call alone;
 - **the executor's own cost**: dry runs (no compute, no bytes) of a decode-only and a
   chunked-prefill trace; per MoE layer and per access, by least squares.
 
-Copies run on ``engines`` worker threads over a link throttled to ``link_bandwidth`` (the
-profile's link is that throttle: grade B, a setting, not a measurement), or, with no throttle,
-over the device's own link (measured, grade A).
+Copies run over a link throttled to ``link_bandwidth`` (the profile's link is that throttle:
+grade B, a setting, not a measurement), or, with no throttle, over the device's own link
+(measured, grade A): on ``engines`` worker threads for the ``cpu`` backend, else on ``engines``
+copy streams, issued by the thread that computes (:mod:`.issue`).
 """
 
 from __future__ import annotations
@@ -46,8 +52,9 @@ import numpy as np
 
 from specmd_sim.engine.common import Progress
 from specmd_sim.errors import SpecmdError
-from specmd_sim.execute.copies import NATIVE, ThrottledLink
+from specmd_sim.execute.copies import NATIVE, FairLink, ThrottledLink
 from specmd_sim.execute.device import Device, TorchDevice, make_device
+from specmd_sim.execute.issue import POLL_S, streams_for
 from specmd_sim.execute.model import (
     ATTENTION_KERNELS,
     EXPERT_KERNELS,
@@ -151,17 +158,18 @@ def calibrate(
         link = _link_bandwidth(cal, dev, weights, engines, repeats)
     step(4)
     latency = _copy_latency(cal, dev, weights, link_bandwidth, link, repeats)
+    issue = _copy_issue(cal, dev, weights, repeats)
     step(5)
     host_bw = _host_bandwidth(cal, host, repeats)
     step(6)
     per_layer, per_access = _own_cost(cal, model, seed, device)
     step(7)
-    _interference(cal, dev, ops, experts, weights, repeats)
+    _interference(cal, dev, ops, experts, weights, issue, repeats)
     step(8)
     today = datetime.date.today().isoformat()
     setup = _Setup(dev, engines, link, link_bandwidth == NATIVE, today)
     cal.hardware = _hardware_profile(cal, setup, latency, bandwidth, peak, host_bw)
-    cal.runtime = _runtime_profile(cal, setup, dispatch, per_layer, per_access)
+    cal.runtime = _runtime_profile(cal, setup, dispatch, per_layer, per_access, issue)
     return cal
 
 
@@ -190,31 +198,39 @@ def _dispatch(cal: Calibration, dev: Device, repeats: int, seed: int) -> float:
 
     def call() -> None:
         tiny.expert(w, x)
-        dev.sync()
+        if not dev.cuda:
+            dev.sync()
 
     # a floor, which noise (another process, a frequency step) can only raise: the fastest of
     # at least three, so that a busy moment is not charged to every expert call
     def calls() -> float:
-        return _timed(call, 2000)
+        start = time.perf_counter()
+        for _ in range(2000):
+            call()
+        dev.sync()
+        return (time.perf_counter() - start) / 2000
 
     calls()  # warm-up
     times = [calls() for _ in range(max(repeats, 3))]
     value, spread = min(times), (max(times) - min(times)) / min(times)
     return cal.add(Measure("dispatch_overhead_s", value / EXPERT_KERNELS, spread, "s",
-                           "one expert call of a model 1 wide, synchronised, per counted call "
+                           "one expert call of a model 1 wide, per counted call "
                            f"(the fastest of {len(times)})")).value  # fmt: skip
 
 
 def _expert_time(dev: Device, ops: Ops, experts: Any, tokens: int,
                  rounds: int = 2) -> float:  # fmt: skip
-    """One expert call on ``tokens`` tokens (synchronised), cycling over ``experts``."""
+    """One expert call on ``tokens`` tokens, cycling over ``experts``, timed as the executor
+    makes its calls (module docstring)."""
     x = dev.array(np.random.default_rng(0).standard_normal((tokens, ops.h), dtype=np.float32))
     n = experts.shape[0]
     start = time.perf_counter()
     for _ in range(rounds):
         for i in range(n):
             ops.expert(experts[i], x)
-            dev.sync()
+            if not dev.cuda:
+                dev.sync()
+    dev.sync()
     return (time.perf_counter() - start) / (rounds * n)
 
 
@@ -289,43 +305,95 @@ def _busy(dev: Device, t: float, dispatch: float, tokens: int) -> float:
 
 def _link_bandwidth(cal: Calibration, dev: Device, weights: Weights, engines: int,
                     repeats: int) -> float:  # fmt: skip
-    """``engines`` copy workers at once, each copying 32 experts from the slow tier: the
-    link's bandwidth as the flow model shares it (bytes over the time of all)."""
-    copiers = [dev.copier() for _ in range(engines)]
+    """``engines`` copy streams (or workers) at once, each copying 32 experts from the slow
+    tier, issued as the executor issues them: the link's bandwidth as the flow model shares it
+    (bytes over the time of all)."""
     dst = [dev.zeros(weights.expert_size) for _ in range(engines)]
     n, slow = 32, weights.slow
+    if dev.threaded_copies:
 
-    def one_round() -> float:
-        def worker(i: int) -> None:
+        def one_round() -> float:
+            def worker(i: int) -> None:
+                for k in range(n):
+                    dev.copy(dst[i], slow[(i * n + k) % slow.shape[0]])
+
+            threads = [threading.Thread(target=worker, args=(i,)) for i in range(engines)]
+            start = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            return time.perf_counter() - start
+
+        how = "copy workers"
+    else:
+        streams = streams_for(dev, engines, dry=False)
+
+        def one_round() -> float:
+            streams.start()
+            start = time.perf_counter()
             for k in range(n):
-                copiers[i](dst[i], slow[(i * n + k) % slow.shape[0]])
+                for i in range(engines):
+                    streams.copy(i, dst[i], slow[(i * n + k) % slow.shape[0]], None)
+            streams.finish()
+            return time.perf_counter() - start
 
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(engines)]
-        start = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return time.perf_counter() - start
-
+        how = "copy streams, issued by one thread"
     value, spread = _repeat(one_round, repeats)
     nbytes = engines * n * weights.expert_nbytes
     return cal.add(Measure("link_bandwidth_bytes_per_s", nbytes / value, spread, "B/s",
-                           f"{engines} copy workers at once, {n} experts each, slow tier to "
-                           "fast tier")).value  # fmt: skip
+                           f"{engines} {how} at once, {n} experts each, slow tier to fast "
+                           "tier")).value  # fmt: skip
 
 
 def _copy_latency(cal: Calibration, dev: Device, weights: Weights, throttle: float,
                   bandwidth: float, repeats: int) -> float:  # fmt: skip
-    """Request -> worker copies one expert over the link -> requester wakes, less ``bytes /
-    bandwidth`` (the throttle, or the native link's measured bandwidth)."""
+    """One expert over the link as the executor copies it, from the request to the requester
+    knowing it arrived, less ``bytes / bandwidth`` (the throttle, or the native link's measured
+    bandwidth): through a copy worker, or issued on a copy stream and its event polled."""
+    dst = dev.zeros(weights.expert_size)
+    if dev.threaded_copies:
+        one_round, stop = _worker_latency(dev, weights, throttle, bandwidth, dst)
+    else:
+        one_round, stop = _issued_latency(dev, weights, throttle, bandwidth, dst)
+    try:
+        value, spread = _repeat(one_round, repeats)
+    finally:
+        stop()
+    return cal.add(Measure("copy_latency_s", max(value, 0.0), spread, "s",
+                           "one expert through the executor's copy path and the link, less "
+                           "bytes / bandwidth")).value  # fmt: skip
+
+
+def _issued_latency(dev: Device, weights: Weights, throttle: float, bandwidth: float, dst: Any
+                    ) -> tuple[Callable[[], float], Callable[[], None]]:  # fmt: skip
+    streams = streams_for(dev, 1, dry=False)
+    link = FairLink(throttle)
+    streams.start()
+
+    def one_round() -> float:
+        samples = []
+        for key in range(16):
+            start = time.perf_counter()
+            flow = link.start(dst.nbytes)
+            _, end = streams.copy(0, dst, weights.slow[key], None)
+            while not streams.done(end) or link.arrived(flow) is None:
+                time.sleep(min(POLL_S, link.left_s(flow)) if flow else 0)
+            link.leave(flow)
+            samples.append(time.perf_counter() - start - dst.nbytes / bandwidth)
+        return statistics.median(samples)
+
+    return one_round, streams.finish
+
+
+def _worker_latency(dev: Device, weights: Weights, throttle: float, bandwidth: float, dst: Any
+                    ) -> tuple[Callable[[], float], Callable[[], None]]:  # fmt: skip
     link = ThrottledLink(throttle)
     lock = threading.Lock()
     work = threading.Condition(lock)
     queue: list[tuple[int, threading.Event]] = []
     stop = [False]
-    dst = dev.zeros(weights.expert_size)
-    copy = dev.copier()
+    copy = dev.copy
 
     def worker() -> None:
         with lock:
@@ -359,22 +427,78 @@ def _copy_latency(cal: Calibration, dev: Device, weights: Weights, throttle: flo
             samples.append(time.perf_counter() - start - dst.nbytes / bandwidth)
         return statistics.median(samples)
 
+    def close() -> None:
+        with lock:
+            stop[0] = True
+            work.notify()
+        thread.join()
+
+    return one_round, close
+
+
+def _copy_issue(cal: Calibration, dev: Device, weights: Weights, repeats: int) -> float:
+    """The host time the thread that runs the model spends issuing one expert's copy to a copy
+    stream (``copy_(non_blocking=True)`` and its events; torch-cpu: the whole copy, which the
+    host makes). A copy worker's host issues nothing: 0 by definition."""
+    if dev.threaded_copies:
+        return 0.0
+    streams = streams_for(dev, 1, dry=False)
+    dst, slow, n = dev.zeros(weights.expert_size), weights.slow, 16
+
+    def one_round() -> float:
+        streams.start()
+        start = time.perf_counter()
+        for k in range(n):
+            streams.copy(0, dst, slow[k % slow.shape[0]], None)
+        issued = (time.perf_counter() - start) / n
+        streams.finish()
+        return issued
+
     value, spread = _repeat(one_round, repeats)
-    with lock:
-        stop[0] = True
-        work.notify()
-    thread.join()
-    return cal.add(Measure("copy_latency_s", max(value, 0.0), spread, "s",
-                           "one expert through a copy worker and the link, less bytes / "
-                           "bandwidth")).value  # fmt: skip
+    return cal.add(Measure("copy_issue_overhead_s", value, spread, "s",
+                           f"{n} expert copies issued back to back to a copy stream, host time "
+                           "per copy")).value  # fmt: skip
 
 
 def _interference(cal: Calibration, dev: Device, ops: Ops, experts: Any,
-                  weights: Weights, repeats: int) -> None:  # fmt: skip
-    """An expert call on one token while one copy worker copies experts back to back, against
-    the call alone: what the copies' host side (and, on a CPU, their memory traffic) costs the
-    compute thread. Reported, not put in a profile: the simulator has no such term."""
-    copy, dst, stop = dev.copier(), dev.zeros(weights.expert_size), threading.Event()
+                  weights: Weights, issue: float, repeats: int) -> None:  # fmt: skip
+    """An expert call on one token beside copies, against the call alone: what a concurrent
+    copy costs the compute. Copy workers: one copies experts back to back (their host side
+    and, on a CPU, their memory traffic). Copy streams: the calling thread issues one copy
+    before each call and never waits for it, as the executor does; the copy's issue
+    (``issue``, measured apart) is taken off. Reported, not put in a profile: the simulator
+    has no such term."""
+    alone, _ = _repeat(lambda: _expert_time(dev, ops, experts, 1, 1), repeats)
+    if dev.threaded_copies:
+        beside, spread = _beside_worker(dev, ops, experts, weights, repeats)
+        how = "a copy worker copying experts back to back"
+    else:
+        streams, slow = streams_for(dev, 1, dry=False), weights.slow
+        dst = dev.zeros(weights.expert_size)
+        x = dev.array(np.ones((1, ops.h), np.float32))
+
+        def calls() -> float:
+            streams.start()
+            start = time.perf_counter()
+            for i in range(experts.shape[0]):
+                streams.copy(0, dst, slow[i % slow.shape[0]], None)
+                ops.expert(experts[i], x)
+                if not dev.cuda:
+                    dev.sync()
+            streams.finish()
+            took = (time.perf_counter() - start) / experts.shape[0]
+            return took - issue
+
+        beside, spread = _repeat(calls, repeats)
+        how = "one copy issued by the calling thread before each call (its issue taken off)"
+    cal.add(Measure("copy_interference", beside / alone - 1.0, spread, "fraction",
+                    f"an expert call on one token beside {how} ({beside * 1e6:.0f} us) against "
+                    f"alone ({alone * 1e6:.0f} us); not modelled by the simulator"))  # fmt: skip
+
+
+def _beside_worker(dev: Device, ops: Ops, experts: Any, weights: Weights, repeats: int
+                   ) -> tuple[float, float]:  # fmt: skip
+    copy, dst, stop = dev.copy, dev.zeros(weights.expert_size), threading.Event()
     slow = weights.slow
 
     def worker() -> None:
@@ -383,18 +507,13 @@ def _interference(cal: Calibration, dev: Device, ops: Ops, experts: Any,
             copy(dst, slow[k % slow.shape[0]])
             k += 1
 
-    alone, _ = _repeat(lambda: _expert_time(dev, ops, experts, 1, 1), repeats)
     thread = threading.Thread(target=worker, daemon=True)
     thread.start()
     try:
-        beside, spread = _repeat(lambda: _expert_time(dev, ops, experts, 1, 1), repeats)
+        return _repeat(lambda: _expert_time(dev, ops, experts, 1, 1), repeats)
     finally:
         stop.set()
         thread.join()
-    cal.add(Measure("copy_interference", beside / alone - 1.0, spread, "fraction",
-                    f"an expert call on one token beside a copy worker copying experts back to "
-                    f"back ({beside * 1e6:.0f} us) against alone ({alone * 1e6:.0f} us); not "
-                    "modelled by the simulator"))  # fmt: skip
 
 
 def _host_bandwidth(cal: Calibration, weights: Weights, repeats: int) -> float:
@@ -534,7 +653,12 @@ def _hardware_profile(cal: Calibration, setup: _Setup, latency: float, bandwidth
         f"calibrate, {today})",
         "description": (
             f"Measured {today} for {cal.model.id}: the compute worker is {worker}; the slow tier "
-            f"is host memory behind {link}, copied by {setup.engines} worker threads."
+            f"is host memory behind {link}, copied by {setup.engines} "
+            + (
+                "worker threads."
+                if setup.device.threaded_copies
+                else "copy streams, issued by the thread that computes."
+            )
         ),
         "nodes": [
             {
@@ -562,7 +686,9 @@ def _hardware_profile(cal: Calibration, setup: _Setup, latency: float, bandwidth
                     grade="B",
                 ),
                 "copy_engines_h2d": _q(
-                    setup.engines, source="the executor's copy worker threads", grade="B"
+                    setup.engines,
+                    source="the executor's copy worker threads (copy streams)",
+                    grade="B",
                 ),
                 "copy_engines_d2h": _q(
                     1, source="unused: the executor writes nothing back", grade="B"
@@ -587,18 +713,21 @@ def _hardware_profile(cal: Calibration, setup: _Setup, latency: float, bandwidth
 
 
 def _runtime_profile(cal: Calibration, setup: _Setup, dispatch: float, per_layer: float,
-                     per_access: float) -> dict[str, Any]:  # fmt: skip
+                     per_access: float, issue: float) -> dict[str, Any]:  # fmt: skip
     ms, today = cal.measures, setup.today
     counted = "counted in specmd_sim/execute/model.py (one numpy or torch call per kernel)"
     unused = "unused by the executor"
-    cuda = setup.device.cuda
     return {
         "schema_version": 1,
         "id": f"calibrated-executor-{setup.device.name}",
         "name": f"the real executor on this machine ({setup.device.name}, specmd calibrate, "
         f"{today})",
-        "description": f"{_compute_worker(setup)}; copy workers "
-        + ("on CUDA streams." if cuda else "over the link."),
+        "description": f"{_compute_worker(setup)}; "
+        + (
+            "copy workers over the link."
+            if setup.device.threaded_copies
+            else "copies issued by the compute thread on copy streams."
+        ),
         "dispatch_overhead_s": _q(dispatch, ms["dispatch_overhead_s"]),
         "kernels": {
             "attention": _q(ATTENTION_KERNELS, source=counted, grade="B"),
@@ -613,7 +742,19 @@ def _runtime_profile(cal: Calibration, setup: _Setup, dispatch: float, per_layer
         "dequant_kernels_per_expert": _q(1, source=unused, grade="B"),
         "h2d_tensors_per_expert": _q(1, source="one copy per expert", grade="B"),
         "h2d_efficiency": _q(1.0, source="the link's bandwidth is the copies' rate", grade="B"),
-        "copy_stream": {"value": "separate", "source": "copy worker threads", "grade": "B"},
+        "copy_stream": {
+            "value": "separate",
+            "source": "copy worker threads" if setup.device.threaded_copies else "copy streams",
+            "grade": "B",
+        },
+        "copy_issue_overhead_s": _q(
+            0.0,
+            source="definition: the copy workers issue their own "
+            "copies; the compute thread only queues them",
+            grade="B",
+        )
+        if setup.device.threaded_copies
+        else _q(issue, ms["copy_issue_overhead_s"]),
         "cpu_dram_efficiency": _q(1.0, source=unused, grade="B"),
         "cpu_flops_efficiency": _q(1.0, source=unused, grade="B"),
         "cpu_numa_aware": {"value": False, "source": unused, "grade": "B"},

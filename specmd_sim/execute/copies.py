@@ -1,17 +1,21 @@
-"""The executor's transfers: copy workers (threads) moving experts from the slow tier into
-fast-tier slots over a link, with the timing engine's scheduling rules.
+"""The executor's transfers: experts copied from the slow tier into fast-tier slots over a
+link, with the timing engine's scheduling rules.
 
-:class:`ThrottledLink` emulates the slow tier's link in real time: the copies moving over it
-share its bandwidth equally (max-min fair on one resource, as the simulator's flow network
-shares a link), each copy's bytes are really copied (the device's copy: ``numpy.copyto``, or a
-CUDA copy on the worker's stream) while its share of the link time elapses, and a copy ends
-when both have. An unthrottled link (infinite bandwidth) is the real one: on CUDA, PCIe.
-:class:`Transfers` is the copy engines and the fetcher of :mod:`specmd_sim.engine.sim` for
-real threads: demand fetches before prefetches (FIFO within a class), a queued prefetch
-promoted by a late hit, a prefetch whose target layer's router has decided and does not use it
-cancelled before it starts, a demand fetch that finds nothing evictable cancelling the newest
-queued prefetch or waiting for space. Every cache mutation happens under the executor's one
-lock, so the cache sees the same sequence of calls as in the simulator, at real times.
+:class:`FairLink` emulates the slow tier's link in real time: the copies moving over it share
+its bandwidth equally (max-min fair on one resource, as the simulator's flow network shares a
+link), each copy's bytes are really copied (``numpy.copyto``, or a CUDA copy on a copy stream)
+while its share of the link time elapses, and a copy ends when both have. An unthrottled link
+(infinite bandwidth) is the real one: on CUDA, PCIe.
+
+:class:`Queues` holds the fetch rules of :mod:`specmd_sim.engine.sim`'s fetcher: demand
+fetches before prefetches (FIFO within a class), a queued prefetch promoted by a late hit, a
+prefetch whose target layer's router has decided and does not use it cancelled before it
+starts, a demand fetch that finds nothing evictable cancelling the newest queued prefetch or
+waiting for space. Two ways run them: :class:`Transfers`, ``engines`` copy-worker threads (the
+``cpu`` backend: a CPU has no DMA engine, so a copy needs a thread of its own), and
+:class:`~specmd_sim.execute.issue.Issuer`, the one host thread that runs the model issuing
+copies to copy streams as production offloading systems do (the torch backends). Either way
+the cache sees the same sequence of calls as in the simulator, at real times.
 """
 
 from __future__ import annotations
@@ -32,47 +36,87 @@ _ABSENT = int(State.ABSENT)
 NATIVE = float("inf")  # a link bandwidth without throttle: the device's own link
 
 
-class ThrottledLink:
-    """``bandwidth`` bytes/s shared equally by the copies on the link, in real time."""
+class FairLink:
+    """``bandwidth`` bytes/s shared equally by the flows on the link (max-min fair on one
+    resource, as the simulator's flow network shares a link), kept in real time without
+    blocking: a flow leaves the link at the instant its bytes have crossed (:meth:`arrived`
+    says when), and the others speed up from then on."""
 
     def __init__(self, bandwidth: float) -> None:
         self.bandwidth = bandwidth
-        self._cond = threading.Condition()
-        self._left: dict[int, list[float]] = {}  # flow id -> [bytes still to cross]
+        self._left: dict[int, float] = {}  # flow id -> bytes still to cross
+        self._arrived: dict[int, float] = {}  # flow id -> when its last byte crossed
         self._last = time.perf_counter()
         self._ids = 0
 
     def _advance(self, now: float) -> None:
-        if self._left:
-            moved = (now - self._last) * self.bandwidth / len(self._left)
-            for left in self._left.values():
-                left[0] -= moved
+        """Move the flows' bytes up to ``now``, flow by flow as each finishes."""
+        left = self._left
+        while left:
+            share = self.bandwidth / len(left)
+            first = min(left.values())
+            finish = self._last + first / share
+            if finish > now:
+                for flow in left:
+                    left[flow] -= (now - self._last) * share
+                break
+            for flow in list(left):
+                left[flow] -= first
+                if left[flow] <= 0.0:
+                    del left[flow]
+                    self._arrived[flow] = finish
+            self._last = finish
         self._last = now
 
     def start(self, nbytes: int) -> int:
         """A copy of ``nbytes`` joins the link; returns its flow id (0 on an unthrottled link)."""
         if self.bandwidth == NATIVE:
             return 0
+        self._advance(time.perf_counter())
+        self._ids += 1
+        self._left[self._ids] = float(nbytes)
+        return self._ids
+
+    def arrived(self, flow: int) -> float | None:
+        """When (``time.perf_counter``) the flow's bytes crossed, or None if they have not yet."""
+        if not flow:
+            return 0.0
+        self._advance(time.perf_counter())
+        return self._arrived.get(flow)
+
+    def left_s(self, flow: int) -> float:
+        """Seconds until the flow's bytes cross if no flow joins or leaves before (0: crossed)."""
+        if not flow or flow not in self._left:
+            return 0.0
+        return self._left[flow] * len(self._left) / self.bandwidth
+
+    def leave(self, flow: int) -> None:
+        """Forget a flow that has arrived."""
+        self._arrived.pop(flow, None)
+
+
+class ThrottledLink(FairLink):
+    """:class:`FairLink` for copies on several threads: :meth:`finish` blocks until a flow's
+    bytes have crossed."""
+
+    def __init__(self, bandwidth: float) -> None:
+        super().__init__(bandwidth)
+        self._cond = threading.Condition()
+
+    def start(self, nbytes: int) -> int:
         with self._cond:
-            self._advance(time.perf_counter())
-            self._ids += 1
-            self._left[self._ids] = [float(nbytes)]
+            flow = super().start(nbytes)
             self._cond.notify_all()
-            return self._ids
+            return flow
 
     def finish(self, flow: int) -> None:
         """Block until the flow's bytes have crossed the link at its share, and leave it."""
         if not flow:
             return
         with self._cond:
-            left = self._left[flow]
-            while True:
-                self._advance(time.perf_counter())
-                if left[0] <= 0.0:
-                    break
-                self._cond.wait(timeout=left[0] * len(self._left) / self.bandwidth)
-            del self._left[flow]
-            self._advance(time.perf_counter())
+            while self.arrived(flow) is None:
+                self._cond.wait(timeout=self.left_s(flow))
+            self.leave(flow)
             self._cond.notify_all()
 
 
@@ -82,22 +126,29 @@ class Job:
     demand: bool
     target: tuple[int, int]  # (pass, layer) the fetch is for
     slot: Any  # where the bytes go (a row of the fast tier, or a staging buffer)
-    staged: int  # its staging buffer (a streamed expert), else -1
+    buffer: tuple[str, int]  # which: ("fast", slot) or ("staging", index)
     done: threading.Event = field(default_factory=threading.Event)
     bypass: bool = False  # streamed past the cache (into its staging buffer)
     started: bool = False
     promoted: bool = False  # issued as a prefetch, needed before it completed (a late hit)
-    start_s: float = 0.0
+    start_s: float = 0.0  # seconds from the run's start
     end_s: float = 0.0
+    flow: int = 0  # its flow on the link (0: unthrottled)
+    marks: tuple[Any, Any] = (None, None)  # its copy's start and end on a copy stream
+
+    @property
+    def staged(self) -> int:
+        """Its staging buffer (a streamed expert), else -1."""
+        return self.buffer[1] if self.buffer[0] == "staging" else -1
 
 
 # (pass, layer) whose router decided last, and its demand set
 Position = Callable[[], tuple[tuple[int, int], frozenset[int]]]
 
 
-class Transfers:
-    """One fast tier's copies: ``engines`` worker threads over ``link``; call everything but
-    :meth:`close` with ``lock`` held (the workers take it for their cache updates)."""
+class Queues:
+    """One fast tier's slots, its queued and running copies and the rules that order them
+    (see the module docstring); what runs the copies is a subclass's."""
 
     def __init__(
         self,
@@ -105,17 +156,13 @@ class Transfers:
         cache: ExpertCache,
         slow: Any,  # the slow tier: one row per expert
         slots: int,
-        link: ThrottledLink,
-        engines: int,
-        lock: threading.Lock,
         position: Position,
-        on_start: Callable[[Job], None],  # a copy starts moving (locked)
-        on_copy: Callable[[Job, int], None],  # (job, engine): its bytes arrived (locked)
+        on_copy: Callable[[Job, int], None],  # (job, engine): its bytes arrived
         move: bool = True,  # False: copy no bytes (a dry run)
     ) -> None:
         self.move, self.device = move, device
-        self.cache, self.slow, self.link, self.lock = cache, slow, link, lock
-        self.position, self.on_start, self.on_copy = position, on_start, on_copy
+        self.cache, self.slow = cache, slow
+        self.position, self.on_copy = position, on_copy
         self.fast = device.zeros(slots, slow.shape[1])  # the fast tier
         self.staging: list[Any] = []  # buffers of streamed (bypassing) experts
         self.free = list(range(slots))
@@ -124,37 +171,25 @@ class Transfers:
         self.jobs: dict[int, Job] = {}
         self.demand_q: deque[Job] = deque()
         self.prefetch_q: deque[Job] = deque()
-        self.work = threading.Condition(lock)
-        self.space = threading.Condition(lock)
-        self.stopping = False
         self.failure: BaseException | None = None
-        cache.listeners.append(self.space.notify_all)
-        self.threads = [
-            threading.Thread(target=self._worker, args=(i, device.copier()), name=f"copy-{i}",
-                             daemon=True)
-            for i in range(engines)
-        ]  # fmt: skip
-        for t in self.threads:
-            t.start()
 
     # --- what the compute thread asks ------------------------------------------------------
 
     def fetch(self, request: Fetch) -> Job:
         key = request.key
-        staged = -1
         if request.bypass:
             if not self.staged:  # a layer streams more experts than ever before
                 self.staging.append(self.device.zeros(self.slow.shape[1]))
                 self.staged.append(len(self.staging) - 1)
-            staged = self.staged.pop()
-            buf = self.staging[staged]
+            index = self.staged.pop()
+            buf, where = self.staging[index], ("staging", index)
         else:
-            buf = self.fast[self._slot(key)]
-        job = Job(key, request.demand, request.target, buf, staged, bypass=request.bypass)
+            slot = self._slot(key)
+            buf, where = self.fast[slot], ("fast", slot)
+        job = Job(key, request.demand, request.target, buf, where, bypass=request.bypass)
         if not request.bypass:
             self.jobs[key] = job
         (self.demand_q if job.demand else self.prefetch_q).append(job)
-        self.work.notify()
         return job
 
     def join(self, key: int) -> Job:
@@ -167,15 +202,15 @@ class Transfers:
                 self.demand_q.append(job)
         return job
 
-    def make_room(self) -> None:
+    def cancel_for_room(self) -> bool:
         """Nothing is evictable for a demand fetch: cancel the newest queued prefetch the
-        running layer does not demand, or else wait until space may have been freed."""
+        running layer does not demand (True), if there is one."""
         for job in reversed(list(self.prefetch_q)):
             if not job.started and not self._spared(job):
                 self.prefetch_q.remove(job)
                 self._cancel(job)
-                return
-        self.space.wait()
+                return True
+        return False
 
     def preload(self, keys: list[int]) -> None:
         """Experts the cache holds before the run (a warm start): copied in, untimed."""
@@ -191,14 +226,7 @@ class Transfers:
         if job.staged >= 0:
             self.staged.append(job.staged)
 
-    def close(self) -> None:
-        with self.lock:
-            self.stopping = True
-            self.work.notify_all()
-        for t in self.threads:
-            t.join()
-
-    # --- slots -------------------------------------------------------------------------------
+    # --- slots and queues ---------------------------------------------------------------------
 
     def _slot(self, key: int) -> int:
         if not self.free:  # reclaim the slots of evicted experts
@@ -211,8 +239,6 @@ class Transfers:
         self.slot_of[key] = slot
         return slot
 
-    # --- the workers ---------------------------------------------------------------------------
-
     def _spared(self, job: Job) -> bool:
         """The running layer needs the job's expert (pinned, or in its demand set)."""
         return bool(self.cache.pins[job.key]) or job.key in self.position()[1]
@@ -223,14 +249,91 @@ class Transfers:
         self.free.append(self.slot_of.pop(job.key))
         job.done.set()
 
+    def _pop(self) -> Job | None:
+        """The next copy to start (demand first), cancelling obsolete prefetches on the way."""
+        while self.demand_q or self.prefetch_q:
+            job = self.demand_q.popleft() if self.demand_q else self.prefetch_q.popleft()
+            obsolete = not job.demand and self.position()[0] >= job.target
+            if obsolete and not self._spared(job):
+                self._cancel(job)
+                continue
+            return job
+        return None
+
+    def _arrived(self, job: Job, engine: int) -> None:
+        """A copy's bytes are in place: the cache and the executor learn of it."""
+        if job.staged < 0:
+            del self.jobs[job.key]
+            self.cache.complete(job.key)
+        self.on_copy(job, engine)
+        job.done.set()
+
+
+class Transfers(Queues):
+    """Copies run by ``engines`` worker threads over ``link`` (the ``cpu`` backend); call
+    everything but :meth:`close` with ``lock`` held (the workers take it for their cache
+    updates)."""
+
+    threaded = True
+
+    def __init__(
+        self,
+        device: Device,
+        cache: ExpertCache,
+        slow: Any,
+        slots: int,
+        link: ThrottledLink,
+        engines: int,
+        lock: threading.Lock,
+        position: Position,
+        on_copy: Callable[[Job, int], None],
+        clock: Callable[[], float],  # seconds from the run's start
+        move: bool = True,
+    ) -> None:
+        super().__init__(device, cache, slow, slots, position, on_copy, move)
+        self.link, self.lock, self.clock = link, lock, clock
+        self.work = threading.Condition(lock)
+        self.space = threading.Condition(lock)
+        self.stopping = False
+        cache.listeners.append(self.space.notify_all)
+        self.threads = [
+            threading.Thread(target=self._worker, args=(i, device.copy), name=f"copy-{i}",
+                             daemon=True)
+            for i in range(engines)
+        ]  # fmt: skip
+        for t in self.threads:
+            t.start()
+
+    def fetch(self, request: Fetch) -> Job:
+        job = super().fetch(request)
+        self.work.notify()
+        return job
+
+    def make_room(self) -> None:
+        """Cancel a queued prefetch for room, or else wait until space may have been freed."""
+        if not self.cancel_for_room():
+            self.space.wait()
+
+    def wait(self, job: Job) -> None:
+        """Until the copy has arrived (the lock released meanwhile)."""
+        self.lock.release()
+        try:
+            job.done.wait()
+        finally:
+            self.lock.acquire()
+
+    def close(self) -> None:
+        with self.lock:
+            self.stopping = True
+            self.work.notify_all()
+        for t in self.threads:
+            t.join()
+
+    # --- the workers ---------------------------------------------------------------------------
+
     def _next(self) -> Job | None:
         while not self.stopping:
-            if self.demand_q or self.prefetch_q:
-                job = self.demand_q.popleft() if self.demand_q else self.prefetch_q.popleft()
-                obsolete = not job.demand and self.position()[0] >= job.target
-                if obsolete and not self._spared(job):
-                    self._cancel(job)
-                    continue
+            if (job := self._pop()) is not None:
                 return job
             self.work.wait()
         return None
@@ -249,19 +352,14 @@ class Transfers:
         try:
             while (job := self._next()) is not None:
                 job.started = True
-                job.start_s = time.perf_counter()
-                self.on_start(job)
+                job.start_s = self.clock()
                 self.lock.release()
                 try:
                     self._copy(job, copy)
                 finally:
                     self.lock.acquire()
-                job.end_s = time.perf_counter()
-                if job.staged < 0:
-                    del self.jobs[job.key]
-                    self.cache.complete(job.key)
-                self.on_copy(job, engine)
-                job.done.set()
+                job.end_s = self.clock()
+                self._arrived(job, engine)
         except BaseException as exc:  # the compute thread re-raises it; nobody waits forever
             self.failure = exc
             for waiting in list(self.jobs.values()):

@@ -3,13 +3,12 @@
 - ``cpu``: numpy on this machine's CPU (:class:`NumpyDevice`): both tiers are process memory,
   a copy is ``numpy.copyto`` on a worker thread, compute is numpy on the calling thread.
 - ``cuda``: torch on a CUDA GPU (:class:`TorchDevice`): the slow tier is pinned host memory,
-  the fast tier and the compute are on the GPU; each copy worker owns a CUDA stream and copies
-  with ``copy_(non_blocking=True)`` then waits for its stream; compute runs on the compute
-  thread's stream, and every timed operation ends with that stream synchronised, so that
-  ``time.perf_counter`` on the host brackets the GPU's work (the host learns of a copy's end
-  the same way).
-- ``torch-cpu``: the ``cuda`` backend's code on this CPU (torch tensors, no streams, no pinned
-  memory): how that code is tested where there is no GPU; its times are torch's on the CPU.
+  the fast tier and the compute are on the GPU; the calling thread launches the compute on its
+  current stream and issues the copies to copy streams (``copy_(non_blocking=True)``), timed by
+  CUDA events (:mod:`.issue`).
+- ``torch-cpu``: the ``cuda`` backend's code on this CPU (torch tensors, no pinned memory, the
+  host standing in for the streams: :class:`~specmd_sim.execute.issue.HostStreams`): how that
+  code is tested where there is no GPU; its times are torch's on the CPU.
 
 The operations (:class:`~specmd_sim.execute.model.Ops`, :class:`~specmd_sim.execute.model.
 TorchOps`) make the same counted kernel calls on every device.
@@ -35,6 +34,7 @@ class NumpyDevice:
     name = "cpu"
     cuda = False
     gpu_name = ""
+    threaded_copies = True  # no DMA engine: a copy takes a thread of its own
 
     def place(self, weights: Weights) -> Weights:
         return weights
@@ -48,10 +48,6 @@ class NumpyDevice:
     def resident(self, rows: np.ndarray) -> np.ndarray:
         """Rows of the slow tier where compute reads them (here they already are)."""
         return rows
-
-    def copier(self) -> Copy:
-        """A copy function for one copy worker (all the same here)."""
-        return self.copy
 
     def copy(self, dst: np.ndarray, src: np.ndarray) -> None:
         np.copyto(dst, src)
@@ -70,6 +66,7 @@ class TorchDevice:
         torch = import_torch(name)
         self.torch, self.name = torch, name
         self.cuda = name == "cuda"
+        self.threaded_copies = False  # issued by the thread that runs the model
         if self.cuda and not torch.cuda.is_available():
             raise SpecmdError(
                 f"--backend: expected a CUDA GPU that torch {torch.__version__} can use, got "
@@ -95,20 +92,6 @@ class TorchDevice:
     def resident(self, rows: Any) -> Any:
         """Rows of the slow tier copied where compute reads them."""
         return rows.to(self.device)
-
-    def copier(self) -> Copy:
-        """A copy function for one copy worker: on CUDA, on a stream of its own."""
-        if not self.cuda:
-            return self.copy
-        torch = self.torch
-        stream = torch.cuda.Stream(self.device)
-
-        def copy(dst: Any, src: Any) -> None:
-            with torch.cuda.stream(stream):
-                dst.copy_(src, non_blocking=True)
-            stream.synchronize()
-
-        return copy
 
     def copy(self, dst: Any, src: Any) -> None:
         dst.copy_(src)

@@ -357,10 +357,11 @@ def load_rows(path: Path) -> RealValidation:
 EXECUTORS = {
     "cpu": ("on this machine", "float32 matmuls on one numpy thread, copy-worker threads over a "
             "throttled link"),
-    "cuda": ("on a GPU", "torch float32 on the GPU, every timed call synchronised; copy-worker "
-             "threads each with a CUDA stream, from pinned host memory over PCIe or a throttle"),
+    "cuda": ("on a GPU", "torch float32 on the GPU timed by CUDA events; copies issued by the "
+             "thread that computes to copy streams, from pinned host memory over PCIe or a "
+             "throttle"),
     "torch-cpu": ("with the CUDA backend's code on this CPU", "torch float32 on this CPU, "
-                  "copy-worker threads over a throttled link"),
+                  "copies issued by the thread that computes over a throttled link"),
 }  # fmt: skip
 
 

@@ -22,9 +22,11 @@ from specmd_sim.cli import app
 from specmd_sim.execute import Backend, execute, scaled_model
 from specmd_sim.execute.copies import NATIVE, ThrottledLink
 from specmd_sim.execute.device import TorchDevice, make_device
+from specmd_sim.execute.issue import streams_for
 from specmd_sim.execute.model import KvCache, Ops, TorchOps, Weights
 from specmd_sim.execute.traces import synthetic_trace, write_model
 from specmd_sim.hardware import HardwareProfile
+from specmd_sim.runtime import RuntimeProfile
 from specmd_sim.scenario import build_scenario
 from specmd_sim.validate.document import MARKER, marker
 from specmd_sim.validate.real import _outcomes, inputs_digest
@@ -157,13 +159,17 @@ def test_expert_op_is_a_swiglu() -> None:
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_a_devices_copies_put_the_experts_bytes_in_place(device) -> None:
-    """What a copy worker (on CUDA: its own stream, then a wait for it) and the preload copy
-    leave in the fast tier is the expert, in the slow tier's placement (pinned on CUDA)."""
+    """What a copy (a copy worker's; on the torch devices one issued to a copy stream, on
+    CUDA without waiting for it) and the preload copy leave in the fast tier is the expert, in
+    the slow tier's placement (pinned on CUDA)."""
     dev = make_device(device)
     weights = dev.place(Weights(scaled_model("olmoe-1b-7b", 16), 0))
     fast = dev.zeros(3, weights.expert_size)
-    copier = dev.copier()
-    copier(fast[0], weights.slow[7])
+    streams = streams_for(dev, 1, dry=False)
+    streams.start()
+    _, end = streams.copy(0, fast[0], weights.slow[7], None)
+    streams.finish()
+    assert streams.done(end) and streams.seconds(end) >= 0.0
     dev.copy(fast[2], weights.slow[9])
     host = np.asarray(fast.cpu() if device != "cpu" else fast)
     slow = Weights(weights.model, 0).slow
@@ -303,6 +309,13 @@ def test_calibrate_and_validate_real_on_a_torch_device(tmp_path: Path, device: s
     assert link.bandwidth_bytes_per_s.grade == "A"  # measured, not a setting
     assert link.bandwidth_bytes_per_s.value == measured["link_bandwidth_bytes_per_s"]["value"] > 0
     assert hardware.id == f"calibrated-{device}"
+    # the host time of issuing a copy to a copy stream, measured (torch-cpu: the whole copy,
+    # which its host makes), and carried to the simulator by the runtime profile
+    runtime = RuntimeProfile.model_validate(yaml.safe_load((folder / "runtime.yaml").read_text()))
+    issue = runtime.copy_issue_overhead_s
+    assert issue is not None and issue.grade == "A"
+    assert issue.value == measured["copy_issue_overhead_s"]["value"] > 0
+    assert "copy streams, issued by one thread" in measured["link_bandwidth_bytes_per_s"]["how"]
     (host,) = hardware.hosts  # the CPU as read from the system (Linux: /proc/cpuinfo)
     assert host.physical_cores is not None and host.isa is not None
     assert host.physical_cores.source.startswith("read from /proc/cpuinfo")
