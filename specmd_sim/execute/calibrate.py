@@ -22,8 +22,8 @@ with events, never synchronising a call):
 - **copy issue**: the host time the thread that computes spends issuing one copy to a copy
   stream (``copy_issue_overhead_s``; 0 by definition where copy workers issue their own);
 - **host memory**: ``numpy.copyto`` of the slow tier;
-- **copy interference** (reported; the simulator has no such term): an expert call on one token
-  beside copies (a copy worker's, or one issued before each call), against the call alone;
+- **copy interference** (``copy_interference``): an expert call on one token beside copies (a
+  copy worker's, or one issued before each call), against the call alone, less 1 (at least 0);
 - **the executor's own cost**: dry runs (no compute, no bytes) of a decode-only and a
   chunked-prefill trace; per MoE layer and per access, by least squares.
 
@@ -463,11 +463,10 @@ def _copy_issue(cal: Calibration, dev: Device, weights: Weights, repeats: int) -
 def _interference(cal: Calibration, dev: Device, ops: Ops, experts: Any,
                   weights: Weights, issue: float, repeats: int) -> None:  # fmt: skip
     """An expert call on one token beside copies, against the call alone: what a concurrent
-    copy costs the compute. Copy workers: one copies experts back to back (their host side
-    and, on a CPU, their memory traffic). Copy streams: the calling thread issues one copy
-    before each call and never waits for it, as the executor does; the copy's issue
-    (``issue``, measured apart) is taken off. Reported, not put in a profile: the simulator
-    has no such term."""
+    copy costs the compute (the runtime's ``copy_interference``). Copy workers: one copies
+    experts back to back (their host side and, on a CPU, their memory traffic). Copy streams:
+    the calling thread issues one copy before each call and never waits for it, as the executor
+    does; the copy's issue (``issue``, measured apart) is taken off."""
     alone, _ = _repeat(lambda: _expert_time(dev, ops, experts, 1, 1), repeats)
     if dev.threaded_copies:
         beside, spread = _beside_worker(dev, ops, experts, weights, repeats)
@@ -493,7 +492,7 @@ def _interference(cal: Calibration, dev: Device, ops: Ops, experts: Any,
         how = "one copy issued by the calling thread before each call (its issue taken off)"
     cal.add(Measure("copy_interference", beside / alone - 1.0, spread, "fraction",
                     f"an expert call on one token beside {how} ({beside * 1e6:.0f} us) against "
-                    f"alone ({alone * 1e6:.0f} us); not modelled by the simulator"))  # fmt: skip
+                    f"alone ({alone * 1e6:.0f} us)"))  # fmt: skip
 
 
 def _beside_worker(dev: Device, ops: Ops, experts: Any, weights: Weights, repeats: int
@@ -755,6 +754,7 @@ def _runtime_profile(cal: Calibration, setup: _Setup, dispatch: float, per_layer
         )
         if setup.device.threaded_copies
         else _q(issue, ms["copy_issue_overhead_s"]),
+        "copy_interference": _q(max(ms["copy_interference"].value, 0.0), ms["copy_interference"]),
         "cpu_dram_efficiency": _q(1.0, source=unused, grade="B"),
         "cpu_flops_efficiency": _q(1.0, source=unused, grade="B"),
         "cpu_numa_aware": {"value": False, "source": unused, "grade": "B"},

@@ -37,7 +37,9 @@ fewer tokens than the runtime's ``cpu_grouped_min_tokens`` runs each CPU expert 
 
 Copies: the thread that runs the model spends ``copy_issue_overhead_s`` issuing each copy of an
 expert's tensor (``h2d_tensors_per_expert`` per expert fetched or written back), paid by the
-timing engine's stream as a ``copy_issue`` span (:mod:`specmd_sim.engine.sim.stream`).
+timing engine's stream as a ``copy_issue`` span (:mod:`specmd_sim.engine.sim.stream`); a kernel
+that starts while a copy of its GPU moves runs ``1 + copy_interference`` times as long (the
+stream lengthens it).
 
 Every hardware number a time is computed from is read through :meth:`CostModel.read`, which
 records it in ``used``: a run's lowest grade is derived from what its cost model read.
@@ -214,6 +216,12 @@ class CostModel:
         where the runtime does not state it)."""
         issue = self.runtime.copy_issue_overhead_s
         return 0.0 if issue is None else self.read(issue)
+
+    def copy_slowdown(self) -> float:
+        """The factor a compute kernel's time is multiplied by when it starts while a copy of
+        its GPU moves (``1 + copy_interference``; 1 where the runtime does not state it)."""
+        interference = self.runtime.copy_interference
+        return 1.0 if interference is None else 1.0 + self.read(interference)
 
 
 def _one_request(tokens: int, context_end: int) -> tuple[int, int]:

@@ -16,8 +16,8 @@ hardware profile's:
 - **host-to-device copies**: how many tensors one expert is copied as (each pays the link's
   per-transfer latency), the fraction of the link bandwidth a copy achieves (1 for pinned
   memory; pageable copies go through a driver staging buffer), whether copies run on their
-  own streams or on the compute stream (then no copy overlaps compute), and the host time the
-  model's thread spends issuing each copy;
+  own streams or on the compute stream (then no copy overlaps compute), the host time the
+  model's thread spends issuing each copy, and how much a copy moving slows the compute;
 - **CPU expert kernels**: the fraction of DRAM bandwidth they achieve; their compute rate, either
   measured per core and cycle for the instruction-set extension they are built for (the host
   supplies cores, clock and extensions) or as a fraction of the host's CPU FLOP/s; the threads
@@ -97,6 +97,18 @@ class Kernels(InputModel):
     )
 
 
+# A kernel at most 101 times as long beside a copy: every time it lengthens stays finite, and the
+# bound is far above any measured (the most, an expert call beside a thread copying experts, took
+# 2.5x: docs/validation-method.md, *The copy workers slow the compute thread*)
+MAX_SLOWDOWN = 100.0
+
+
+class Slowdown(Quantity):
+    value: float = Field(
+        ge=0, le=MAX_SLOWDOWN, description="The fraction a time grows by, in [0, 100]."
+    )
+
+
 class OpsPerCycle(Quantity):
     value: float = Field(
         gt=0, le=1e6, description="Useful operations (2 per multiply-add) per core per cycle."
@@ -162,6 +174,13 @@ class RuntimeProfile(InputModel):
         "expert's tensor (host-to-device, or memory parity's write-back; an expert is "
         "h2d_tensors_per_expert copies), paid on the compute stream of the GPU whose copy it "
         "is, s; None: issuing costs nothing.",
+    )
+    copy_interference: Slowdown | None = Field(
+        default=None,
+        description="The fraction by which one of the GPU's compute kernels slows when it "
+        "starts while a copy to or from that GPU is moving (contention of copies with compute: "
+        "the issuing host thread, the driver, memory bandwidth); measured by specmd calibrate; "
+        "None: copies cost the compute nothing.",
     )
     h2d_efficiency: Fraction = Field(
         description="Fraction of a link's achievable bandwidth one copy reaches (1 = pinned)."

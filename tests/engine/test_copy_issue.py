@@ -14,7 +14,6 @@ takes ``L (A + F + E) + H`` (``test_sim_closed_form.py``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -29,6 +28,7 @@ from specmd_sim.hardware import load_profile
 from specmd_sim.models import load_model
 from specmd_sim.runtime.loader import runtime_dir
 from specmd_sim.timeline import KIND
+from tests.support.results import result_fields
 
 LAYERS, EXPERTS = 32, 8  # mixtral-8x7b
 
@@ -148,19 +148,6 @@ def test_write_backs_are_issued_by_the_same_thread(write_trace, tmp_path: Path) 
     assert np.allclose(spans["end"] - spans["start"], [2 * c] + [4 * c] * (LAYERS - 1))
 
 
-def _fields(result: Any) -> dict[str, Any]:
-    """A result's numbers, tables, spans and counters (not the config it echoes)."""
-    out = {
-        name: json.dumps(getattr(result, name), sort_keys=True,
-                         default=lambda o: np.asarray(o).tolist())
-        for name in ("metrics", "per_layer", "per_request", "per_pass", "per_gpu",
-                     "per_resource", "lanes", "hardware_grade")
-    }  # fmt: skip
-    out["spans"] = result.spans.tobytes()
-    out["counters"] = {k: v.tobytes() for k, v in result.counters.items()}
-    return out
-
-
 @pytest.mark.parametrize("compiled", [True, False], ids=["compiled", "simpy"])
 def test_a_free_issue_changes_nothing(write_trace, tmp_path: Path, compiled: bool) -> None:
     """Stated as 0 (graded A) or left out, the run is the same, span for span: no
@@ -178,4 +165,4 @@ def test_a_free_issue_changes_nothing(write_trace, tmp_path: Path, compiled: boo
             results.append(simulate(config, compiled=compiled))
         assert results[-1].engine_path.startswith("compiled") == compiled
     assert not issue_spans(results[0]).size
-    assert _fields(results[1]) == _fields(results[0])
+    assert result_fields(results[1]) == result_fields(results[0])

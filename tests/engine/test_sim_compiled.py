@@ -4,15 +4,15 @@ covered eviction policy in both pin modes with and without prefetching, the pref
 predictors it covers, late hits, cancelled prefetches and a stream that waits for space, with
 and without spans, batches with Poisson arrivals, dense layers, experts at two precisions,
 copies in chunks and on the compute stream, memory parity's write-backs, the host's time
-issuing copies, experts on an NVMe drive, a copy method slower than the link, three copy
-engines, blocks of one pass, and several GPUs. Runs it does not cover say why and run on SimPy.
+issuing copies, the compute that copies slow, experts on an NVMe drive, a copy method slower
+than the link, three copy engines, blocks of one pass, and several GPUs. Runs it does not cover
+say why and run on SimPy.
 
 Without numba the core runs interpreted (the same source, slower): these tests compare it
 there too."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -29,6 +29,7 @@ from specmd_sim.hardware import load_profile
 from specmd_sim.runtime.loader import runtime_dir
 from specmd_sim.scenario import build_runs, build_scenario
 from specmd_sim.timeline import KIND
+from tests.support.results import result_fields
 
 SHAPES = {"olmoe-1b-7b": (16, 64, 8), "deepseek-v2-lite": (26, 64, 6)}  # layers, experts, k
 
@@ -62,22 +63,6 @@ def _compiled() -> Any:
     return mock.patch.object(C.jit, "available", return_value=True)
 
 
-def _fields(result: Any) -> dict[str, Any]:
-    """Every field of a result, as bytes or canonical JSON."""
-    tables = {
-        name: getattr(result, name)
-        for name in ("metrics", "per_layer", "per_request", "per_pass", "per_gpu",
-                     "per_resource", "lanes", "hardware_grade")
-    }  # fmt: skip
-    out: dict[str, Any] = {
-        k: json.dumps(v, sort_keys=True, default=lambda o: np.asarray(o).tolist())
-        for k, v in tables.items()
-    }
-    out["spans"] = None if result.spans is None else result.spans.tobytes()
-    out["counters"] = {k: v.tobytes() for k, v in result.counters.items()}
-    return out
-
-
 def _both(data: dict[str, Any], block: int | None = None) -> tuple[Any, Any]:
     """The run on SimPy and on the compiled core (``block``: accesses per block)."""
     config = build_config({"seed": 3, **data})
@@ -109,7 +94,7 @@ def test_every_policy_gives_the_same_run(
     assert reference.metrics["stall_s"] > 0
     if prefetch != "none":
         assert reference.metrics["prefetch_issued"] > 0
-    assert _fields(got) == _fields(reference)
+    assert result_fields(got) == result_fields(reference)
 
 
 PREFETCHES = {
@@ -130,7 +115,7 @@ def test_prefetchers_give_the_same_run(traces: dict[str, str], case: str) -> Non
             "cache": {"capacity": 120}}  # fmt: skip
     reference, got = _both(data)
     assert reference.metrics["prefetch_issued"] > 0
-    assert _fields(got) == _fields(reference)
+    assert result_fields(got) == result_fields(reference)
 
 
 @pytest.mark.parametrize("chunk", [None, 3_000_000], ids=["whole", "chunked"])
@@ -157,7 +142,7 @@ def test_late_hits_cancellations_and_waits_for_space_give_the_same_run(
         reference, got = _both(data)
     metrics = reference.metrics
     assert metrics["late_hits"] > 0 and metrics["prefetch_cancelled"] > 0 and waits[0] > 0
-    assert _fields(got) == _fields(reference)
+    assert result_fields(got) == result_fields(reference)
 
 
 CASES = {
@@ -206,13 +191,13 @@ def test_workloads_and_machines_give_the_same_run(traces: dict[str, str], case: 
     if "chunk_bytes" in CASES[case].get("timing", {}):  # copies moved in several chunks
         fetches = spans[spans["kind"] == KIND["prefetch"]]
         assert fetches.size and (fetches["bytes"] < fetches["bytes"].max()).any()
-    assert _fields(got) == _fields(reference)
+    assert result_fields(got) == result_fields(reference)
 
 
 def test_dense_layers_and_blocks_of_one_pass_give_the_same_run(traces: dict[str, str]) -> None:
     data = {"trace": traces["dense"], "cache": {"capacity": 150}}
     reference, got = _both(data, block=1)
-    assert _fields(got) == _fields(reference)
+    assert result_fields(got) == result_fields(reference)
 
 
 def test_a_copy_method_slower_than_the_link_gives_the_same_run(
@@ -232,7 +217,7 @@ def test_a_copy_method_slower_than_the_link_gives_the_same_run(
     data = {"trace": traces["olmoe"], "cache": {"capacity": 100}, **files}
     reference, got = _both(data)
     assert reference.per_resource["resource"][-3:] == [f"gpu0/copy-h2d-{i}" for i in range(3)]
-    assert _fields(got) == _fields(reference)
+    assert result_fields(got) == result_fields(reference)
 
 
 GPUS = {
@@ -276,7 +261,7 @@ def test_several_gpus_give_the_same_run(traces: dict[str, str], case: str) -> No
         starts, latest_end = first["start"][order], np.maximum.accumulate(first["end"][order])
         before = np.searchsorted(starts, second["end"])  # gpu0's copies starting before each
         assert (latest_end[np.maximum(before - 1, 0)] > second["start"])[before > 0].any()
-    assert _fields(got) == _fields(reference)
+    assert result_fields(got) == result_fields(reference)
 
 
 def test_a_run_with_more_write_backs_than_accesses_gives_the_same_run() -> None:
@@ -292,10 +277,11 @@ def test_a_run_with_more_write_backs_than_accesses_gives_the_same_run() -> None:
     assert reference.metrics["misses"] > 0.9 * (
         reference.metrics["hits"] + reference.metrics["misses"]
     )
-    assert _fields(got) == _fields(reference)
+    assert result_fields(got) == result_fields(reference)
 
 
-ISSUES = {
+# setups where copies move beside the compute, for the copy issue's and interference's cases
+COPIES = {
     "pinned, prefetched": {"prefetch": {"kind": "top-k", "lookahead": 2}},
     "one at a time, prefetched, three tensors each": {
         "cache": {"capacity": 150, "pin_demand_set": False},
@@ -305,6 +291,9 @@ ISSUES = {
         "hardware": "slow-link-5gbps", "cache": {"capacity": 10, "pin_demand_set": False},
         "prefetch": {"kind": "top-k", "lookahead": 2},
         "predictor": {"kind": "noisy-oracle", "accuracy": 0.6}},
+}  # fmt: skip
+ISSUES = {
+    **COPIES,
     "write-backs on the compute stream, chunked": {
         "runtime": "mixtral-offloading", "cache": {"capacity": 60},
         "timing": {"chunk_bytes": 3_000_000}, "prefetch": {"kind": "top-k", "lookahead": 2}},
@@ -321,7 +310,45 @@ def test_the_host_issuing_copies_gives_the_same_run(traces: dict[str, str], case
     reference, got = _both(data)
     issued = reference.spans[reference.spans["kind"] == KIND["copy_issue"]]
     assert issued.size and reference.metrics["stall_s"] > 0
-    assert _fields(got) == _fields(reference)
+    assert result_fields(got) == result_fields(reference)
+
+
+INTERFERENCES = {
+    **COPIES,
+    "memory parity's write-backs, chunked": {
+        "cache": {"capacity": 60}, "timing": {"chunk_bytes": 3_000_000},
+        "prefetch": {"kind": "top-k", "lookahead": 2}, "runtime_set": {"memory_parity": True}},
+    "on the compute stream, one at a time, dense layers": {
+        "trace": "dense", "cache": {"capacity": 150, "pin_demand_set": False},
+        "prefetch": {"kind": "top-k", "lookahead": 2}, "runtime_set": {"copy_stream": "compute"}},
+    "write-backs on the compute stream, the issue paid, chunked": {
+        "runtime": "mixtral-offloading", "cache": {"capacity": 60},
+        "timing": {"chunk_bytes": 3_000_000}, "prefetch": {"kind": "top-k", "lookahead": 2},
+        "runtime_set": {"copy_issue_overhead_s": "20us"}},
+    "4 sharded, prefetched, blocks of one pass": {
+        "trace": "eight requests", "hardware": "hgx-h100-8gpu",
+        "parallel": {"gpus": 4, "mode": "expert-sharded"},
+        "prefetch": {"kind": "top-k", "lookahead": 2}},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(INTERFERENCES), ids=list(INTERFERENCES))
+def test_copies_slowing_the_compute_give_the_same_run(traces: dict[str, str], case: str) -> None:
+    """A kernel that starts while a copy of its GPU holds a copy engine (a fetch, a write-back)
+    runs ``1 + copy_interference`` times as long. With the copies on the compute stream none
+    does: the stream waits for them before a layer's attention and its experts, and a pass
+    issues none after its last expert."""
+    data = {"eviction": "lru", "cache": {"capacity": 150}, **INTERFERENCES[case]}
+    data["trace"] = traces[data.get("trace", "olmoe")]
+    unset = data.get("runtime_set", {})
+    data["runtime_set"] = {"copy_interference": 0.5, **unset}
+    reference, got = _both(data, block=1 if "parallel" in data else None)
+    alone = simulate(build_config({"seed": 3, **data, "runtime_set": unset}), compiled=False)
+    if "on the compute stream" in case:
+        assert reference.spans.tobytes() == alone.spans.tobytes()
+    else:
+        assert sum(reference.per_gpu["compute_s"]) > sum(alone.per_gpu["compute_s"])
+    assert result_fields(got) == result_fields(reference)
 
 
 def _copies(result: Any, prefix: str) -> Any:

@@ -316,6 +316,9 @@ def test_calibrate_and_validate_real_on_a_torch_device(tmp_path: Path, device: s
     assert issue is not None and issue.grade == "A"
     assert issue.value == measured["copy_issue_overhead_s"]["value"] > 0
     assert "copy streams, issued by one thread" in measured["link_bandwidth_bytes_per_s"]["how"]
+    interference = runtime.copy_interference  # what a moving copy costs a kernel, measured
+    assert interference is not None and interference.grade == "A"
+    assert interference.value == max(measured["copy_interference"]["value"], 0.0)
     (host,) = hardware.hosts  # the CPU as read from the system (Linux: /proc/cpuinfo)
     assert host.physical_cores is not None and host.isa is not None
     assert host.physical_cores.source.startswith("read from /proc/cpuinfo")

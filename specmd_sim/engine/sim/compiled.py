@@ -12,10 +12,10 @@ policies of the compiled replay
 prefetcher or one whose plans the replay draws in bulk (top-k and score-threshold over the
 noisy oracle or the trace's scores: :mod:`specmd_sim.engine.fast.plans`), a copy per expert
 (in chunks or not, on their own stream or on the compute stream, its issue paid by the stream
-or free), memory parity's write-backs (on the device-to-host copy engines) and a fixed cache
-capacity. Everything else (the DRAM
-cache, CPU experts, dropped or substituted experts, a capacity that follows the KV cache, users'
-plug-ins) runs on SimPy, which stays the specification.
+or free, slowing the kernels that start beside it or not), memory parity's write-backs (on the
+device-to-host copy engines) and a fixed cache capacity. Everything else (the DRAM cache, CPU
+experts, dropped or substituted experts, a capacity that follows the KV cache, users' plug-ins)
+runs on SimPy, which stays the specification.
 """
 
 from __future__ import annotations
@@ -190,6 +190,7 @@ class _Core:
         X[T.X_TENSORS] = sc0.runtime.h2d_tensors_per_expert.value
         st.FG[T.FG_ISSUE] = gpus[0].cost.copy_issue_time()  # (one runtime for every GPU)
         self.issuing = st.FG[T.FG_ISSUE] > 0
+        st.FG[T.FG_SLOWDOWN] = gpus[0].cost.copy_slowdown()
         st.IS[:, T.I_SHARED] = X[T.X_DRAIN]  # (OneStream: one copy at a time)
         chunk_bytes = sc0.config.timing.chunk_bytes
         X[T.X_CHUNK] = chunk_bytes or 0

@@ -83,6 +83,11 @@ class CopyEngines:
         (self.demand_q if job.demand else self.prefetch_q).append(job)
         self._dispatch()
 
+    def moving(self) -> bool:
+        """Whether a chunk holds an engine: it moves, or starts at this instant (dispatched, its
+        start an urgent event now); a queued job holds none."""
+        return len(self.free) < self.slots
+
     def idle(self) -> simpy.Event | None:
         """An event that succeeds once no job is queued or moving; None if none is."""
         if not self.active:

@@ -19,6 +19,14 @@ issued as one ``copy_issue`` span, before it next runs or waits for an expert (a
 an :class:`AwaitCpu`) and at the step's end: the host issues the copies, then the GPU may stall
 on them. The copies start moving when they are issued, as without the cost, so the issue time
 overlaps them.
+
+A copy moving slows the compute (the runtime's ``copy_interference``, a fraction): a kernel of
+the stream (attention, the dense layers, an expert, the LM head; not the host's ``copy_issue``)
+that starts while a copy of the GPU holds one of its copy engines, a fetch or a write-back
+(:meth:`CopyEngines.moving <specmd_sim.engine.sim.copy_engines.CopyEngines.moving>`), runs
+``1 + copy_interference`` times as long, whole. A copy that ends at the instant a kernel starts
+counts if the stream resumes first: events at one instant run in the order they were scheduled,
+the compiled core's as SimPy's.
 """
 
 from __future__ import annotations
@@ -90,6 +98,10 @@ class GpuStream:
         self.issue_s = cost.copy_issue_time()
         self.tensors = objs.scenario.runtime.h2d_tensors_per_expert.value
         self.issued = 0
+        # a kernel's time beside a moving copy of the GPU's copy engines, over its time alone
+        # (1: copies cost the compute nothing)
+        self.slowdown = cost.copy_slowdown()
+        self.copies = copies
         # copies on the compute stream: what must be idle before a kernel runs (else nothing)
         self.queued_with = (
             copies if self.objs.scenario.runtime.copy_stream.value == "compute" else []
@@ -239,6 +251,10 @@ class GpuStream:
             while (event := engines.idle()) is not None:
                 yield from self._wait(event, -1, -1)
 
+    def _copying(self) -> bool:
+        """Whether a copy of the GPU (a fetch, a write-back) holds one of its copy engines."""
+        return any(engines.moving() for engines in self.copies)
+
     def _compute(
         self,
         kind: str,
@@ -249,9 +265,12 @@ class GpuStream:
         expert: int = -1,
         klass: int = -1,
     ) -> simpy.Timeout:
-        """Run a kernel of ``seconds`` (outside the MoE layers: ``layer`` -1)."""
+        """Run a kernel of ``seconds`` (outside the MoE layers: ``layer`` -1), longer where a
+        copy of the GPU moves as it starts (the host's ``copy_issue`` excepted)."""
         env = self.env
         now = env._now
+        if self.slowdown != 1.0 and kind != "copy_issue" and self._copying():
+            seconds *= self.slowdown
         self.spans.add(self.lane, kind, now, now + seconds, pass_, layer, expert, 0, request, klass)
         self.tally.compute(now, seconds, self.phase, layer)
         return env.timeout(seconds)

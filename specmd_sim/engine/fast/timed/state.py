@@ -34,9 +34,10 @@ LOADING = 1  # State.LOADING
 (G_EID, G_GEN, G_COUNT, G_HEAP_N, G_NACT, G_FIRST, G_JFREE, G_NSPANS, G_NCIV, G_NSIV, G_NTIV,
  G_NUSED, G_NFLIGHT, G_NBW, G_RESUME, G_STARTED) = range(16)  # fmt: skip
 G_SIZE = G_STARTED + 1
-# the run's float scalars (FG; FG_ISSUE: the host time of issuing a tensor's copy)
-FG_NOW, FG_NET_LAST, FG_DELAY, FG_ISSUE = range(4)
-FG_SIZE = FG_ISSUE + 1
+# the run's float scalars (FG; FG_ISSUE: the host time of issuing a tensor's copy; FG_SLOWDOWN:
+# a kernel's time beside a moving copy over its time alone)
+FG_NOW, FG_NET_LAST, FG_DELAY, FG_ISSUE, FG_SLOWDOWN = range(5)
+FG_SIZE = FG_SLOWDOWN + 1
 # each GPU's int scalars (IS rows): its stream, copy engines and transfers
 (I_STAGE, I_PASS, I_LAYER, I_IDX, I_NRUN, I_ONE, I_RETRY, I_NREADY, I_NWAIT, I_IN_FLIGHT,
  I_BUSY_ACTIVE, I_NFREE, I_ACTIVE_JOBS, I_PHASE, I_NHELD, I_DEC_PASS, I_DEC_LAYER, I_STAMP,
@@ -210,7 +211,8 @@ class Flags(NamedTuple):
     """The run's settings the core branches on: layers, pinned demand sets, spans recorded,
     Belady's next uses, prefetching, copies on the compute stream (waits for them to drain),
     GPUs, the network's resources (the flows' private caps come after them), the copies an
-    expert takes and the host time of issuing one (0: issuing is free)."""
+    expert takes, the host time of issuing one (0: issuing is free) and the factor a kernel
+    that starts beside a moving copy is lengthened by (1: copies cost the compute nothing)."""
 
     layers: int
     pinned: bool
@@ -222,6 +224,7 @@ class Flags(NamedTuple):
     R: int
     tensors: int
     issue_s: float
+    slowdown: float
 
 
 def new_state(

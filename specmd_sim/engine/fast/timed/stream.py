@@ -3,8 +3,8 @@
 :func:`run_block` is :func:`specmd_sim.engine.sim.run.simulate` written over flat arrays, for
 every GPU of the run: each GPU's stream (:class:`~specmd_sim.engine.sim.stream.GpuStream`
 and :class:`~specmd_sim.engine.layer.LayerStep` in both pin modes, with late hits, prefetch
-plans, making room and the host's issue of the copies; with copies on the compute stream, the
-waits for them to drain), its copy engines
+plans, making room, the host's issue of the copies and the kernels a moving copy lengthens; with
+copies on the compute stream, the waits for them to drain), its copy engines
 (:class:`~specmd_sim.engine.sim.copy_engines.CopyEngines`: two queues, promotion,
 cancellation), its fetcher's callbacks (:class:`~specmd_sim.engine.sim.fetch.Fetcher`), its
 cache (:mod:`specmd_sim.engine.fast.cache`; in expert-sharded mode its own shard always a hit) and
@@ -100,6 +100,7 @@ from specmd_sim.engine.fast.timed.state import (
     FG_DELAY,
     FG_ISSUE,
     FG_NOW,
+    FG_SLOWDOWN,
     G_GEN,
     G_HEAP_N,
     G_JFREE,
@@ -122,6 +123,8 @@ from specmd_sim.engine.fast.timed.state import (
     I_IDX,
     I_ISSUED,
     I_LAYER,
+    I_NFREE,
+    I_NFREE2,
     I_NHELD,
     I_NREADY,
     I_NRUN,
@@ -500,9 +503,20 @@ def _end_stages(run: Run, tally: Tallies, gp: Gpu, here: Here, stage: int, p: in
 
 
 @compiled_inline
+def _copying(gp: Gpu) -> bool:
+    """GpuStream._copying: a copy of the GPU holds one of its copy engines (a fetch's, a
+    write-back's: fewer free than there are; CopyEngines.moving)."""
+    IS = gp.IS
+    return IS[I_NFREE] < gp.free.shape[0] or IS[I_NFREE2] < gp.free_back.shape[0]
+
+
+@compiled_inline
 def _kernel(run: Run, core: Core, out: Out, gp: Gpu, here: Here, fl: Flags, p: int, now: float,
             seconds: float, layer: int, kind: int, key: int, klass: int) -> None:  # fmt: skip
-    """A kernel of ``seconds`` on the stream (GpuStream._compute), which then waits for it."""
+    """A kernel of ``seconds`` on the stream (GpuStream._compute), longer where a copy moves as
+    it starts (the host's copy issue excepted), which then waits for it."""
+    if fl.slowdown != 1.0 and kind != SK_COPY_ISSUE and _copying(gp):
+        seconds *= fl.slowdown
     end = now + seconds
     if fl.record:
         _span(out.spF, out.spI, core.IG, here.lane, kind, now, end, here.row0 + p, layer, key,
@@ -596,7 +610,8 @@ def run_block(run: Run, blk: Block, core: Core, tally: Tallies, out: Out) -> int
     fl = Flags(X[X_LAYERS], X[X_PINNED] == 1, X[X_RECORD] == 1,
                core.S[0, L.R_SC, L.SC_PRIORITY] == L.PRIO_NEXT_USE,  # (one policy for all)
                X[X_PREFETCHING] == 1, X[X_DRAIN] == 1, X[X_GPUS],
-               core.NF.shape[1] - core.act.size, X[X_TENSORS], core.FG[FG_ISSUE])  # fmt: skip
+               core.NF.shape[1] - core.act.size, X[X_TENSORS], core.FG[FG_ISSUE],
+               core.FG[FG_SLOWDOWN])  # fmt: skip
     IG[G_NSPANS] = IG[G_NCIV] = IG[G_NSIV] = IG[G_NTIV] = 0
     IG[G_NUSED] = IG[G_NFLIGHT] = IG[G_NBW] = 0
     if not IG[G_STARTED]:  # each stream's process starts: an urgent event each, in GPU order
