@@ -5,10 +5,11 @@ cuda`` measured expert calls 77% slower beside a copy worker; ``specmd calibrate
 An expert call on one token (OLMoE / 4, float32, synchronised as the executor does) is timed
 alone and beside background work of one kind at a time, to separate the causes:
 
-- ``copy worker``: the executor's copy path on a second thread (copy on its own stream, then
-  wait for the stream), back to back;
+- ``copy worker``: the executor's copy path before #40 on a second thread (copy on its own
+  stream, then wait for the stream), back to back;
 - ``async copies``: the same copies issued by the compute thread itself, one before each call,
-  never waited for (the copy engine's traffic alone, no second host thread);
+  never waited for (the copy engine's traffic alone, no second host thread: the executor's
+  path since #40);
 - ``python thread``: a second thread running Python only (the interpreter lock alone);
 - ``sync thread``: a second thread waiting on an idle stream in a loop (driver calls with the
   interpreter lock released).
@@ -74,9 +75,10 @@ def main() -> None:
     experts = dev.resident(weights.slow[:256])
     x = dev.array(np.ones((1, model.hidden_size), np.float32))
     slow, n = weights.slow, weights.slow.shape[0]
-    copy, dst = dev.copier(), dev.zeros(weights.expert_size)
+    dst = dev.zeros(weights.expert_size)
     side = torch.cuda.Stream(dev.device) if dev.cuda else None
     idle = torch.cuda.Stream(dev.device) if dev.cuda else None
+    worker = torch.cuda.Stream(dev.device) if dev.cuda else None
     k = [0]
 
     def nothing() -> None:
@@ -90,10 +92,15 @@ def main() -> None:
         with torch.cuda.stream(side):
             dst.copy_(slow[k[0] % n], non_blocking=True)
 
-    def copies(stop: threading.Event) -> None:
+    def copies(stop: threading.Event) -> None:  # a copy worker: its stream, then a wait for it
         i = 0
         while not stop.is_set():
-            copy(dst, slow[i % n])
+            if worker is None:
+                dst.copy_(slow[i % n])
+            else:
+                with torch.cuda.stream(worker):
+                    dst.copy_(slow[i % n], non_blocking=True)
+                worker.synchronize()
             i += 1
 
     def python(stop: threading.Event) -> None:

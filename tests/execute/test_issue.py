@@ -6,7 +6,10 @@ when the test says, so every order is exact; then end to end on ``torch-cpu``.""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
+import types
 from typing import Any
 
 import numpy as np
@@ -15,7 +18,7 @@ import pytest
 from specmd_sim.engine.layer import Fetch
 from specmd_sim.execute.copies import NATIVE, FairLink, Job
 from specmd_sim.execute.device import make_device
-from specmd_sim.execute.issue import Issuer
+from specmd_sim.execute.issue import CudaStreams, Issuer
 
 N = 8  # experts
 WIDTH = 4  # floats per expert
@@ -195,3 +198,67 @@ def test_torch_cpu_runs_with_no_thread_beside_the_one_that_computes(tmp_path) ->
     assert counts and set(counts) == {before}
     m = result.metrics
     assert m["bytes_demand"] + m["bytes_prefetch"] > 0 and m["makespan_s"] > 0
+
+
+class _FakeCuda:
+    """torch.cuda's stream and event calls that CudaStreams makes, on the host: work runs when
+    launched, an event records the host's clock (how this machine, without a GPU, runs the
+    CUDA path's own code; a GPU machine runs the cuda cases of test_executor.py)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                assert enable_timing
+                self.t: float | None = None
+
+            def record(self, stream: Any) -> None:
+                self.t = time.perf_counter()
+
+            def query(self) -> bool:
+                return self.t is not None
+
+            def synchronize(self) -> None:
+                fake.calls.append("event.synchronize")
+
+            def elapsed_time(self, end: Any) -> float:
+                return (end.t - self.t) * 1e3  # milliseconds
+
+        class Stream:
+            def __init__(self, device: Any = None) -> None:
+                self.waited: list[Any] = []
+
+            def wait_event(self, event: Any) -> None:
+                self.waited.append(event)
+
+        self.Event, self.Stream = Event, Stream
+        self.compute = Stream()
+
+    def current_stream(self, device: Any) -> Any:
+        return self.compute
+
+    def stream(self, stream: Any) -> Any:
+        return contextlib.nullcontext()
+
+    def synchronize(self, device: Any) -> None:
+        self.calls.append("synchronize")
+
+
+def test_cuda_streams_order_copies_and_kernels_by_events_and_time_them_from_the_origin() -> None:
+    torch = pytest.importorskip("torch")
+    shim = types.SimpleNamespace(cuda=_FakeCuda())
+    streams = CudaStreams(shim, torch.device("cpu"), 2)
+    origin = streams.start()
+    assert shim.cuda.calls == ["synchronize", "event.synchronize"] and streams.done(origin)
+    dst, src = torch.zeros(4), torch.arange(4.0)
+    _, a, b = streams.launch(lambda: None, ())
+    start, end = streams.copy(1, dst, src, b)  # into a slot the kernel ending at b read
+    assert streams.copies[1].waited == [b] and torch.equal(dst, src)
+    streams.after(end)  # the compute stream waits for the copy on the device
+    assert shim.cuda.compute.waited == [end]
+    assert 0.0 <= streams.seconds(a) <= streams.seconds(b) <= streams.seconds(start)
+    assert streams.seconds(start) <= streams.seconds(end) and streams.seconds(0.5) == 0.5
+    streams.finish()
+    assert shim.cuda.calls[-1] == "synchronize"
