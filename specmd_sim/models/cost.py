@@ -29,9 +29,11 @@ peak where it has one; weight-only quantized experts run at the BF16 peak (W4A16
 
 CPU experts: ``max(flops / cpu_rate + cpu_expert_overhead, bytes / (dram_bandwidth *
 cpu_dram_efficiency [/ sockets unless NUMA-aware]))``, where ``cpu_rate`` is ``min(cpu_threads,
-physical_cores) * cpu_clock_hz * ops_per_cycle`` when the runtime states its kernel's measured
-throughput per core and cycle for an extension the host has (``cpu_kernel_ops_per_cycle``) and
-the host its cores, clock and extensions, else ``cpu_flops * cpu_flops_efficiency``. A pass of
+physical_cores) * cpu_clock_hz * ops_per_cycle`` (the min taken per socket where the runtime
+binds its threads at the first job that wakes them: :func:`first_job_binding`), when the
+runtime states its kernel's measured throughput per core and cycle for an extension the host
+has (``cpu_kernel_ops_per_cycle``) and the host its cores, clock and extensions, else
+``cpu_flops * cpu_flops_efficiency``. A pass of
 fewer tokens than the runtime's ``cpu_grouped_min_tokens`` runs each CPU expert once per token
 (each run reads the weights again).
 
@@ -164,7 +166,26 @@ class CostModel:
         if kernel is None or cores is None or clock is None:
             return read(host.cpu_flops) * read(rt.cpu_flops_efficiency)
         threads = read(cores) if rt.cpu_threads is None else min(read(rt.cpu_threads), read(cores))
+        binding = rt.cpu_thread_binding
+        if (binding is not None and binding.value == "first-job" and rt.cpu_numa_aware.value
+                and host.sockets is not None and read(host.sockets) > 1):  # fmt: skip
+            sockets = int(read(host.sockets))
+            per_socket = read(cores) / sockets
+            bound = first_job_binding(
+                int(read(rt.cpu_threads)) if rt.cpu_threads is not None else int(read(cores)),
+                sockets, self._warm_up_tasks(),
+            )  # fmt: skip
+            threads = sum(min(n, per_socket) for n in bound)
         return threads * read(clock) * read(kernel)
+
+    def _warm_up_tasks(self) -> list[int]:
+        """The tasks of the CPU kernel's jobs at load, in order: a warm-up of one expert on one
+        token (kTransformers' ``MOE::warm_up``, ``forward_one(k=1)``): its gate and up
+        projections (the expert width / stride), then its down projection (hidden / stride)."""
+        stride = self.runtime.cpu_task_stride
+        assert stride is not None  # (the schema checks)
+        rows = int(self.read(stride))
+        return [self.model.moe_intermediate_size // rows, self.model.hidden_size // rows]
 
     def cpu_runs(self, tokens: int, pass_tokens: int | None) -> tuple[int, int]:
         """(runs, tokens per run) of one CPU expert over ``tokens`` tokens of a pass of
@@ -227,3 +248,20 @@ class CostModel:
 def _one_request(tokens: int, context_end: int) -> tuple[int, int]:
     """(sum of positions, KV tokens) of ``tokens`` consecutive tokens ending at ``context_end``."""
     return tokens * context_end - tokens * (tokens - 1) // 2, context_end
+
+
+def first_job_binding(threads: int, sockets: int, jobs: list[int]) -> list[int]:
+    """Threads per socket when each thread binds itself, at the first job that wakes it, to
+    socket ``thread_id * sockets / n`` with ``n = min(threads, the job's tasks)``, a job waking
+    threads ``0..n-1``: kTransformers V0.2.0/V0.2.1 (``Backend::do_work_stealing_job`` and
+    ``process_tasks`` in ``cpu_backend/backend.cpp`` at 7527619, ``thread_num_ =
+    min(max_thread_num_, task_num)``; V0.2.2 wakes every thread, b2bff177). ``jobs``: the tasks
+    of the first jobs in order; threads none of them wakes bind at a later job that wakes them
+    all."""
+    socket = [-1] * threads
+    for tasks in [*jobs, threads]:
+        n = min(threads, tasks)
+        for i in range(n):
+            if socket[i] < 0:
+                socket[i] = i * sockets // n
+    return [socket.count(s) for s in range(sockets)]

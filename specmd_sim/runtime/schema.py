@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from specmd_sim.hardware.schema import (
     Count,
@@ -77,6 +77,17 @@ class CopyStream(Setting):
             "'separate': host-to-device copies run on copy streams beside compute; 'compute': "
             "they are issued on the compute stream, so no kernel runs while a copy is queued "
             "or moving (nothing overlaps)."
+        )
+    )
+
+
+class ThreadBinding(Setting):
+    value: Literal["even", "first-job"] = Field(
+        description=(
+            "How a NUMA-aware runtime's CPU threads are bound to the sockets: 'even': evenly; "
+            "'first-job': each thread to node thread_id * sockets / n at the first job that "
+            "wakes it, n = min(threads, that job's tasks), the first jobs being the load-time "
+            "warm-up (kTransformers V0.2.0/V0.2.1)."
         )
     )
 
@@ -202,6 +213,17 @@ class RuntimeProfile(InputModel):
         description="Threads the CPU expert kernels run on (at most one per physical core "
         "counts); None: every physical core.",
     )
+    cpu_thread_binding: ThreadBinding | None = Field(
+        default=None,
+        description="With cpu_numa_aware, how the threads are bound to the sockets ('first-job' "
+        "needs cpu_task_stride); None: evenly. A socket computes with at most one thread per "
+        "physical core.",
+    )
+    cpu_task_stride: Count | None = Field(
+        default=None,
+        description="Output rows of an expert matrix per task of the CPU kernel's thread pool "
+        "(a job's tasks: the matrix's rows / stride per expert); used by cpu_thread_binding.",
+    )
     cpu_grouped_min_tokens: Count | None = Field(
         default=None,
         description="A pass of fewer tokens runs its CPU experts one token at a time, each "
@@ -224,6 +246,16 @@ class RuntimeProfile(InputModel):
             "back to the host (device-to-host, on the GPU's D2H copy engines)."
         )
     )
+
+    @model_validator(mode="after")
+    def _binding_has_its_stride(self) -> RuntimeProfile:
+        binding = self.cpu_thread_binding
+        if binding is not None and binding.value == "first-job" and self.cpu_task_stride is None:
+            raise ValueError(
+                "cpu_task_stride: expected the CPU kernel's rows per task, which "
+                "cpu_thread_binding 'first-job' needs, got none"
+            )
+        return self
 
     def settings(self) -> Iterator[tuple[str, Setting]]:
         """Every setting that is not a number (dequantization, copy stream, ...) by name."""

@@ -15,6 +15,7 @@ from specmd_sim import SimConfig, simulate
 from specmd_sim.hardware import load_profile
 from specmd_sim.hardware.schema import HostNode
 from specmd_sim.models import CostModel, load_model
+from specmd_sim.models.cost import first_job_binding
 from specmd_sim.runtime import load_runtime
 from specmd_sim.runtime.schema import RuntimeProfile
 
@@ -45,22 +46,41 @@ def cost(runtime: RuntimeProfile = KT) -> CostModel:
 
 
 def test_the_kernel_runs_at_its_measured_rate_on_the_hosts_cores_and_clock() -> None:
-    """kTransformers V0.2 on the two Xeon 6454S: no AMX kernel, so the AVX-512 one (33.0 ops
-    per core per cycle) on 64 threads at 2.2 GHz."""
-    assert cost().cpu_rate(XEON.hosts[0]) == pytest.approx(64 * 2.2e9 * 33.0, rel=1e-12)
-    one_socket = runtime_with(KT, cpu_threads=32)
+    """A kTransformers-like runtime, its threads bound evenly, on the two Xeon 6454S: no AMX
+    kernel, so the AVX-512 one (33.0 ops per core per cycle) on 64 threads at 2.2 GHz."""
+    even = runtime_with(KT, cpu_thread_binding="even")
+    assert cost(even).cpu_rate(XEON.hosts[0]) == pytest.approx(64 * 2.2e9 * 33.0, rel=1e-12)
+    one_socket = runtime_with(KT, cpu_threads=32, cpu_numa_aware=False)
     assert cost(one_socket).cpu_rate(XEON.hosts[0]) == pytest.approx(32 * 2.2e9 * 33.0)
     # more threads than cores count once per core
-    assert cost(runtime_with(KT, cpu_threads=256)).cpu_rate(XEON.hosts[0]) == pytest.approx(
+    assert cost(runtime_with(even, cpu_threads=256)).cpu_rate(XEON.hosts[0]) == pytest.approx(
         64 * 2.2e9 * 33.0
     )
     # an AVX2-only host runs the AVX2 build: 26.4 per core and cycle
-    avx2 = host_with(isa="avx2", physical_cores=16, cpu_clock_hz=4.0e9)
+    avx2 = host_with(isa="avx2", physical_cores=16, cpu_clock_hz=4.0e9, sockets=None)
     assert cost().cpu_rate(avx2) == pytest.approx(16 * 4.0e9 * 26.4)
     # every thread of the default (64) on 16 cores: 16 count
     assert cost(runtime_with(KT, cpu_threads=None)).cpu_rate(avx2) == pytest.approx(
         16 * 4.0e9 * 26.4
     )
+
+
+def test_threads_bound_at_the_first_job_that_wakes_them_crowd_one_socket() -> None:
+    """kTransformers V0.2.0/V0.2.1 with --cpu_infer 65 (64 threads) on two sockets: the load-time
+    warm-up's first job (one DeepSeek-V3 expert on one token: 2048 / 64 = 32 tasks) wakes
+    threads 0-31 and binds them by 32 (0-15 to socket 0, 16-31 to socket 1); its second (7168 /
+    64 = 112 tasks) wakes all 64 and binds 32-63 by 64, to socket 1: 16 and 48 threads, the
+    fix's PR #685 printed the same. A socket computes with at most its 32 cores: 16 + 32."""
+    assert first_job_binding(64, 2, [32, 112]) == [16, 48]
+    assert first_job_binding(64, 2, [64, 112]) == [32, 32]  # a first job that wakes them all
+    assert first_job_binding(41, 2, [32, 112]) == [16, 25]  # PR #685's 2 x 24 cores: 25 > 24
+    assert first_job_binding(3, 2, []) == [2, 1]  # bound by a later job that wakes them all
+    assert cost().cpu_rate(XEON.hosts[0]) == pytest.approx((16 + 32) * 2.2e9 * 33.0, rel=1e-12)
+    # one socket's numactl run is no NUMA build: nothing bound, 32 threads on 32 cores
+    one_socket = runtime_with(KT, cpu_threads=32, cpu_numa_aware=False)
+    assert cost(one_socket).cpu_rate(XEON.hosts[0]) == pytest.approx(32 * 2.2e9 * 33.0)
+    with pytest.raises(ValueError, match="cpu_task_stride: expected the CPU kernel's rows"):
+        runtime_with(KT, cpu_task_stride=None)
 
 
 @pytest.mark.parametrize(
@@ -88,7 +108,7 @@ def test_prefill_time_of_a_long_prompt_is_the_kernels_compute() -> None:
     rate (its weights read once, in the shadow of the compute)."""
     c, host = cost(), XEON.hosts[0]
     flops = 2 * 3 * 7168 * 2048 * 30
-    compute = flops / (64 * 2.2e9 * 33.0) + KT.cpu_expert_overhead_s.value
+    compute = flops / (48 * 2.2e9 * 33.0) + KT.cpu_expert_overhead_s.value  # 16 + 32 cores
     reads = DSV3.expert_bytes / c.cpu_dram_rate(host)
     assert compute > reads
     assert c.cpu_expert_time(host, 30, pass_tokens=969) == pytest.approx(compute, rel=1e-12)
