@@ -262,3 +262,40 @@ def test_cuda_streams_order_copies_and_kernels_by_events_and_time_them_from_the_
     assert streams.seconds(start) <= streams.seconds(end) and streams.seconds(0.5) == 0.5
     streams.finish()
     assert shim.cuda.calls[-1] == "synchronize"
+
+
+def test_torch_cpu_stalls_end_when_their_copies_arrive(tmp_path) -> None:
+    """Through a throttled link with prefetching: each stall (read from the streams' marks
+    after the run) ends at its expert's copy's arrival, or at the expert's start where the host
+    launched it first, and overlaps nothing the stream computed."""
+    pytest.importorskip("torch")
+    from specmd_sim import SimConfig
+    from specmd_sim.execute import Backend, execute, scaled_model
+    from specmd_sim.execute.traces import synthetic_trace, write_model
+    from specmd_sim.scenario import build_scenario
+    from specmd_sim.timeline import KIND
+
+    model = scaled_model("olmoe-1b-7b", 16)
+    trace = synthetic_trace(model, tmp_path, "t", 5, num_requests=1, prompt_tokens=3,
+                            decode_tokens=3)  # fmt: skip
+    cfg = SimConfig(model=str(write_model(model, tmp_path)), trace=str(trace),
+                    hardware="h100-pcie", runtime="roofline", cache={"capacity": "10%"},
+                    prefetch={"kind": "top-k"}, timing={"record_spans": True})  # fmt: skip
+    result = execute(build_scenario(cfg), Backend(1e9, device="torch-cpu"))
+    spans = result.spans
+    copies = spans[np.isin(spans["kind"], [KIND[k] for k in ("demand_fetch", "prefetch",
+                                                              "promoted_prefetch")])]  # fmt: skip
+    stalls = spans[spans["kind"] == KIND["stall"]]
+    runs = spans[spans["kind"] == KIND["expert"]]
+    computed = spans[np.isin(spans["kind"], [KIND[k] for k in ("attention", "expert", "lm_head")])]
+    assert stalls.size and result.metrics["stall_s"] > 0
+    for s in stalls:
+        mine = copies[(copies["expert"] == s["expert"]) & (copies["end"] >= s["start"])]
+        run = runs[(runs["pass_"] == s["pass_"]) & (runs["expert"] == s["expert"])]
+        assert mine.size and run.size
+        arrival, launched = mine["end"].min(), run["start"].min()
+        assert s["end"] == pytest.approx(min(arrival, launched), abs=1e-12)
+        assert s["end"] <= launched + 1e-12
+        # the stream computed nothing while it stalled
+        overlap = (computed["start"] < s["end"] - 1e-9) & (computed["end"] > s["start"] + 1e-9)
+        assert not overlap.any()
