@@ -233,9 +233,7 @@ class Issuer(Queues):
         """Let the running copies arrive; the queued ones are dropped."""
         self.demand_q.clear()
         self.prefetch_q.clear()
-        while any(self.running):
-            self.poll()
-            time.sleep(0)
+        self.until(lambda: not any(self.running))
 
     # --- one copy ------------------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ records it in ``used``: a run's lowest grade is derived from what its cost model
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 from specmd_sim.hardware.schema import GPUNode, HostNode, Quantity
@@ -165,27 +166,24 @@ class CostModel:
         kernel = kernels.for_host(isa) if kernels is not None and isa is not None else None
         if kernel is None or cores is None or clock is None:
             return read(host.cpu_flops) * read(rt.cpu_flops_efficiency)
-        threads = read(cores) if rt.cpu_threads is None else min(read(rt.cpu_threads), read(cores))
+        wanted = read(cores) if rt.cpu_threads is None else read(rt.cpu_threads)
+        threads = min(wanted, read(cores))
         binding = rt.cpu_thread_binding
         if (binding is not None and binding.value == "first-job" and rt.cpu_numa_aware.value
                 and host.sockets is not None and read(host.sockets) > 1):  # fmt: skip
             sockets = int(read(host.sockets))
-            per_socket = read(cores) / sockets
-            bound = first_job_binding(
-                int(read(rt.cpu_threads)) if rt.cpu_threads is not None else int(read(cores)),
-                sockets, self._warm_up_tasks(),
-            )  # fmt: skip
-            threads = sum(min(n, per_socket) for n in bound)
+            bound = first_job_binding(int(wanted), sockets, self._warm_up_tasks())
+            threads = sum(min(n, read(cores) / sockets) for n in bound)
         return threads * read(clock) * read(kernel)
 
-    def _warm_up_tasks(self) -> list[int]:
+    def _warm_up_tasks(self) -> tuple[int, ...]:
         """The tasks of the CPU kernel's jobs at load, in order: a warm-up of one expert on one
         token (kTransformers' ``MOE::warm_up``, ``forward_one(k=1)``): its gate and up
         projections (the expert width / stride), then its down projection (hidden / stride)."""
         stride = self.runtime.cpu_task_stride
         assert stride is not None  # (the schema checks)
         rows = int(self.read(stride))
-        return [self.model.moe_intermediate_size // rows, self.model.hidden_size // rows]
+        return self.model.moe_intermediate_size // rows, self.model.hidden_size // rows
 
     def cpu_runs(self, tokens: int, pass_tokens: int | None) -> tuple[int, int]:
         """(runs, tokens per run) of one CPU expert over ``tokens`` tokens of a pass of
@@ -250,18 +248,19 @@ def _one_request(tokens: int, context_end: int) -> tuple[int, int]:
     return tokens * context_end - tokens * (tokens - 1) // 2, context_end
 
 
-def first_job_binding(threads: int, sockets: int, jobs: list[int]) -> list[int]:
+@functools.cache
+def first_job_binding(threads: int, sockets: int, jobs: tuple[int, ...]) -> tuple[int, ...]:
     """Threads per socket when each thread binds itself, at the first job that wakes it, to
     socket ``thread_id * sockets / n`` with ``n = min(threads, the job's tasks)``, a job waking
     threads ``0..n-1``: kTransformers V0.2.0/V0.2.1 (``Backend::do_work_stealing_job`` and
     ``process_tasks`` in ``cpu_backend/backend.cpp`` at 7527619, ``thread_num_ =
     min(max_thread_num_, task_num)``; V0.2.2 wakes every thread, b2bff177). ``jobs``: the tasks
     of the first jobs in order; threads none of them wakes bind at a later job that wakes them
-    all."""
+    all. Cached: the rate of every CPU expert run reads it."""
     socket = [-1] * threads
     for tasks in [*jobs, threads]:
         n = min(threads, tasks)
         for i in range(n):
             if socket[i] < 0:
                 socket[i] = i * sockets // n
-    return [socket.count(s) for s in range(sockets)]
+    return tuple(socket.count(s) for s in range(sockets))

@@ -71,10 +71,10 @@ def test_threads_bound_at_the_first_job_that_wakes_them_crowd_one_socket() -> No
     threads 0-31 and binds them by 32 (0-15 to socket 0, 16-31 to socket 1); its second (7168 /
     64 = 112 tasks) wakes all 64 and binds 32-63 by 64, to socket 1: 16 and 48 threads, the
     fix's PR #685 printed the same. A socket computes with at most its 32 cores: 16 + 32."""
-    assert first_job_binding(64, 2, [32, 112]) == [16, 48]
-    assert first_job_binding(64, 2, [64, 112]) == [32, 32]  # a first job that wakes them all
-    assert first_job_binding(41, 2, [32, 112]) == [16, 25]  # PR #685's 2 x 24 cores: 25 > 24
-    assert first_job_binding(3, 2, []) == [2, 1]  # bound by a later job that wakes them all
+    assert first_job_binding(64, 2, (32, 112)) == (16, 48)
+    assert first_job_binding(64, 2, (64, 112)) == (32, 32)  # a first job that wakes them all
+    assert first_job_binding(41, 2, (32, 112)) == (16, 25)  # PR #685's 2 x 24 cores: 25 > 24
+    assert first_job_binding(3, 2, ()) == (2, 1)  # bound by a later job that wakes them all
     assert cost().cpu_rate(XEON.hosts[0]) == pytest.approx((16 + 32) * 2.2e9 * 33.0, rel=1e-12)
     # one socket's numactl run is no NUMA build: nothing bound, 32 threads on 32 cores
     one_socket = runtime_with(KT, cpu_threads=32, cpu_numa_aware=False)

@@ -10,15 +10,21 @@ import contextlib
 import threading
 import time
 import types
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from specmd_sim import SimConfig
 from specmd_sim.engine.layer import Fetch
+from specmd_sim.execute import Backend, execute, scaled_model
 from specmd_sim.execute.copies import NATIVE, FairLink, Job
 from specmd_sim.execute.device import make_device
 from specmd_sim.execute.issue import CudaStreams, Issuer
+from specmd_sim.execute.traces import synthetic_trace, write_model
+from specmd_sim.scenario import build_scenario
+from specmd_sim.timeline import KIND
 
 N = 8  # experts
 WIDTH = 4  # floats per expert
@@ -175,23 +181,24 @@ def test_waiting_for_space_with_no_copy_running_is_one_clear_error() -> None:
         iss.make_room()
 
 
-def test_torch_cpu_runs_with_no_thread_beside_the_one_that_computes(tmp_path) -> None:
+def _torch_cpu_scenario(tmp_path: Path, seed: int, tokens: int) -> Any:
+    """A tiny OLMoE decode with top-k prefetching, for the torch-cpu executor (torch or a skip)."""
     pytest.importorskip("torch")
-    from specmd_sim import SimConfig
-    from specmd_sim.execute import Backend, execute, scaled_model
-    from specmd_sim.execute.traces import synthetic_trace, write_model
-    from specmd_sim.scenario import build_scenario
-
     model = scaled_model("olmoe-1b-7b", 16)
-    trace = synthetic_trace(model, tmp_path, "t", 3, num_requests=1, prompt_tokens=4,
-                            decode_tokens=4)  # fmt: skip
+    trace = synthetic_trace(model, tmp_path, "t", seed, num_requests=1, prompt_tokens=tokens,
+                            decode_tokens=tokens)  # fmt: skip
     cfg = SimConfig(model=str(write_model(model, tmp_path)), trace=str(trace),
                     hardware="h100-pcie", runtime="roofline", cache={"capacity": "10%"},
                     prefetch={"kind": "top-k"}, timing={"record_spans": True})  # fmt: skip
+    return build_scenario(cfg)
+
+
+def test_torch_cpu_runs_with_no_thread_beside_the_one_that_computes(tmp_path: Path) -> None:
+    scenario = _torch_cpu_scenario(tmp_path, 3, 4)
     before = threading.active_count()
     counts: list[int] = []
     result = execute(
-        build_scenario(cfg),
+        scenario,
         Backend(1e9, device="torch-cpu"),
         progress=lambda done, total: counts.append(threading.active_count()),
     )
@@ -264,24 +271,11 @@ def test_cuda_streams_order_copies_and_kernels_by_events_and_time_them_from_the_
     assert shim.cuda.calls[-1] == "synchronize"
 
 
-def test_torch_cpu_stalls_end_when_their_copies_arrive(tmp_path) -> None:
+def test_torch_cpu_stalls_end_when_their_copies_arrive(tmp_path: Path) -> None:
     """Through a throttled link with prefetching: each stall (read from the streams' marks
     after the run) ends at its expert's copy's arrival, or at the expert's start where the host
     launched it first, and overlaps nothing the stream computed."""
-    pytest.importorskip("torch")
-    from specmd_sim import SimConfig
-    from specmd_sim.execute import Backend, execute, scaled_model
-    from specmd_sim.execute.traces import synthetic_trace, write_model
-    from specmd_sim.scenario import build_scenario
-    from specmd_sim.timeline import KIND
-
-    model = scaled_model("olmoe-1b-7b", 16)
-    trace = synthetic_trace(model, tmp_path, "t", 5, num_requests=1, prompt_tokens=3,
-                            decode_tokens=3)  # fmt: skip
-    cfg = SimConfig(model=str(write_model(model, tmp_path)), trace=str(trace),
-                    hardware="h100-pcie", runtime="roofline", cache={"capacity": "10%"},
-                    prefetch={"kind": "top-k"}, timing={"record_spans": True})  # fmt: skip
-    result = execute(build_scenario(cfg), Backend(1e9, device="torch-cpu"))
+    result = execute(_torch_cpu_scenario(tmp_path, 5, 3), Backend(1e9, device="torch-cpu"))
     spans = result.spans
     copies = spans[np.isin(spans["kind"], [KIND[k] for k in ("demand_fetch", "prefetch",
                                                               "promoted_prefetch")])]  # fmt: skip

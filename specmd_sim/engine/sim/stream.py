@@ -185,7 +185,8 @@ class GpuStream:
             # isinstance, or a match statement's class patterns)
             if type(request) is Fetch:
                 outcome = fetch(request)
-                self.issued += 1
+                if self.issue_s:  # (counted only where issuing costs)
+                    self.issued += 1
             elif type(request) is Join:
                 outcome = fetcher.join(request.key)
             elif type(request) is Decide:
@@ -209,17 +210,17 @@ class GpuStream:
 
     def issue_copy(self) -> None:
         """The step issued a copy of an expert besides its fetches (a write-back)."""
-        self.issued += 1
+        if self.issue_s:
+            self.issued += 1
 
     def _issue(self) -> Generator[Any, Any, None]:
         """The host issues the copies of experts the step issued since the stream last paid
-        for them: a ``copy_issue`` span of their tensors' issue time (none where it is 0)."""
-        copies, self.issued = self.issued * self.tensors, 0
-        if self.issue_s > 0:
-            where = self.where
-            seconds = copies * self.issue_s
-            yield self._compute("copy_issue", seconds, where["pass_"], where["layer"],
-                                where["request"])  # fmt: skip
+        for them (counted only where issuing costs): a ``copy_issue`` span of their tensors'
+        issue time."""
+        seconds, self.issued = self.issued * self.tensors * self.issue_s, 0
+        where = self.where
+        yield self._compute("copy_issue", seconds, where["pass_"], where["layer"],
+                            where["request"])  # fmt: skip
 
     def _run(self, experts: list[Expert]) -> Generator[Any, Any, None]:
         expert_time, dtype_of, where = self.cost.expert_time, self.dtype_of, self.where
