@@ -315,6 +315,17 @@ class WorkloadConfig(_Frozen):
             "one pass."
         ),
     )
+    schedule: Literal["online", "fixed"] = Field(
+        default="online",
+        description=(
+            "When passes are formed under Poisson or recorded arrivals with batch_size > 1: "
+            "'online' = each step when it starts, from the requests arrived by then, as a "
+            "server's scheduler does (simulate; replay forms the schedule of a machine whose "
+            "steps take no time); 'fixed' = the closed-loop table formed before the run, where "
+            "a pass that admits a request not yet arrived waits for it with the running ones "
+            "(what offline plug-ins that read the whole run ahead, such as Belady, need)."
+        ),
+    )
     max_tokens_per_step: int | None = Field(
         default=None,
         ge=1,

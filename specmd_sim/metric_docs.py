@@ -53,8 +53,9 @@ same preloaded experts as the policy (`static-hot`'s hot set), so the gap is nev
         """\
 A request *arrives* when its first pass may start: closed loop (`workload.arrivals:
 closed-loop`), when that pass starts; with `poisson`, at its drawn arrival time; with `trace`,
-at the trace's recorded `arrival_s` (a pass that admits a request not yet arrived waits for
-it). A request's *first token* ends with the LM head of its last prefill pass; each decode pass
+at the trace's recorded `arrival_s` (the scheduler admits a request into a step only once it
+has arrived; with `workload.schedule: fixed`, a pass that admits a request not yet arrived waits
+for it). A request's *first token* ends with the LM head of its last prefill pass; each decode pass
 gives one more token to each of its requests. Each GPU's compute stream runs one thing at a
 time: an operation (*compute*), a wait for an expert (*stall*: exposed transfer), or nothing
 (*other*: idle, waiting for an arrival). For a window `[t0, t1]`, `compute[t0, t1]` and

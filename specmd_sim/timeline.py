@@ -204,6 +204,21 @@ class SpanRecorder:
         if self.enabled:
             self._spans.extend(rows)
 
+    def renumber_passes(self, firsts: np.ndarray, shifts: np.ndarray) -> None:
+        """Add ``shifts[i]`` to every span's pass from ``firsts[i]`` on (up to the next first;
+        ``firsts`` ascending): passes numbered after the run, once their counts are known."""
+        rows = self._spans.array()
+        if not rows.flags.writeable:
+            rows = rows.copy()
+        passes = rows["pass_"]
+        at = np.searchsorted(firsts, passes, side="right") - 1
+        real = passes >= 0
+        passes[real] += shifts[at[real]]
+        self._spans = PackedRows(SPAN_DTYPE, self._chunk_rows, ("start", "lane"),
+                                 budget=self._budget)  # fmt: skip
+        self._spans.extend(rows)
+        self._span_rows = self._spans.rows
+
     def array(self) -> np.ndarray:
         """The spans sorted by start, then lane, then the order they were added in: the array
         the recorder packed them into, sorted, or, for a run long enough that they were

@@ -42,9 +42,10 @@ if TYPE_CHECKING:
 
 
 @contextlib.contextmanager
-def _progress_bar(engine: str, total: int) -> Iterator[EngineProgress | None]:
-    """A transient progress bar of the run's ``total`` passes on stderr, shown only on a
-    terminal (elsewhere there is none, and rich's live display is not imported)."""
+def _progress_bar(engine: str, total: int, unit: str) -> Iterator[EngineProgress | None]:
+    """A transient progress bar of the run's ``total`` passes (``unit``; tokens where the
+    passes are formed during the run) on stderr, shown only on a terminal (elsewhere there is
+    none, and rich's live display is not imported)."""
     if not sys.stderr.isatty():
         yield None
         return
@@ -53,7 +54,7 @@ def _progress_bar(engine: str, total: int) -> Iterator[EngineProgress | None]:
     columns = (
         TextColumn("[progress.description]{task.description}"),
         BarColumn(),
-        TextColumn("{task.completed}/{task.total} passes"),
+        TextColumn("{task.completed}/{task.total} " + unit),
         TimeRemainingColumn(),
     )
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
@@ -66,6 +67,7 @@ def _execute(
 ) -> None:
     from specmd_sim.runs import check_run_target, default_run_dir, write_run
     from specmd_sim.scenario import build_scenario
+    from specmd_sim.scenario.schedule import is_online
 
     if engine == "simulate":  # only the engine that runs (a replay imports no SimPy)
         from specmd_sim import simulate as run_engine
@@ -80,7 +82,10 @@ def _execute(
         scenario = build_scenario(cfg)
     gc.freeze()  # the set-up's objects stay to the end: the run's collections skip them
     gc.enable()
-    with _progress_bar(engine, scenario.num_passes) as progress:
+    total, unit = scenario.num_passes, "passes"
+    if engine == "simulate" and is_online(cfg):  # (the passes are formed as the run goes)
+        total, unit = sum(int(p.rows.size) for p, _ in scenario.shards), "tokens"
+    with _progress_bar(engine, total, unit) as progress:
 
         def go() -> Any:
             return run_engine(scenario, progress)

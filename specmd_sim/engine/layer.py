@@ -320,7 +320,7 @@ class PlanBlocks:
     def __init__(self, run: RunObjects) -> None:
         self.bulk = BulkPlans(run)
         self.num_layers = run.scenario.trace.num_layers
-        self.num_passes = run.scenario.passes.num_passes
+        self.passes = run.scenario.passes  # (an online schedule's grows as it is formed)
         self.per_block = max(1, self.BLOCK_ROWS // max(1, self.bulk.row_target.size))
         self.lo = self.hi = 0  # the passes of the block in hand
         self.offsets: list[int] = [0]
@@ -329,7 +329,7 @@ class PlanBlocks:
     def plan(self, p: int, layer: int) -> list[int]:
         """Flat expert ids to prefetch after the router of ``layer`` in pass ``p``."""
         while p >= self.hi:
-            self.lo, self.hi = self.hi, min(self.num_passes, self.hi + self.per_block)
+            self.lo, self.hi = self.hi, min(self.passes.num_passes, self.hi + self.per_block)
             offsets, keys = self.bulk.block(self.lo, self.hi)
             self.offsets, self.keys = offsets.tolist(), keys.tolist()
         i = (p - self.lo) * self.num_layers + layer

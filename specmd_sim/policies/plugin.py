@@ -10,7 +10,9 @@ A plug-in gets the run's online view (:class:`~specmd_sim.policies.context.RunCo
 ``self.ctx``. One that needs the future (a bound, an oracle, a profile of the run's own trace)
 declares ``offline = True``: it is then given an
 :class:`~specmd_sim.policies.context.OfflineContext` (its ``__init__`` takes one and keeps what
-it needs of ``ctx.demand``), and the documentation marks it offline.
+it needs of ``ctx.demand``), and the documentation marks it offline. One that reads only the
+pass running (an oracle of the next layers) also declares ``offline_within_pass = True``: it
+runs under an online schedule too, whose passes are formed as the run reaches them.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ class Plugin(Generic[C]):
     description: ClassVar[str]
     source: ClassVar[str]
     offline: ClassVar[bool] = False  # True: given an OfflineContext (the run's future)
+    # True: an offline plug-in that reads only the pass running (the layers ahead of it), so
+    # it also runs where passes are formed during the run (workload.schedule: online)
+    offline_within_pass: ClassVar[bool] = False
 
     config: C
     ctx: RunContext

@@ -2,8 +2,10 @@
 
 - :mod:`.build` — :func:`build_scenario`: load the profile, model and trace and make every
   check that can be made before a run (shapes, GPUs, capacity against the memory budget);
-- :mod:`.passes` — the pass table (batching, chunked prefill, admission order) and the demand
-  set of every (pass, layer), whose concatenation is the access sequence;
+- :mod:`.passes` — the pass table and the demand set of every (pass, layer), whose
+  concatenation is the access sequence;
+- :mod:`.schedule` — the scheduler that forms the passes (batching, chunked prefill, admission
+  order): before the run, or step by step as a timed run reaches them;
 - :mod:`.placement` — where each expert is stored (DRAM or NVMe), its bytes and precision;
 - :mod:`.plugins` — per GPU the run's context, expert cache and plug-ins (:class:`RunObjects`).
 

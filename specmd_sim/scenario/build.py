@@ -19,13 +19,19 @@ from specmd_sim.policies.fit import TrainingRoutes
 from specmd_sim.runtime import RuntimeProfile, load_runtime
 from specmd_sim.scenario.budget import MemoryBudget
 from specmd_sim.scenario.dram import check_dram_cache
-from specmd_sim.scenario.passes import DemandSets, Passes, build_demand, build_passes
+from specmd_sim.scenario.passes import DemandSets, Passes, build_demand
 from specmd_sim.scenario.placement import (
     ExpertSizes,
     Placement,
     expert_sizes,
     place,
     shard_mask,
+)
+from specmd_sim.scenario.schedule import (
+    build_passes,
+    draw_arrivals,
+    is_online,
+    zero_time_passes,
 )
 from specmd_sim.scenario.training import build_training, check_requests
 from specmd_sim.traces.io import load_trace
@@ -49,6 +55,8 @@ class Scenario:
     shards: tuple[tuple[Passes, DemandSets], ...]
     budgets: tuple[MemoryBudget, ...]  # per GPU, what its HBM holds besides the cache
     training: TrainingRoutes | None = None  # what the predictor is fitted on (fit_on)
+    # per GPU, the KV pool's tokens (kv_cache: wait; else None), for the schedules formed in a run
+    kv_pools: tuple[int | None, ...] = ()
 
     @property
     def num_passes(self) -> int:
@@ -82,9 +90,26 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
     pools = _kv_pools(config, model, gpu_nodes, bare, sizes)
     per_token = kv_bytes_per_token(model)
     pool_tokens = [None if pool is None else pool // per_token for pool in pools]
-    passes = build_passes(trace, config.workload, kv_pool_tokens=pool_tokens[0])
-    if passes.num_passes == 0:
+    gpus = len(gpu_nodes)
+    # the closed-loop tables, and with an online schedule those of zero time (module docstring)
+    fixed = [build_passes(trace, config.workload, (g, gpus), pool_tokens[g]) for g in range(gpus)]
+    if fixed[0].num_passes == 0:
         raise SpecmdError(f"trace {config.trace}: expected at least one pass, got none")
+    tables, whole = fixed, fixed[0]
+    if gpus > 1:
+        whole = build_passes(trace, config.workload, kv_pool_tokens=pool_tokens[0])
+    if is_online(config):
+        count = sum(int(np.unique(p.row_request).size) for p in fixed)
+        arrivals = draw_arrivals(config, trace, count, new_rng(config))
+        assert arrivals is not None  # (online: Poisson or recorded arrivals)
+        tables = [
+            zero_time_passes(trace, config.workload, arrivals[g::gpus], (g, gpus), pool_tokens[g])
+            for g in range(gpus)
+        ]
+        whole = tables[0]
+        if gpus > 1:
+            whole = zero_time_passes(trace, config.workload, arrivals, (0, 1), pool_tokens[0])
+    passes = whole
     training = build_training(config, trace, passes)
     demand = build_demand(trace, passes)
     parity = runtime.memory_parity.value
@@ -93,18 +118,14 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
             f"parallel.gpus: expected 1 GPU with runtime {runtime.id}, which keeps memory "
             f"parity (the host holds only what one GPU's cache does not), got {len(gpu_nodes)}"
         )
-    gpus = len(gpu_nodes)
     shards: tuple[tuple[Passes, DemandSets], ...]
     if gpus == 1:
         shards = ((passes, demand),)
     else:
-        parts = [
-            build_passes(trace, config.workload, (g, gpus), pool_tokens[g]) for g in range(gpus)
-        ]
-        shards = tuple((p, build_demand(trace, p)) for p in parts)
-    budgets = tuple(
-        _budget(config, model, bare[g], shard, pools[g]) for g, (shard, _) in enumerate(shards)
-    )
+        shards = tuple((p, build_demand(trace, p)) for p in tables)
+    # (the KV cache's peak as the closed loop fills the batch: an online schedule forms its
+    # passes during the run)
+    budgets = tuple(_budget(config, model, bare[g], fixed[g], pools[g]) for g in range(gpus))
     # a slot count is of the largest expert (mixed precision), as capacity_slots reports it
     capacity = config.cache.capacity_bytes(
         sizes.largest, sizes.routed_bytes, min(b.available for b in budgets)
@@ -115,7 +136,7 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
         check_dram_cache(config, placement, capacity, demand, gpus)
     return Scenario(
         config, profile, runtime, model, trace, passes, demand, capacity, placement, gpu_nodes,
-        shards, budgets, training,
+        shards, budgets, training, tuple(pool_tokens),
     )  # fmt: skip
 
 

@@ -4,12 +4,15 @@ A *pass* is one forward pass through all MoE layers: one decode step of up to
 ``workload.batch_size`` active requests (one token each), or one prefill chunk of
 ``workload.prefill_chunk_tokens`` prompt tokens (0 = the whole prompt) of one request.
 
-The pass table is fixed before the run, so that both engines and offline policies see the same
-access sequence. Requests are admitted in order of first appearance in the trace (their arrival
-order) into ``batch_size`` slots: whenever a slot is free, the next request joins and its prefill
-chunks run as passes of their own (prefill first); then every decode pass takes the next token of
-each active request, in the order they joined; a request leaves after its last token. With
-``batch_size: 1`` this is one request after another.
+Which tokens each pass takes is the scheduler's (:mod:`.schedule`): the table is formed before
+the run (closed loop, or the zero-time schedule of arrivals), so that both engines and offline
+policies see the same access sequence, or step by step during a timed run whose scheduler admits
+only what has arrived (``workload.schedule: online``), into arrays that grow. Requests are
+admitted in order of first appearance in the trace (their arrival order) into ``batch_size``
+slots: whenever a slot is free, the next request joins and its prefill chunks run as passes of
+their own (prefill first); then every decode pass takes the next token of each active request,
+in the order they joined; a request leaves after its last token. With ``batch_size: 1`` this is
+one request after another.
 
 The *demand set* of (pass, layer) is the union of its tokens' selections, ordered by highest
 gate first (the max over the pass's tokens; without gates, the best slot rank, then the number
@@ -20,17 +23,14 @@ both engines follow and offline policies (Belady) read in advance.
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
 
-from specmd_sim.config import WorkloadConfig
-from specmd_sim.errors import SpecmdError
 from specmd_sim.policies.context import AccessSequence
-from specmd_sim.traces.trace import DECODE, PREFILL, Trace
+from specmd_sim.traces.trace import DECODE, Trace
 
 
 @dataclass(frozen=True, eq=False)
@@ -51,6 +51,11 @@ class Passes:
     @property
     def num_passes(self) -> int:
         return int(self.request.size)
+
+    @cached_property
+    def pass_tokens(self) -> np.ndarray:
+        """int64 [P]: each pass's tokens."""
+        return np.diff(self.start)
 
     def tokens(self, p: int) -> int:
         return int(self.start[p + 1] - self.start[p])
@@ -144,220 +149,6 @@ class DemandSets(AccessSequence):
         i = self._largest
         size = int(self.offsets[i + 1] - self.offsets[i])
         return size, i // self.num_layers, i % self.num_layers
-
-
-def build_passes(
-    trace: Trace,
-    workload: WorkloadConfig,
-    share: tuple[int, int] = (0, 1),
-    kv_pool_tokens: int | None = None,
-) -> Passes:
-    """The pass table; ``share = (g, n)`` keeps every n-th request from the g-th on, in arrival
-    order (GPU g's requests when n GPUs serve them round robin). ``workload.scheduler`` picks
-    the builder: :func:`_slot_passes` or :func:`_continuous_passes` (which, with
-    ``kv_cache: wait``, admits requests only while their KV caches fit ``kv_pool_tokens``)."""
-    if workload.scheduler == "continuous":
-        return _continuous_passes(trace, workload, share, kv_pool_tokens)
-    return _slot_passes(trace, workload, share)
-
-
-def _slot_passes(trace: Trace, workload: WorkloadConfig, share: tuple[int, int]) -> Passes:
-    """The pass table of ``scheduler: slots``.
-
-    Built over all rows at once (a long trace has millions): the admissions
-    (:func:`_join_steps`) are the one loop, per request; then a row's pass follows from its
-    request's join step and its index among the request's prefill or decode rows. A decode row
-    ``i`` runs at decode step ``join + i``; the prefill chunks of the requests joining at a step
-    run before that step's decode pass, in order of admission."""
-    ids, admit = _admitted(trace, workload, share)
-    decode = trace.phase == DECODE
-    served = np.flatnonzero(admit >= 0)
-    # the rows of each request, prefill then decode, in trace order within each
-    block = admit[served] * 2 + decode[served]
-    by_block = np.argsort(block, kind="stable")
-    rows, block = served[by_block], block[by_block]
-    sizes = np.bincount(block, minlength=2 * ids.size)
-    index = np.arange(rows.size) - (np.cumsum(sizes) - sizes)[block]  # within the request's phase
-    req, dec = block // 2, block % 2 == 1
-    prefill_n, decode_n = sizes[0::2], sizes[1::2]
-    join = np.asarray(_join_steps(decode_n.tolist(), workload.batch_size), np.int64)
-    step = join[req] + np.where(dec, index, 0)
-    order = np.argsort(step * 2 + dec, kind="stable")  # stable: by admission, then index
-    rows, req, dec, index, step = rows[order], req[order], dec[order], index[order], step[order]
-    chunk = workload.prefill_chunk_tokens or np.maximum(prefill_n, 1)[req]
-    part = np.where(dec, -1, req * (rows.size + 1) + index // chunk)  # a prefill chunk's id
-    new = np.ones(rows.size, bool)
-    new[1:] = (step[1:] != step[:-1]) | (dec[1:] != dec[:-1]) | (part[1:] != part[:-1])
-    start = np.append(np.flatnonzero(new), rows.size)
-    first, last = start[:-1], start[1:] - 1
-    position = np.where(dec, prefill_n[req], 0) + index + 1  # among the request's tokens
-    attended = np.add.reduceat(position, first)
-    in_decode = dec[first]
-    return Passes(
-        rows=rows.astype(np.int64),
-        start=start.astype(np.int64),
-        request=ids[req[first]].astype(np.int32),
-        phase=np.where(in_decode, DECODE, PREFILL).astype(np.uint8),
-        context_end=np.where(in_decode, position[first], position[last]).astype(np.int64),
-        first_token=~in_decode & (position[last] == prefill_n[req[last]]),
-        row_request=ids[req].astype(np.int32),
-        attended=attended.astype(np.int64),
-        kv_tokens=np.where(in_decode, attended, position[last]).astype(np.int64),
-        joins=np.logical_or.reduceat(position == 1, first),
-        row_phase=np.where(dec, DECODE, PREFILL).astype(np.uint8),
-        row_first=~dec & (position == prefill_n[req]),
-    )
-
-
-def _continuous_passes(
-    trace: Trace, workload: WorkloadConfig, share: tuple[int, int], kv_pool_tokens: int | None
-) -> Passes:
-    """The pass table of ``scheduler: continuous``, one pass per scheduler step (vLLM's V1
-    scheduler, as its docs describe it, with FCFS admission):
-
-    - the running requests, in the order they joined, each take their next decode token, or
-      (still in their prompt) their next prompt tokens, at most ``prefill_chunk_tokens`` (when
-      not 0) and what the step's token budget (``max_tokens_per_step``) has left;
-    - then waiting requests join, in arrival order, while fewer than ``batch_size`` run and the
-      budget has tokens left, each taking its first prompt tokens the same way (a request
-      without a prompt its first decode token); with ``kv_pool_tokens`` (``kv_cache: wait``)
-      the next request joins only when its whole length fits beside the running requests'
-      whole lengths (a request that cannot join blocks those behind it: FCFS);
-    - a request whose prompt ends in a step gets its first token there and decodes from the
-      next step; after its last decode token (or its prompt, without any) it leaves.
-    """
-    ids, admit = _admitted(trace, workload, share)
-    served = np.flatnonzero(admit >= 0)
-    decode = trace.phase == DECODE
-    # the rows of each request: prompt rows, then decode rows, each in trace order
-    order = np.lexsort((served, decode[served], admit[served]))
-    by_request = served[order]
-    n = ids.size
-    prompt_n = np.bincount(admit[served], ~decode[served], n).astype(np.int64)
-    length = np.bincount(admit[served], minlength=n).astype(np.int64)
-    begin = np.cumsum(length) - length
-    if kv_pool_tokens is not None and n and int(length.max()) > kv_pool_tokens:
-        r = int(np.argmax(length))
-        raise SpecmdError(
-            f"workload.kv_cache: wait: expected every request's KV cache to fit the pool that "
-            f"cache.capacity leaves ({kv_pool_tokens} tokens), got request {int(ids[r])} with "
-            f"{int(length[r])} tokens; lower cache.capacity or use kv_cache: evict"
-        )
-    budget_step = workload.max_tokens_per_step or int(length.sum()) + 1
-    chunk = workload.prefill_chunk_tokens or budget_step
-    done = np.zeros(n, np.int64)  # tokens of each request run so far
-    running: list[int] = []
-    reserved, waiting = 0, 0  # whole lengths of the running requests; next to join
-    taken: list[tuple[int, int, int]] = []  # (request, first token index, count), step by step
-    steps: list[int] = []  # taken entries before each step
-    while waiting < n or running:
-        steps.append(len(taken))
-        budget = budget_step
-        for r in running:
-            if budget == 0:
-                break
-            count = 1 if done[r] >= prompt_n[r] else min(prompt_n[r] - done[r], chunk, budget)
-            taken.append((r, int(done[r]), int(count)))
-            budget -= count
-        while waiting < n and len(running) < workload.batch_size and budget > 0:
-            r = waiting
-            if kv_pool_tokens is not None and reserved + length[r] > kv_pool_tokens:
-                break
-            count = min(prompt_n[r], chunk, budget) if prompt_n[r] else 1
-            taken.append((r, 0, int(count)))
-            budget -= count
-            running.append(r)
-            reserved += int(length[r])
-            waiting += 1
-        for r, first, count in taken[steps[-1] :]:
-            done[r] = first + count
-        finished = [r for r in running if done[r] >= length[r]]
-        reserved -= int(length[finished].sum()) if finished else 0
-        running = [r for r in running if done[r] < length[r]]
-    steps.append(len(taken))
-    return _passes_of_steps(by_request, begin, prompt_n, ids, taken, steps)
-
-
-def _passes_of_steps(
-    by_request: np.ndarray,
-    begin: np.ndarray,
-    prompt_n: np.ndarray,
-    ids: np.ndarray,
-    taken: list[tuple[int, int, int]],
-    steps: list[int],
-) -> Passes:
-    """The pass table of scheduler steps: ``taken[steps[p]:steps[p + 1]]`` are pass p's
-    (request, first token index, count) entries, over each request's rows ``by_request[
-    begin[r]:]`` (prompt rows first)."""
-    entries = np.array(taken, np.int64).reshape(-1, 3)
-    req, first, count = entries[:, 0], entries[:, 1], entries[:, 2]
-    rows_of_entry = np.repeat(np.arange(req.size), count)
-    index = first[rows_of_entry] + (
-        np.arange(rows_of_entry.size) - np.repeat(np.cumsum(count) - count, count)
-    )  # each row's index among its request's tokens
-    row_req = req[rows_of_entry]
-    sizes = np.add.reduceat(count, np.asarray(steps[:-1], np.int64)) if req.size else count
-    start = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
-    first_row = start[:-1]
-    position = index + 1
-    dec = index >= prompt_n[row_req]
-    pass_of_row = np.repeat(np.arange(sizes.size), sizes)
-    # per (pass, request): its last position in the pass, summed per pass
-    boundary = np.ones(row_req.size, bool)
-    boundary[:-1] = (row_req[1:] != row_req[:-1]) | (pass_of_row[1:] != pass_of_row[:-1])
-    kv = np.bincount(pass_of_row[boundary], position[boundary], sizes.size)
-    # the first request's context: its last row in the pass (entries of one request are one run)
-    first_end = np.flatnonzero(boundary)[np.searchsorted(np.flatnonzero(boundary), first_row)]
-    return Passes(
-        rows=by_request[begin[row_req] + index].astype(np.int64),
-        start=start,
-        request=ids[row_req[first_row]].astype(np.int32),
-        phase=np.where(np.logical_or.reduceat(dec, first_row), DECODE, PREFILL).astype(np.uint8),
-        context_end=position[first_end].astype(np.int64),
-        first_token=np.logical_or.reduceat(~dec & (position == prompt_n[row_req]), first_row),
-        row_request=ids[row_req].astype(np.int32),
-        attended=np.add.reduceat(position, first_row).astype(np.int64),
-        kv_tokens=kv.astype(np.int64),
-        joins=np.logical_or.reduceat(position == 1, first_row),
-        row_phase=np.where(dec, DECODE, PREFILL).astype(np.uint8),
-        row_first=~dec & (position == prompt_n[row_req]),
-    )
-
-
-def _admitted(
-    trace: Trace, workload: WorkloadConfig, share: tuple[int, int]
-) -> tuple[np.ndarray, np.ndarray]:
-    """The served request ids in order of admission (of first appearance, filtered by
-    ``workload.requests``, ``max_requests`` and ``share``), and for each trace row the
-    admission index of its request (-1: not served)."""
-    ids, first, inverse = np.unique(trace.request, return_index=True, return_inverse=True)
-    order = np.argsort(first)
-    if workload.requests is not None:
-        order = order[np.isin(ids[order], workload.requests)]
-    if workload.max_requests is not None:
-        order = order[: workload.max_requests]
-    order = order[share[0] :: share[1]]
-    index = np.full(ids.size, -1, np.int64)
-    index[order] = np.arange(order.size)
-    return ids[order], index[inverse.reshape(-1)]
-
-
-def _join_steps(decode_tokens: list[int], batch_size: int) -> list[int]:
-    """Per request, in admission order, the decode step (decode passes before it) at which it
-    joins: the first at which fewer than ``batch_size`` requests decode. A request decodes from
-    its join step for its decode tokens, then frees its slot; one without decode tokens takes
-    none (it runs its prefill chunks and leaves)."""
-    step, joins = 0, []
-    leave: list[int] = []  # a heap: the steps at which the decoding requests leave
-    for tokens in decode_tokens:
-        if len(leave) == batch_size:
-            step = heapq.heappop(leave)
-        while leave and leave[0] <= step:
-            heapq.heappop(leave)
-        joins.append(step)
-        if tokens:
-            heapq.heappush(leave, step + tokens)
-    return joins
 
 
 _CHUNK = 1 << 18

@@ -37,6 +37,7 @@ from specmd_sim.scenario.budget import capacity_schedule
 from specmd_sim.scenario.build import Scenario, kv_bytes_per_token, new_rng
 from specmd_sim.scenario.dram import DramObjects, needs_sequence, stage_path
 from specmd_sim.scenario.placement import TIER_NVME, shard_mask
+from specmd_sim.scenario.schedule import OnlineSchedule, draw_arrivals
 
 
 @dataclass(eq=False)
@@ -56,6 +57,8 @@ class RunObjects:
     dram: DramObjects | None = None  # the DRAM level (memory.dram_cache); None = a static tier
     # the cache's capacity in each of its passes (workload.kv_cache: evict); None = fixed
     capacities: np.ndarray | None = None
+    # its passes formed as the timing engine runs (workload.schedule: online); None = fixed
+    schedule: OnlineSchedule | None = None
 
 
 def build_run(
@@ -77,8 +80,11 @@ def build_runs(
     scenario: Scenario,
     warm: list[int] | None = None,
     dram_sequence: AccessSequence | None = None,
+    online: bool = False,
 ) -> list[RunObjects]:
-    """One :class:`RunObjects` per GPU of ``config.parallel``.
+    """One :class:`RunObjects` per GPU of ``config.parallel``; ``online``: each GPU's passes
+    are formed as the timing engine runs (:func:`~specmd_sim.scenario.schedule.is_online`),
+    from an :class:`~specmd_sim.scenario.schedule.OnlineSchedule`, not the scenario's.
 
     Randomness: the run's one generator first draws the Poisson arrivals (so both engines and
     every plug-in see the same stream); with one GPU the plug-ins then draw from it, with
@@ -87,14 +93,58 @@ def build_runs(
     config = scenario.config
     gpus = len(scenario.gpus)
     rng = new_rng(config)
-    arrivals = _arrivals(scenario, rng)
+    arrivals = None
+    if config.workload.arrivals != "closed-loop":  # (np.unique loads numpy.ma: not otherwise)
+        requests = sum(np.unique(p.row_request).size for p, _ in scenario.shards)
+        arrivals = draw_arrivals(config, scenario.trace, requests, rng)
+    if online:
+        assert arrivals is not None, "an online schedule has arrivals"
+        _check_online(scenario)
     rngs = [rng] if gpus == 1 else rng.spawn(gpus)
     runs = []
     for g, (passes, demand) in enumerate(scenario.shards):
-        sub = dataclasses.replace(scenario, passes=passes, demand=demand)
         mine = None if arrivals is None else arrivals[g::gpus]
-        runs.append(_build_gpu(sub, g, rngs[g], mine, warm, dram_sequence))
+        schedule = None
+        if online:
+            assert mine is not None
+            schedule = OnlineSchedule(scenario.trace, config.workload, mine, (g, gpus),
+                                      scenario.kv_pools[g])  # fmt: skip
+            passes, demand = schedule.passes, schedule.demand
+        sub = dataclasses.replace(scenario, passes=passes, demand=demand)
+        runs.append(_build_gpu(sub, g, rngs[g], mine, warm, dram_sequence, schedule))
     return runs
+
+
+def _check_online(scenario: Scenario) -> None:
+    """An online schedule's passes do not exist before the run: refuse, in one line each, what
+    needs them all in advance (plug-ins that read the run's accesses beyond the pass running,
+    the DRAM level's offline policies, the Belady gap)."""
+    config = scenario.config
+    why = "which an online schedule forms during the run (workload.schedule: online)"
+    fix = "use workload.schedule: fixed (the closed-loop table) or workload.arrivals: closed-loop"
+    for field, registry, plugin in (
+        ("eviction", EVICTION, config.eviction),
+        ("prefetch", PREFETCH, config.prefetch),
+        ("predictor", PREDICTORS, config.predictor),
+        ("miss", MISS, config.miss),
+    ):
+        cls = registry.get(plugin.kind)
+        if cls.offline and not cls.offline_within_pass:
+            raise SpecmdError(
+                f"{field}.kind: expected a plug-in that does not read the run's accesses in "
+                f"advance, {why}, got {plugin.kind!r} (offline); {fix}"
+            )
+    if config.belady_gap:
+        raise SpecmdError(
+            f"belady_gap: expected false, {why}: the bound is of a fixed access sequence, got "
+            f"true; {fix}"
+        )
+    dram = config.memory.dram_cache
+    if dram is not None and needs_sequence(config):
+        raise SpecmdError(
+            f"memory.dram_cache.eviction: expected a policy that does not read the run's "
+            f"accesses in advance, {why}, got {dram.eviction.kind!r}; {fix}"
+        )
 
 
 def expert_sources(scenario: Scenario, g: int) -> tuple[tuple[TransferPath, ...], np.ndarray]:
@@ -121,26 +171,6 @@ def expert_sources(scenario: Scenario, g: int) -> tuple[tuple[TransferPath, ...]
     return copied, source
 
 
-def _arrivals(scenario: Scenario, rng: np.random.Generator) -> np.ndarray | None:
-    """Arrival time of every request in admission order (all GPUs), or None (closed loop)."""
-    workload = scenario.config.workload
-    if workload.arrivals == "closed-loop":
-        return None
-    # every request of every GPU (several may join in one pass)
-    requests = sum(np.unique(p.row_request).size for p, _ in scenario.shards)
-    if workload.arrivals == "poisson":
-        assert workload.arrival_rate_per_s is not None  # the config requires it for poisson
-        gaps = rng.exponential(1.0 / workload.arrival_rate_per_s, requests)
-        return np.cumsum(gaps)
-    recorded = scenario.trace.request_arrivals()  # arrivals: trace
-    if recorded is None:
-        raise SpecmdError(
-            f"workload.arrivals: expected a trace with arrival_s for 'trace', got "
-            f"{scenario.config.trace!r} without it; use closed-loop or poisson"
-        )
-    return recorded[:requests]
-
-
 def _build_gpu(
     scenario: Scenario,
     g: int,
@@ -148,6 +178,7 @@ def _build_gpu(
     arrivals: np.ndarray | None,
     warm: list[int] | None,
     dram_sequence: AccessSequence | None,
+    schedule: OnlineSchedule | None = None,
 ) -> RunObjects:
     config = scenario.config
     views = run_views(scenario, g, rng)
@@ -172,13 +203,38 @@ def _build_gpu(
         dram = _build_dram(scenario, ctx, dram_sequence)
     capacities = None
     if config.workload.kv_cache == "evict":
-        capacities = capacity_schedule(
-            scenario.capacity_bytes, scenario.budgets[g], scenario.passes.kv_resident,
-            kv_bytes_per_token(scenario.model),
-        )  # fmt: skip
+        capacities = _capacities(scenario, g, schedule)
     return RunObjects(
-        scenario, ctx, cache, eviction, prefetch, predictor, miss, arrivals, dram, capacities
-    )
+        scenario, ctx, cache, eviction, prefetch, predictor, miss, arrivals, dram, capacities,
+        schedule,
+    )  # fmt: skip
+
+
+def _capacities(scenario: Scenario, g: int, schedule: OnlineSchedule | None) -> np.ndarray:
+    """The expert cache's capacity in each pass of GPU ``g`` as the KV cache grows (``kv_cache:
+    evict``); with an online schedule, filled in as its passes are formed."""
+    budget, per_token = scenario.budgets[g], kv_bytes_per_token(scenario.model)
+    if schedule is None:
+        return capacity_schedule(scenario.capacity_bytes, budget, scenario.passes.kv_resident,
+                                 per_token)  # fmt: skip
+    out = np.zeros(scenario.passes.request.size, np.int64)
+    least = int(scenario.placement.largest)
+
+    def formed(lo: int, hi: int) -> None:
+        kv = schedule.passes.kv_resident[lo:hi]
+        out[lo:hi] = capacity_schedule(scenario.capacity_bytes, budget, kv, per_token)
+        low = int(out[lo:hi].min())
+        if low < least:
+            p = lo + int(np.argmin(out[lo:hi]))
+            raise SpecmdError(
+                f"workload.kv_cache: evict: expected the expert cache to keep room for at least "
+                f"one expert ({least:,} bytes) beside the KV cache, got {max(low, 0):,} bytes at "
+                f"pass {p} ({int(kv[p - lo]):,} KV tokens); lower workload.batch_size or use a "
+                f"larger GPU"
+            )
+
+    schedule.on_formed.append(formed)
+    return out
 
 
 def _build_dram(
@@ -243,7 +299,7 @@ def run_views(scenario: Scenario, g: int, rng: np.random.Generator) -> RunViews:
     table = PassTable(
         request=passes.request,
         phase=passes.phase,
-        tokens=np.diff(passes.start),
+        tokens=passes.pass_tokens,
         context_end=passes.context_end,
         attended=passes.attended,
         kv_tokens=passes.kv_tokens,

@@ -12,7 +12,8 @@ from specmd_sim.config import SimConfig
 from specmd_sim.errors import SpecmdError
 from specmd_sim.policies.context import PassTable
 from specmd_sim.policies.fit import FitOn, TrainingRoutes
-from specmd_sim.scenario.passes import Passes, build_demand, build_passes
+from specmd_sim.scenario.passes import Passes, build_demand
+from specmd_sim.scenario.schedule import build_passes
 from specmd_sim.traces.io import load_trace, resolve_trace_path
 from specmd_sim.traces.trace import Trace
 

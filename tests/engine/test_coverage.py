@@ -42,7 +42,7 @@ def _user_policy() -> Iterator[None]:
     """Both engines' runs built with :class:`MyPolicy` in place of their LRU eviction."""
     with (
         mock.patch.object(R, "build_run", lambda *a: _own(build_run(*a))),
-        mock.patch.object(S, "build_runs", lambda *a: [_own(r) for r in build_runs(*a)]),
+        mock.patch.object(S, "build_runs", lambda *a, **k: [_own(r) for r in build_runs(*a, **k)]),
     ):
         yield
 

@@ -231,7 +231,7 @@ def test_near_instant_timing_makes_replays_decisions_under_kv_pressure(
     from specmd_sim.config import WorkloadConfig
     from specmd_sim.models import load_model
     from specmd_sim.runtime import load_runtime
-    from specmd_sim.scenario.passes import build_passes
+    from specmd_sim.scenario.schedule import build_passes
 
     trace, overrides = workload
     model = load_model(MODEL)

@@ -234,6 +234,9 @@ GPUS = {
     "3 replicas, copies on the compute stream, poisson": {
         "parallel": {"gpus": 3}, "runtime": "hf-eager", "cache": {"capacity": 50},
         "workload": {"arrivals": "poisson", "arrival_rate_per_s": 40.0}},
+    "3 replicas, batch 2, poisson: passes formed online": {
+        "parallel": {"gpus": 3}, "cache": {"capacity": 50},
+        "workload": {"batch_size": 2, "arrivals": "poisson", "arrival_rate_per_s": 40.0}},
     "2 sharded, batch 3, least-stale by layer": {
         "parallel": {"gpus": 2, "mode": "expert-sharded"}, "workload": {"batch_size": 3},
         "eviction": {"kind": "least-stale", "order": "layer"}, "cache": {"capacity": 60}},

@@ -8,7 +8,7 @@ import pytest
 from specmd_sim import SimConfig, replay, simulate
 from specmd_sim.config import WorkloadConfig
 from specmd_sim.errors import SpecmdError
-from specmd_sim.scenario.passes import build_passes
+from specmd_sim.scenario.schedule import build_passes
 from specmd_sim.traces import make_trace
 
 
@@ -103,19 +103,28 @@ def test_poisson_needs_a_rate() -> None:
         build_config({"workload": {"arrivals": "poisson"}})
 
 
-def test_waiting_for_an_arrival_is_other_time(small_trace) -> None:
-    """Batch 2: the pass admitting request 1 waits for its arrival; request 0, already
-    decoding, sees that idle time as *other* in its TPOT."""
+@pytest.mark.parametrize("schedule", ["fixed", "online"])
+def test_waiting_for_an_arrival_is_other_time(small_trace, schedule: str) -> None:
+    """Batch 2 with the fixed table: the pass admitting request 1 waits for its arrival;
+    request 0, already decoding, sees that idle time as *other* in its TPOT. Online, request
+    0 decodes on meanwhile and request 1 joins a step after it has arrived: nothing waits."""
     result = simulate(
         SimConfig(
             trace=str(small_trace("olmoe-1b-7b", requests=2)),
-            workload={"arrivals": "poisson", "arrival_rate_per_s": 1.0, "batch_size": 2},
+            workload={
+                "arrivals": "poisson",
+                "arrival_rate_per_s": 1.0,
+                "batch_size": 2,
+                "schedule": schedule,
+            },
             timing={"record_spans": False},
         )
     )
     req = result.per_request
     assert req["arrival_s"][1] > req["arrival_s"][0] + req["ttft_s"][0]  # after 0's first token
     idle = req["arrival_s"][1] - (req["arrival_s"][0] + req["ttft_s"][0])
+    if schedule == "online":
+        idle = 0.0
     assert req["tpot_other_s"][0] * req["decode_tokens"][0] == pytest.approx(idle, rel=1e-9)
     assert result.metrics["tpot_other_s"] == 0.0  # decode passes themselves never wait
 

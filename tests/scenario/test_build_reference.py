@@ -21,7 +21,8 @@ from specmd_sim.config import WorkloadConfig
 from specmd_sim.errors import SpecmdError
 from specmd_sim.scenario import passes as passes_module
 from specmd_sim.scenario import placement
-from specmd_sim.scenario.passes import Passes, build_demand, build_passes
+from specmd_sim.scenario.passes import Passes, build_demand
+from specmd_sim.scenario.schedule import build_passes
 from specmd_sim.traces import make_trace
 from specmd_sim.traces import trace as trace_module
 from specmd_sim.traces.trace import DECODE, PREFILL, Trace

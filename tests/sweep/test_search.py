@@ -22,6 +22,7 @@ from support.cli import cli
 from specmd_sim import build_config, simulate
 from specmd_sim.errors import SpecmdError
 from specmd_sim.runs import read_result
+from specmd_sim.scenario.schedule import is_online
 from specmd_sim.sweep import expand, load_spec, read_rows, run_sweep
 from specmd_sim.sweep.search import RateSearch, run_search, runs_needed, search_rate
 
@@ -179,10 +180,14 @@ def test_bad_searches_are_one_line(
     assert not (tmp_path / "o").exists()
 
 
-def test_the_example_spec_is_a_search() -> None:
-    spec = load_spec(Path(__file__).parents[2] / "examples" / "sweep-slo.yaml")
+@pytest.mark.parametrize("name", ["sweep-slo.yaml", "sweep-slo-batch8.yaml"])
+def test_the_example_specs_are_searches(name: str) -> None:
+    spec = load_spec(Path(__file__).parents[2] / "examples" / name)
     points = expand(spec)
     assert spec.search is not None and len(points) == 2
     for point in points:
         assert point.config.workload.arrivals == "poisson" and point.config.slo is not None
         assert point.config.workload.arrival_rate_per_s == spec.search.min_rate_per_s
+    if name == "sweep-slo-batch8.yaml":  # the schedule formed online, and before the run
+        assert [p.config.workload.schedule for p in points] == ["online", "fixed"]
+        assert {is_online(p.config) for p in points} == {True, False}

@@ -98,7 +98,9 @@ class BulkPlans:
             )
         self.num_layers = run.ctx.num_layers
         self.num_experts = run.ctx.num_experts
-        self.num_passes = run.scenario.passes.num_passes
+        self.passes = (
+            run.scenario.passes
+        )  # (an online schedule's grows: blocks are of passes formed)
         self.rng = run.ctx.rng
         self.demand = run.scenario.demand
         self.next_pass = 0
@@ -137,10 +139,11 @@ class BulkPlans:
         passes pass_lo..pass_hi-1 in order, keys[offsets[i]:offsets[i+1]] is exactly the list
         run.prefetch.plan(p, layer, run.predictor, run.cache) returns, and the run's rng is left
         exactly as those calls in that order would leave it. Blocks are asked in pass order."""
-        if pass_lo != self.next_pass or not pass_lo <= pass_hi <= self.num_passes:
+        formed = self.passes.num_passes
+        if pass_lo != self.next_pass or not pass_lo <= pass_hi <= formed:
             raise ValueError(
                 f"expected the block from pass {self.next_pass} (blocks follow each other), "
-                f"up to at most {self.num_passes}; got passes {pass_lo}..{pass_hi}"
+                f"up to at most {formed}; got passes {pass_lo}..{pass_hi}"
             )
         self.next_pass = pass_hi
         passes, width, layers = pass_hi - pass_lo, self.row_target.size, self.num_layers

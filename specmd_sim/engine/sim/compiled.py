@@ -113,10 +113,13 @@ def run_compiled(
                 f"{int(IS[g, T.I_DEC_PASS])}, layer {int(IS[g, T.I_DEC_LAYER])} with nothing "
                 "left to happen"
             )
-        report_progress(progress, int(core.state.IS[:, T.I_PASS].sum()), core.total)
+        report_progress(progress, *core.progress)
         if outcome == T.OK:
             break
-        blocks[outcome - T.REFILL].next()
+        g = outcome - T.REFILL
+        if blocks[g].hi == blocks[g].passes.num_passes and core.schedules[g] is not None:
+            core.form(g, float(core.state.FG[T.FG_NOW]))
+        blocks[g].next()
         outcome = core.run(blocks)
     core.finish()
 
@@ -131,9 +134,12 @@ class _Core:
         self.layers = layers = sc0.trace.num_layers
         keys = [np.ascontiguousarray(g.objs.scenario.demand.keys, np.int64) for g in gpus]
         offsets = [np.ascontiguousarray(g.objs.scenario.demand.offsets, np.int64) for g in gpus]
-        self.demand = keys, offsets
         self.all_keys = keys[0] if G == 1 else np.concatenate(keys)
         self.all_offsets = offsets[0] if G == 1 else np.concatenate(offsets)
+        # each GPU's, as views of the arrays the core reads (an online schedule's passes are
+        # copied in as they are formed: :meth:`formed`)
+        self.demand = _views(self.all_keys, keys), _views(self.all_offsets, offsets)
+        self.schedules = [g.objs.schedule for g in gpus]
         # (numba is loaded for the core anyway: its JIT, not the replay's module built ahead)
         states = [kernel_state(g.objs, K=kernel) for g in gpus]
         self.S3 = np.stack([s for s, _ in states])
@@ -141,16 +147,22 @@ class _Core:
         self.after2 = np.zeros((G, max(1, max(a.size for _, a in states))), np.int64)
         for g, (_, after) in enumerate(states):
             self.after2[g, : after.size] = after
-        tables = [_pass_tables(g.objs, g.cost, g.tally) for g in gpus]
-        self.PF = np.concatenate([t[0] for t in tables])
-        self.PI = np.concatenate([t[1] for t in tables])
-        self.passes = passes = [g.objs.scenario.passes.num_passes for g in gpus]
-        self.total = sum(passes)
+        # room for each GPU's passes (an online schedule's: for every pass it may form)
+        room = [g.objs.scenario.passes.request.size for g in gpus]
+        self.PF = np.full((sum(room), 4), -1.0)
+        self.PF[:, T.PF_WAIT] = -np.inf
+        self.PI = np.zeros((sum(room), 2), np.int64)
         B = self.B = np.zeros((G, T.B_SIZE), np.int64)
         B[:, T.B_KEY0] = np.cumsum([0] + [k.size for k in keys])[:-1]
         B[:, T.B_OFF0] = np.cumsum([0] + [o.size for o in offsets])[:-1]
-        B[:, T.B_PASS0] = np.cumsum([0, *passes])[:-1]
-        B[:, T.B_NPASS] = passes
+        B[:, T.B_PASS0] = np.cumsum([0, *room])[:-1]
+        for g, gpu in enumerate(gpus):
+            _pass_tables(gpu.objs, gpu.cost, gpu.tally, self.table_rows(g), 0,
+                         gpu.objs.scenario.passes.num_passes)  # fmt: skip
+        # an online schedule's stream never ends at a count, until its last pass is formed
+        B[:, T.B_NPASS] = [
+            room[g] + 1 if s is not None else room[g] for g, s in enumerate(self.schedules)
+        ]
         B[:, T.B_LANE] = [g.compute_lane for g in gpus]
         self._paths()
         engines = len(gpus[0].fetcher.copy_lanes)
@@ -213,6 +225,33 @@ class _Core:
             back_busy=np.zeros((G, back_engines)),
             back_bytes=np.zeros((G, back_engines), np.int64), used_paths=self.used_paths,
         )  # fmt: skip
+
+    def table_rows(self, g: int) -> tuple[np.ndarray, np.ndarray]:
+        """GPU ``g``'s rows of the per-pass tables (views)."""
+        base = int(self.B[g, T.B_PASS0])
+        return self.PF[base:], self.PI[base:]
+
+    def form(self, g: int, now: float) -> bool:
+        """GPU ``g``'s stream is ready, at ``now``, for a pass its online schedule has not
+        formed: form the next step's passes and copy them in; False (the stream ends there)
+        when every request has left."""
+        schedule = self.schedules[g]
+        assert schedule is not None
+        lo = schedule.passes.num_passes
+        if not schedule.form(now):
+            self.B[g, T.B_NPASS] = lo
+            return False
+        hi = schedule.passes.num_passes
+        demand, layers = schedule.demand, self.layers
+        keys, offsets = self.demand[0][g], self.demand[1][g]
+        a, b = int(demand.offsets[lo * layers]), int(demand.offsets[hi * layers])
+        keys[a:b] = demand.keys[a:b]
+        offsets[lo * layers + 1 : hi * layers + 1] = demand.offsets[
+            lo * layers + 1 : hi * layers + 1
+        ]
+        gpu = self.gpus[g]
+        _pass_tables(gpu.objs, gpu.cost, gpu.tally, self.table_rows(g), lo, hi)
+        return True
 
     def _paths(self) -> None:
         """The GPUs' transfer paths, numbered across the GPUs (``path_base``: each GPU's first),
@@ -288,10 +327,22 @@ class _Core:
             _record(out, IG, self.spans, [g.fetcher for g in gpus], self.names)
         return int(outcome)
 
+    @property
+    def progress(self) -> tuple[int, int]:
+        """(passes run, passes in all) over the GPUs; with online schedules, (tokens run, tokens
+        in all): how many passes they form is not known before the run."""
+        done = self.state.IS[:, T.I_PASS]
+        schedules = [s for s in self.schedules if s is not None]
+        if not schedules:
+            return int(done.sum()), int(self.B[:, T.B_NPASS].sum())
+        rows = [s.passes.start[min(int(p), s.passes.num_passes)] for s, p in
+                zip(schedules, done, strict=True)]  # fmt: skip
+        return int(sum(rows)), sum(s.total_rows for s in schedules)
+
     def finish(self) -> None:
         """The tallies' sums, the paths used, the cache counters and the network's."""
         for g, gpu in enumerate(self.gpus):
-            base, n = int(self.B[g, T.B_PASS0]), self.passes[g]
+            base, n = int(self.B[g, T.B_PASS0]), int(self.B[g, T.B_NPASS])
             sums = self.sums
             _fill_tally(gpu.tally, sums.TL[g], sums.TP[base : base + n], sums.engine_busy[g],
                         sums.engine_bytes[g], self.state.FS[g], n)  # fmt: skip
@@ -321,7 +372,7 @@ class _Blocks:
     ) -> None:
         sc = objs.scenario
         self.offsets, self.layers = offsets, sc.trace.num_layers
-        self.total = sc.passes.num_passes
+        self.passes = sc.passes  # (an online schedule's grows: blocks are of passes formed)
         self.plans = BulkPlans(objs) if objs.prefetch.lookahead > 0 else None
         scores_per_pass = self.layers * objs.prefetch.lookahead * sc.trace.num_experts
         self.most = max(1, _BLOCK_SCORES // max(1, scores_per_pass))  # passes whose plans ...
@@ -334,9 +385,10 @@ class _Blocks:
     def next(self) -> None:
         """Move on to the next block (the first, at the start)."""
         lo, layers, offsets = self.hi, self.layers, self.offsets
+        total = self.passes.num_passes
         target = offsets[lo * layers] + self.accesses
-        hi = int(np.searchsorted(offsets[::layers][: self.total + 1], target, side="right"))
-        hi = min(self.total, max(lo + 1, hi - 1), lo + self.most)
+        hi = int(np.searchsorted(offsets[::layers][: total + 1], target, side="right"))
+        hi = min(total, max(lo + 1, hi - 1), lo + self.most)
         if self.plans is None or lo == hi:
             self.plan_offsets, self.plan_keys = np.zeros((hi - lo) * layers + 1, np.int64), _EMPTY
         else:
@@ -344,6 +396,12 @@ class _Blocks:
         self.first_access = int(offsets[lo * layers])
         self.times = self.expert_times.block(self.first_access, int(offsets[hi * layers]))
         self.lo, self.hi = lo, hi
+
+
+def _views(whole: np.ndarray, parts: list[np.ndarray]) -> list[np.ndarray]:
+    """``parts``, which ``whole`` concatenates (or is, with one), as views of it."""
+    ends = np.cumsum([part.size for part in parts])
+    return [whole[end - part.size : end] for part, end in zip(parts, ends, strict=True)]
 
 
 def _by_gpu(rows: np.ndarray, gpus: int) -> list[tuple[int, np.ndarray]]:
@@ -386,20 +444,22 @@ def _buffers(
 
 
 def _pass_tables(
-    objs: RunObjects, cost: CostModel, tally: GpuTally
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per pass, the stream's kernel times (attention, dense layers and LM head; -1: none) and
-    the arrival it waits for (:meth:`GpuStream._admit`), its phase, request and number in the
-    spans; the arrivals of recorded or Poisson requests go into ``tally`` (a closed loop's
-    once the passes' start times are known)."""
+    objs: RunObjects,
+    cost: CostModel,
+    tally: GpuTally,
+    tables: tuple[np.ndarray, np.ndarray],
+    lo: int,
+    hi: int,
+) -> None:
+    """Into ``tables`` (PF, PI), for passes ``lo .. hi - 1``: the stream's kernel times
+    (attention, dense layers and LM head; -1: none) and the arrival it waits for
+    (:meth:`GpuStream._admit`), its phase and request; the arrivals of recorded or Poisson
+    requests go into ``tally`` (a closed loop's once the passes' start times are known)."""
     sc = objs.scenario
     passes = sc.passes
-    n = passes.num_passes
-    PF = np.full((n, 4), -1.0)
-    PI = np.zeros((n, 2), np.int64)
-    PF[:, T.PF_WAIT] = -np.inf
+    PF, PI = tables
     arrival, arrivals = tally.arrival, objs.arrivals
-    for p in range(n):
+    for p in range(lo, hi):
         if passes.joins[p] and arrivals is not None:
             for r in passes.requests_of(p):
                 if r not in arrival:
@@ -412,7 +472,6 @@ def _pass_tables(
         if t_head is not None:
             PF[p, T.PF_HEAD] = t_head
         PI[p] = int(passes.phase[p]), int(passes.request[p])
-    return PF, PI
 
 
 class _ExpertTimes:
@@ -493,10 +552,10 @@ def _fill_tally(
     tally.transfers.intervals.sum = float(FS[T.F_TSUM])
     tally.engine_busy = engine_busy.tolist()
     tally.engine_bytes = engine_bytes.tolist()
-    tally.pass_start[:] = TP[:, T.TP_START]
-    tally.pass_end[:] = TP[:, T.TP_END]
-    tally.pass_compute[:] = TP[:, T.TP_COMPUTE]
-    tally.pass_stall[:] = TP[:, T.TP_STALL]
+    tally.pass_start[:num_passes] = TP[:, T.TP_START]
+    tally.pass_end[:num_passes] = TP[:, T.TP_END]
+    tally.pass_compute[:num_passes] = TP[:, T.TP_COMPUTE]
+    tally.pass_stall[:num_passes] = TP[:, T.TP_STALL]
     passes, arrival = tally.passes, tally.arrival
     for p in range(num_passes):
         if passes.joins[p]:  # a closed loop's requests arrive when their first pass starts

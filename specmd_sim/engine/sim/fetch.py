@@ -82,10 +82,10 @@ class Fetcher:
     ) -> None:
         self.env, self.network, self.cache = env, network, cache
         self.paths, self.drive = paths, drive
-        # per key, the index of its path; per pass, its request (lists: read per transfer, and
-        # a list is cheaper to index than an array)
+        # per key, the index of its path (a list: read per transfer, and cheaper to index than
+        # an array); per pass, its request (a view: an online schedule's grows)
         self.source: list[int] = source.tolist()
-        self.pass_request: list[int] = pass_request.tolist()
+        self.pass_request = pass_request
         # per path, whether it reads the drive (its flows keep requests outstanding on it)
         self.from_drive = [drive is not None and path.source == drive.id for path in paths]
         self.chunk_bytes = chunk_bytes
@@ -196,7 +196,7 @@ class Fetcher:
             assert self.dram is not None
             self.spans.add(
                 self.read_lane, "nvme_read", start, self.env.now, self.pass_base + p, layer, key,
-                nbytes, self.pass_request[p],
+                nbytes, int(self.pass_request[p]),
             )  # fmt: skip
             jobs = waiting
             if cached:
@@ -266,7 +266,7 @@ class Fetcher:
             p, layer = job.target
             spans.add(
                 self.copy_lanes[slot], transfer_kind(job), start,
-                now, self.pass_base + p, layer, job.key, nbytes, self.pass_request[p],
+                now, self.pass_base + p, layer, job.key, nbytes, int(self.pass_request[p]),
             )  # fmt: skip
             then()
 
@@ -336,7 +336,7 @@ class WriteBacks:
         self.chunk_bytes = chunk_bytes
         self.spans, self.tally = spans, tally
         self.pass_base = pass_base
-        self.pass_request: list[int] = pass_request.tolist()  # per pass, its request
+        self.pass_request = pass_request  # per pass, its request (a view: it may grow)
         tally.d2h_lane_names = [f"{lane_prefix}{i}" for i in range(engines)]
         tally.d2h_busy = [0.0] * engines
         tally.d2h_bytes = [0] * engines
@@ -373,7 +373,7 @@ class WriteBacks:
             p, layer = job.target
             self.spans.add(
                 self.lanes[slot], "write_back", start, env.now, self.pass_base + p, layer,
-                job.key, nbytes, self.pass_request[p],
+                job.key, nbytes, int(self.pass_request[p]),
             )  # fmt: skip
             then()
 

@@ -11,6 +11,7 @@ every transfer path a byte (or a CPU read) actually took.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -35,6 +36,7 @@ from specmd_sim.metrics import RunResult
 from specmd_sim.models import CostModel
 from specmd_sim.scenario import RunObjects, Scenario, build_runs, build_scenario
 from specmd_sim.scenario.dram import needs_sequence
+from specmd_sim.scenario.schedule import is_online
 from specmd_sim.timeline import SpanRecorder
 
 
@@ -50,7 +52,8 @@ def simulate(
     spans = SpanRecorder(scenario.config.timing.record_spans)
     cpu = HostCpu(env, scenario, spans)
     sequence = dram_sequence(scenario) if needs_sequence(scenario.config) else None
-    runs = build_runs(scenario, None, sequence)
+    online = is_online(scenario.config)
+    runs = build_runs(scenario, None, sequence, online=online)
     taken = simulate_path(scenario, runs, compiled)
     backs = [_write_back(scenario, gpu) for gpu in scenario.gpus]
     capacity: dict[str, float] = {}
@@ -69,12 +72,16 @@ def simulate(
     network = FlowNetwork(env, capacity, dynamic, spans=spans if spans.enabled else None)
     cpu.network = network
     done = [0]
+    # progress in passes; online, in tokens (how many passes will be formed is not known)
+    total = sum(o.schedule.total_rows for o in runs if o.schedule) or scenario.num_passes
 
-    def pass_done() -> None:
-        done[0] += 1
-        report_progress(progress, done[0], scenario.num_passes)
+    def pass_done(tokens: int) -> None:
+        done[0] += tokens if online else 1
+        report_progress(progress, done[0], total)
 
-    bases = np.concatenate(([0], np.cumsum([r.scenario.passes.num_passes for r in runs])))
+    # each GPU's passes are numbered from its base in the spans (online: from room for every
+    # pass it may form, renumbered after the run)
+    bases = np.concatenate(([0], np.cumsum([r.scenario.passes.request.size for r in runs])))
     gpus = [
         _Gpu(env, objs, scenario.gpus[g], int(bases[g]), network, cpu, spans, pass_done, backs[g])
         for g, objs in enumerate(runs)
@@ -87,6 +94,8 @@ def simulate(
         run_compiled(parts, network, spans, progress)
     else:
         _run_processes(env, gpus)
+    if online:
+        scenario = _formed(scenario, gpus, spans, bases)
     for gpu in gpus:
         gpu.objs.cache.finish()
         if gpu.dram is not None:
@@ -112,6 +121,26 @@ def simulate(
         warm = runs[0].eviction.initial_contents()
         result.metrics.update(belady_gap(scenario, result.metrics, warm))
     return result
+
+
+def _formed(
+    scenario: Scenario, gpus: list[_Gpu], spans: SpanRecorder, bases: np.ndarray
+) -> Scenario:
+    """After a run whose passes were formed online: the scenario and the tallies with the
+    passes formed, and the spans' passes numbered over the GPUs as the result numbers them."""
+    shards = []
+    for gpu in gpus:
+        assert gpu.objs.schedule is not None
+        passes, demand = gpu.objs.schedule.final()
+        gpu.tally.formed(passes)
+        shards.append((passes, demand))
+    if len(gpus) > 1 and spans.enabled:
+        final = np.concatenate(([0], np.cumsum([p.num_passes for p, _ in shards])))
+        spans.renumber_passes(bases[:-1], final[:-1] - bases[:-1])
+    if len(gpus) == 1:
+        return dataclasses.replace(scenario, passes=shards[0][0], demand=shards[0][1],
+                                   shards=tuple(shards))  # fmt: skip
+    return dataclasses.replace(scenario, shards=tuple(shards))
 
 
 def _run_processes(env: Environment, gpus: list[_Gpu]) -> None:
@@ -148,7 +177,7 @@ class _Gpu:
         network: FlowNetwork,
         cpu: HostCpu,
         spans: SpanRecorder,
-        pass_done: Callable[[], None],
+        pass_done: Callable[[int], None],
         write_back: TransferPath | None,
     ) -> None:
         sc = objs.scenario

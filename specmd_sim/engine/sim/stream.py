@@ -1,8 +1,9 @@
 """One GPU's compute stream: a SimPy process running its passes layer by layer.
 
-Per pass (batching and admission order are fixed in the pass table): the pass's new requests
-arrive (closed loop: when it starts; else at their Poisson or recorded arrival time, which the
-stream waits for: idle time, the *other* part of :mod:`.breakdown`); DeepSeek's dense-FFN
+Per pass (the pass table's, or with an online schedule the step its scheduler forms when the
+stream is ready for it: :mod:`specmd_sim.scenario.schedule`): the pass's new requests arrive
+(closed loop: when it starts; else at their Poisson or recorded arrival time, which the stream
+waits for: idle time, the *other* part of :mod:`.breakdown`); DeepSeek's dense-FFN
 layers run; then per MoE layer attention runs and :mod:`specmd_sim.engine.layer` makes the
 layer's decisions, whose requests the stream fulfils: fetches go to the GPU's
 :class:`~specmd_sim.engine.sim.fetch.Fetcher`, CPU experts to the shared
@@ -87,7 +88,7 @@ class GpuStream:
         tally: GpuTally,
         pass_base: int,
         lane: str,
-        on_pass_done: Callable[[], None],
+        on_pass_done: Callable[[int], None],
         copies: list[CopyEngines],
         capacity_counter: str = "cache_capacity_bytes",
     ) -> None:
@@ -126,7 +127,10 @@ class GpuStream:
     def run(self) -> Generator[Any, Any, None]:
         passes, env, cost, tally = self.passes, self.env, self.cost, self.tally
         num_layers = self.sc.trace.num_layers
-        for p in range(passes.num_passes):
+        schedule, p = self.objs.schedule, -1
+        while (p := p + 1) < passes.num_passes or (
+            schedule is not None and schedule.form(float(env.now))
+        ):
             gp = self.pass_base + p  # the pass's number in the spans (unique over GPUs)
             req = int(passes.request[p])
             members = passes.requests_of(p)
@@ -153,7 +157,7 @@ class GpuStream:
             if t_head is not None:
                 yield self._compute("lm_head", t_head, gp, -1, req)
             tally.end_pass(p, env.now)
-            self.on_pass_done()
+            self.on_pass_done(self.pass_tokens)
 
     def _admit(self, members: list[int]) -> Generator[Any, Any, None]:
         """Record the arrival of the pass's new requests; wait until all have arrived."""

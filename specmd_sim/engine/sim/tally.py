@@ -48,7 +48,7 @@ class GpuTally:
         self.d2h_lane_names: list[str] = []
         self.d2h_busy: list[float] = []
         self.d2h_bytes: list[int] = []
-        n = passes.num_passes
+        n = passes.request.size  # (with an online schedule, room for every pass it may form)
         self.pass_start = np.zeros(n)
         self.pass_end = np.zeros(n)
         self.pass_compute = np.zeros(n)
@@ -62,6 +62,13 @@ class GpuTally:
         self._before = (0.0, 0.0)
 
     # --- written by the stream -------------------------------------------------------------
+
+    def formed(self, passes: Passes) -> None:
+        """The passes an online schedule formed: the per-pass times of those alone."""
+        n = passes.num_passes
+        self.passes = passes
+        for name in ("pass_start", "pass_end", "pass_compute", "pass_stall"):
+            setattr(self, name, getattr(self, name)[:n].copy())
 
     def compute(self, start: float, seconds: float, phase: int = -1, layer: int = -1) -> None:
         """The stream computed for ``seconds`` from ``start`` (inside a layer if ``layer >= 0``)."""

@@ -68,6 +68,7 @@ class NoisyOraclePredictor(Predictor[NoisyOracleConfig]):
     description = "The true next experts, each kept with probability `accuracy`."
     source = "synthetic stand-in for gate-lookahead predictors (80-97 % in the literature)"
     offline = True
+    offline_within_pass = True  # the next layers of the pass running
 
     def __init__(self, config: PluginConfig, ctx: OfflineContext) -> None:
         super().__init__(config, ctx)

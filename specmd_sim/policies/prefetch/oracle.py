@@ -27,6 +27,7 @@ class OraclePrefetch(PrefetchPolicy[OracleConfig]):
     description = "The exact experts of the next layers (perfect knowledge)."
     source = "upper bound for speculative prefetching"
     offline = True
+    offline_within_pass = True  # the next layers of the pass running
     uses_predictor = False
 
     def __init__(self, config: PluginConfig, ctx: OfflineContext) -> None:

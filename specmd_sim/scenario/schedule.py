@@ -1,0 +1,655 @@
+"""The scheduler: which tokens of which requests each pass takes, formed step by step.
+
+A :class:`Stepper` holds a server's scheduler state (requests waiting in arrival order, the
+running ones, the tokens each has run) and forms one *step* at a time from the requests that
+have arrived when the step starts: ``scheduler: slots`` forms the admitted requests' prefill
+chunks as passes of their own, then one decode pass; ``scheduler: continuous`` one pass mixing
+decode tokens and prompt chunks (the rules are in :mod:`.passes`). Admission is first come,
+first served, so what a step admits depends on the time only through how many requests have
+arrived: a prefix of the waiting queue.
+
+Three ways to drive it:
+
+- **closed loop** (every request has arrived at the start): the fixed table of
+  :func:`~specmd_sim.scenario.passes.build_passes`, formed before the run;
+- **zero time** (:func:`zero_time_passes`): steps take no time, so the clock moves only when
+  the server is idle, to the next arrival. This is the schedule of ``replay``, which has no time,
+  and the limit of the timing engine's as the hardware gets infinitely fast;
+- **online** (:class:`OnlineSchedule`, ``workload.schedule: online`` with Poisson or recorded
+  arrivals and ``batch_size > 1``): the timing engine asks for the next step when its stream
+  is ready to start it, at that time, as vLLM's or SGLang's scheduler forms a step when the
+  previous one ends. The passes are appended to preallocated arrays
+  (:class:`FormingPasses`, :class:`FormingDemand`) that the run's objects hold from the start.
+  A step whose admissions cannot depend on when it starts (the batch is full whatever arrives,
+  or every request it could admit has arrived already) is formed with the one before it, so
+  the engine asks again only where an arrival could change the next step.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from specmd_sim.config import SimConfig, WorkloadConfig
+from specmd_sim.errors import SpecmdError
+from specmd_sim.scenario.passes import DemandSets, Passes, _assemble
+from specmd_sim.traces.trace import DECODE, PREFILL, Trace
+
+Entry = tuple[int, int, int]
+"""(request's admission index, index of its first token in the pass, tokens)."""
+
+
+def build_passes(
+    trace: Trace,
+    workload: WorkloadConfig,
+    share: tuple[int, int] = (0, 1),
+    kv_pool_tokens: int | None = None,
+) -> Passes:
+    """The pass table; ``share = (g, n)`` keeps every n-th request from the g-th on, in arrival
+    order (GPU g's requests when n GPUs serve them round robin). ``workload.scheduler`` picks
+    the builder: :func:`_slot_passes` or :func:`_continuous_passes` (which, with
+    ``kv_cache: wait``, admits requests only while their KV caches fit ``kv_pool_tokens``)."""
+    if workload.scheduler == "continuous":
+        return _continuous_passes(trace, workload, share, kv_pool_tokens)
+    return _slot_passes(trace, workload, share)
+
+
+def _slot_passes(trace: Trace, workload: WorkloadConfig, share: tuple[int, int]) -> Passes:
+    """The pass table of ``scheduler: slots``.
+
+    Built over all rows at once (a long trace has millions): the admissions
+    (:func:`_join_steps`) are the one loop, per request; then a row's pass follows from its
+    request's join step and its index among the request's prefill or decode rows. A decode row
+    ``i`` runs at decode step ``join + i``; the prefill chunks of the requests joining at a step
+    run before that step's decode pass, in order of admission."""
+    ids, admit = _admitted(trace, workload, share)
+    decode = trace.phase == DECODE
+    served = np.flatnonzero(admit >= 0)
+    # the rows of each request, prefill then decode, in trace order within each
+    block = admit[served] * 2 + decode[served]
+    by_block = np.argsort(block, kind="stable")
+    rows, block = served[by_block], block[by_block]
+    sizes = np.bincount(block, minlength=2 * ids.size)
+    index = np.arange(rows.size) - (np.cumsum(sizes) - sizes)[block]  # within the request's phase
+    req, dec = block // 2, block % 2 == 1
+    prefill_n, decode_n = sizes[0::2], sizes[1::2]
+    join = np.asarray(_join_steps(decode_n.tolist(), workload.batch_size), np.int64)
+    step = join[req] + np.where(dec, index, 0)
+    order = np.argsort(step * 2 + dec, kind="stable")  # stable: by admission, then index
+    rows, req, dec, index, step = rows[order], req[order], dec[order], index[order], step[order]
+    chunk = workload.prefill_chunk_tokens or np.maximum(prefill_n, 1)[req]
+    part = np.where(dec, -1, req * (rows.size + 1) + index // chunk)  # a prefill chunk's id
+    new = np.ones(rows.size, bool)
+    new[1:] = (step[1:] != step[:-1]) | (dec[1:] != dec[:-1]) | (part[1:] != part[:-1])
+    start = np.append(np.flatnonzero(new), rows.size)
+    first, last = start[:-1], start[1:] - 1
+    position = np.where(dec, prefill_n[req], 0) + index + 1  # among the request's tokens
+    attended = np.add.reduceat(position, first)
+    in_decode = dec[first]
+    return Passes(
+        rows=rows.astype(np.int64),
+        start=start.astype(np.int64),
+        request=ids[req[first]].astype(np.int32),
+        phase=np.where(in_decode, DECODE, PREFILL).astype(np.uint8),
+        context_end=np.where(in_decode, position[first], position[last]).astype(np.int64),
+        first_token=~in_decode & (position[last] == prefill_n[req[last]]),
+        row_request=ids[req].astype(np.int32),
+        attended=attended.astype(np.int64),
+        kv_tokens=np.where(in_decode, attended, position[last]).astype(np.int64),
+        joins=np.logical_or.reduceat(position == 1, first),
+        row_phase=np.where(dec, DECODE, PREFILL).astype(np.uint8),
+        row_first=~dec & (position == prefill_n[req]),
+    )
+
+
+def _continuous_passes(
+    trace: Trace, workload: WorkloadConfig, share: tuple[int, int], kv_pool_tokens: int | None
+) -> Passes:
+    """The pass table of ``scheduler: continuous``, one pass per scheduler step (vLLM's V1
+    scheduler, as its docs describe it, with FCFS admission):
+
+    - the running requests, in the order they joined, each take their next decode token, or
+      (still in their prompt) their next prompt tokens, at most ``prefill_chunk_tokens`` (when
+      not 0) and what the step's token budget (``max_tokens_per_step``) has left;
+    - then waiting requests join, in arrival order, while fewer than ``batch_size`` run and the
+      budget has tokens left, each taking its first prompt tokens the same way (a request
+      without a prompt its first decode token); with ``kv_pool_tokens`` (``kv_cache: wait``)
+      the next request joins only when its whole length fits beside the running requests'
+      whole lengths (a request that cannot join blocks those behind it: FCFS);
+    - a request whose prompt ends in a step gets its first token there and decodes from the
+      next step; after its last decode token (or its prompt, without any) it leaves.
+    """
+    requests = Requests.of(trace, workload, share)
+    taken, steps = closed_loop_steps(ContinuousStepper(requests, workload, kv_pool_tokens))
+    return requests.passes(taken, steps)
+
+
+def _passes_of_steps(
+    by_request: np.ndarray,
+    begin: np.ndarray,
+    prompt_n: np.ndarray,
+    ids: np.ndarray,
+    taken: list[tuple[int, int, int]],
+    steps: list[int],
+) -> Passes:
+    """The pass table of scheduler steps: ``taken[steps[p]:steps[p + 1]]`` are pass p's
+    (request, first token index, count) entries, over each request's rows ``by_request[
+    begin[r]:]`` (prompt rows first)."""
+    entries = np.array(taken, np.int64).reshape(-1, 3)
+    req, first, count = entries[:, 0], entries[:, 1], entries[:, 2]
+    rows_of_entry = np.repeat(np.arange(req.size), count)
+    index = first[rows_of_entry] + (
+        np.arange(rows_of_entry.size) - np.repeat(np.cumsum(count) - count, count)
+    )  # each row's index among its request's tokens
+    row_req = req[rows_of_entry]
+    sizes = np.add.reduceat(count, np.asarray(steps[:-1], np.int64)) if req.size else count
+    start = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    first_row = start[:-1]
+    position = index + 1
+    dec = index >= prompt_n[row_req]
+    pass_of_row = np.repeat(np.arange(sizes.size), sizes)
+    # per (pass, request): its last position in the pass, summed per pass
+    boundary = np.ones(row_req.size, bool)
+    boundary[:-1] = (row_req[1:] != row_req[:-1]) | (pass_of_row[1:] != pass_of_row[:-1])
+    kv = np.bincount(pass_of_row[boundary], position[boundary], sizes.size)
+    # the first request's context: its last row in the pass (entries of one request are one run)
+    first_end = np.flatnonzero(boundary)[np.searchsorted(np.flatnonzero(boundary), first_row)]
+    return Passes(
+        rows=by_request[begin[row_req] + index].astype(np.int64),
+        start=start,
+        request=ids[row_req[first_row]].astype(np.int32),
+        phase=np.where(np.logical_or.reduceat(dec, first_row), DECODE, PREFILL).astype(np.uint8),
+        context_end=position[first_end].astype(np.int64),
+        first_token=np.logical_or.reduceat(~dec & (position == prompt_n[row_req]), first_row),
+        row_request=ids[row_req].astype(np.int32),
+        attended=np.add.reduceat(position, first_row).astype(np.int64),
+        kv_tokens=kv.astype(np.int64),
+        joins=np.logical_or.reduceat(position == 1, first_row),
+        row_phase=np.where(dec, DECODE, PREFILL).astype(np.uint8),
+        row_first=~dec & (position == prompt_n[row_req]),
+    )
+
+
+def _admitted(
+    trace: Trace, workload: WorkloadConfig, share: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The served request ids in order of admission (of first appearance, filtered by
+    ``workload.requests``, ``max_requests`` and ``share``), and for each trace row the
+    admission index of its request (-1: not served)."""
+    ids, first, inverse = np.unique(trace.request, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    if workload.requests is not None:
+        order = order[np.isin(ids[order], workload.requests)]
+    if workload.max_requests is not None:
+        order = order[: workload.max_requests]
+    order = order[share[0] :: share[1]]
+    index = np.full(ids.size, -1, np.int64)
+    index[order] = np.arange(order.size)
+    return ids[order], index[inverse.reshape(-1)]
+
+
+def _join_steps(decode_tokens: list[int], batch_size: int) -> list[int]:
+    """Per request, in admission order, the decode step (decode passes before it) at which it
+    joins: the first at which fewer than ``batch_size`` requests decode. A request decodes from
+    its join step for its decode tokens, then frees its slot; one without decode tokens takes
+    none (it runs its prefill chunks and leaves)."""
+    step, joins = 0, []
+    leave: list[int] = []  # a heap: the steps at which the decoding requests leave
+    for tokens in decode_tokens:
+        if len(leave) == batch_size:
+            step = heapq.heappop(leave)
+        while leave and leave[0] <= step:
+            heapq.heappop(leave)
+        joins.append(step)
+        if tokens:
+            heapq.heappush(leave, step + tokens)
+    return joins
+
+
+def draw_arrivals(
+    config: SimConfig, trace: Trace, count: int, rng: np.random.Generator
+) -> np.ndarray | None:
+    """The arrival time of each of the run's ``count`` requests in admission order (all GPUs),
+    or None (closed loop): ``rng`` is the run's generator, of which Poisson arrivals are the
+    first draws (so both engines and every plug-in see the same stream)."""
+    workload = config.workload
+    if workload.arrivals == "closed-loop":
+        return None
+    if workload.arrivals == "poisson":
+        assert workload.arrival_rate_per_s is not None  # the config requires it for poisson
+        return np.cumsum(rng.exponential(1.0 / workload.arrival_rate_per_s, count))
+    recorded = trace.request_arrivals()  # arrivals: trace
+    if recorded is None:
+        raise SpecmdError(
+            f"workload.arrivals: expected a trace with arrival_s for 'trace', got "
+            f"{config.trace!r} without it; use closed-loop or poisson"
+        )
+    # those of the requests served (workload.requests, max_requests), in admission order
+    firsts = np.sort(np.unique(trace.request, return_index=True)[1])
+    served = _admitted(trace, workload, (0, 1))[0]
+    order = np.argsort(trace.request[firsts], kind="stable")
+    position = order[np.searchsorted(trace.request[firsts], served, sorter=order)]
+    return recorded[position][:count]
+
+
+def is_online(config: SimConfig) -> bool:
+    """Whether the timing engine forms the run's passes as it runs (``workload.schedule:
+    online``, arrivals that are not a closed loop, batches of more than one request). With one
+    request at a time the fixed table is already the online one: a request joins when the one
+    before it has left, and it waits for its own arrival, which the engine does."""
+    w = config.workload
+    return w.schedule == "online" and w.arrivals != "closed-loop" and w.batch_size > 1
+
+
+@dataclass(frozen=True)
+class Requests:
+    """One GPU's requests in admission order: their ids, their trace rows (prompt rows, then
+    decode rows; request ``r``'s from ``begin[r]``), prompt tokens and whole lengths."""
+
+    ids: np.ndarray
+    by_request: np.ndarray
+    begin: np.ndarray
+    prompt_n: np.ndarray
+    length: np.ndarray
+
+    @classmethod
+    def of(cls, trace: Trace, workload: WorkloadConfig, share: tuple[int, int]) -> Requests:
+        ids, admit = _admitted(trace, workload, share)
+        served = np.flatnonzero(admit >= 0)
+        decode = trace.phase == DECODE
+        order = np.lexsort((served, decode[served], admit[served]))
+        n = ids.size
+        prompt_n = np.bincount(admit[served], ~decode[served], n).astype(np.int64)
+        length = np.bincount(admit[served], minlength=n).astype(np.int64)
+        return cls(ids, served[order], np.cumsum(length) - length, prompt_n, length)
+
+    def passes(self, taken: list[Entry], steps: list[int]) -> Passes:
+        """The passes of ``taken`` entries, pass ``p`` being ``taken[steps[p]:steps[p+1]]``."""
+        return _passes_of_steps(self.by_request, self.begin, self.prompt_n, self.ids, taken,
+                                steps)  # fmt: skip
+
+
+class Stepper:
+    """A scheduler's state over one GPU's requests (:class:`Requests`); :meth:`step` forms the
+    next step's passes from the first ``arrived`` requests (those that have arrived)."""
+
+    def __init__(self, requests: Requests, workload: WorkloadConfig) -> None:
+        self.req = requests
+        self.n = int(requests.ids.size)
+        self.batch = workload.batch_size
+        self.done = np.zeros(self.n, np.int64).tolist()  # tokens each request has run
+        self.waiting = 0  # the next request to admit
+        self.running: list[int] = []  # in the order they joined
+        # tokens in the KV cache of the requests that have run a pass and not yet left, and
+        # of each pass formed since the owner last took them
+        self.resident = 0
+        self.kv: list[int] = []
+
+    @property
+    def finished(self) -> bool:
+        return self.waiting >= self.n and not self.running
+
+    def idle(self, arrived: int) -> bool:
+        """Nothing runs and nothing waiting has arrived: the server waits for an arrival."""
+        return not self.running and self.waiting >= arrived and self.waiting < self.n
+
+    def admits(self, arrived: int) -> int:
+        """How many waiting requests the next step admits when ``arrived`` have arrived."""
+        raise NotImplementedError
+
+    def step(self, arrived: int) -> list[list[Entry]]:
+        """The next step's passes (each a list of entries), its state then moved past them."""
+        raise NotImplementedError
+
+    def time_independent(self, arrived: int) -> bool:
+        """Whether the next step admits the same requests whenever it starts (at least as late
+        as the time when ``arrived`` requests had arrived): FCFS admission takes a prefix of
+        the queue, so it does when it takes as many with all requests arrived."""
+        return not self.idle(arrived) and self.admits(self.n) == self.admits(arrived)
+
+    def _ran(self, entries: list[Entry]) -> int:
+        """Count a pass's entries: the tokens they add, then those of requests that leave
+        after it (their last token ran); the KV cache's tokens during the pass."""
+        done, length = self.done, self.req.length
+        for r, first, count in entries:
+            done[r] = first + count
+            self.resident += count
+        during = self.resident
+        for r, _, _ in entries:
+            if done[r] >= length[r] and r in self.running:
+                self.resident -= int(length[r])
+        return during
+
+
+class SlotStepper(Stepper):
+    """``scheduler: slots``: while fewer than ``batch_size`` requests decode, arrived
+    requests join, each running its prefill chunks as passes of its own (a request without
+    decode tokens takes no slot); then one decode pass takes the next token of each decoding
+    request, in the order they joined."""
+
+    def __init__(self, requests: Requests, workload: WorkloadConfig) -> None:
+        super().__init__(requests, workload)
+        self.chunk = workload.prefill_chunk_tokens
+
+    def admits(self, arrived: int) -> int:
+        slots, count, decode = len(self.running), 0, self.req.length - self.req.prompt_n
+        while self.waiting + count < min(arrived, self.n) and slots < self.batch:
+            slots += int(decode[self.waiting + count] > 0)
+            count += 1
+        return count
+
+    def step(self, arrived: int) -> list[list[Entry]]:
+        joining = range(self.waiting, self.waiting + self.admits(arrived))
+        self.waiting += len(joining)
+        prompt_n, length = self.req.prompt_n, self.req.length
+        passes: list[list[Entry]] = []
+        for r in joining:
+            self.running.append(r)  # (resident while its chunks run; it leaves if no decode)
+            n = int(prompt_n[r])
+            chunk = self.chunk or max(n, 1)
+            for first in range(0, n, chunk):
+                passes.append([(r, first, min(chunk, n - first))])
+                self.kv.append(self._ran(passes[-1]))
+            if length[r] == n:
+                self.running.remove(r)
+        if self.running:
+            passes.append([(r, self.done[r], 1) for r in self.running])
+            self.kv.append(self._ran(passes[-1]))
+            self.running = [r for r in self.running if self.done[r] < length[r]]
+        return passes
+
+
+class ContinuousStepper(Stepper):
+    """``scheduler: continuous`` (:func:`~specmd_sim.scenario.passes.build_passes` tells the
+    rules): one pass a step; with ``kv_pool_tokens`` (``kv_cache: wait``) a request joins only
+    while its whole length fits the pool beside the running requests' whole lengths."""
+
+    def __init__(
+        self, requests: Requests, workload: WorkloadConfig, kv_pool_tokens: int | None
+    ) -> None:
+        super().__init__(requests, workload)
+        length = requests.length
+        if kv_pool_tokens is not None and self.n and int(length.max()) > kv_pool_tokens:
+            r = int(np.argmax(length))
+            raise SpecmdError(
+                f"workload.kv_cache: wait: expected every request's KV cache to fit the pool "
+                f"that cache.capacity leaves ({kv_pool_tokens} tokens), got request "
+                f"{int(requests.ids[r])} with {int(length[r])} tokens; lower cache.capacity or "
+                f"use kv_cache: evict"
+            )
+        self.pool = kv_pool_tokens
+        self.budget_step = workload.max_tokens_per_step or int(length.sum()) + 1
+        self.chunk = workload.prefill_chunk_tokens or self.budget_step
+        self.reserved = 0  # whole lengths of the running requests
+
+    def _plan(self, arrived: int) -> tuple[list[Entry], int]:
+        """The next step's entries and how many waiting requests join in it."""
+        prompt_n, length, done = self.req.prompt_n, self.req.length, self.done
+        budget, taken = self.budget_step, []
+        for r in self.running:
+            if budget == 0:
+                break
+            count = 1 if done[r] >= prompt_n[r] else min(prompt_n[r] - done[r], self.chunk,
+                                                         budget)  # fmt: skip
+            taken.append((r, done[r], int(count)))
+            budget -= count
+        joined, reserved = 0, self.reserved
+        limit = min(arrived, self.n)
+        while self.waiting + joined < limit and len(self.running) + joined < self.batch:
+            if budget <= 0:
+                break
+            r = self.waiting + joined
+            if self.pool is not None and reserved + length[r] > self.pool:
+                break
+            count = min(prompt_n[r], self.chunk, budget) if prompt_n[r] else 1
+            taken.append((r, 0, int(count)))
+            budget -= count
+            reserved += int(length[r])
+            joined += 1
+        return taken, joined
+
+    def admits(self, arrived: int) -> int:
+        return self._plan(arrived)[1]
+
+    def step(self, arrived: int) -> list[list[Entry]]:
+        taken, joined = self._plan(arrived)
+        joining = range(self.waiting, self.waiting + joined)
+        self.running.extend(joining)
+        self.reserved += int(self.req.length[self.waiting : self.waiting + joined].sum())
+        self.waiting += joined
+        self.kv.append(self._ran(taken))
+        length = self.req.length
+        left = [r for r in self.running if self.done[r] >= length[r]]
+        self.reserved -= int(sum(int(length[r]) for r in left))
+        self.running = [r for r in self.running if self.done[r] < length[r]]
+        return [taken] if taken else []
+
+
+def make_stepper(
+    requests: Requests, workload: WorkloadConfig, kv_pool_tokens: int | None = None
+) -> Stepper:
+    if workload.scheduler == "continuous":
+        return ContinuousStepper(requests, workload, kv_pool_tokens)
+    return SlotStepper(requests, workload)
+
+
+def closed_loop_steps(stepper: Stepper) -> tuple[list[Entry], list[int]]:
+    """Every step with every request arrived: the entries and each pass's first entry (and
+    their count at the end)."""
+    taken: list[Entry] = []
+    steps: list[int] = []
+    while not stepper.finished:
+        for entries in stepper.step(stepper.n):
+            steps.append(len(taken))
+            taken += entries
+    steps.append(len(taken))
+    return taken, steps
+
+
+def zero_time_passes(
+    trace: Trace,
+    workload: WorkloadConfig,
+    arrivals: np.ndarray,
+    share: tuple[int, int] = (0, 1),
+    kv_pool_tokens: int | None = None,
+) -> Passes:
+    """The pass table a machine whose steps take no time forms (``replay``'s under arrivals):
+    at each step the requests that have arrived by then join (as the scheduler admits them);
+    the clock moves only when nothing runs, to the next arrival. ``arrivals``: the share's
+    requests' arrival times in admission order."""
+    requests = Requests.of(trace, workload, share)
+    stepper = make_stepper(requests, workload, kv_pool_tokens)
+    taken: list[Entry] = []
+    steps: list[int] = []
+    now = -np.inf
+    while not stepper.finished:
+        arrived = int(np.searchsorted(arrivals, now, side="right"))
+        if stepper.idle(arrived):
+            now = float(arrivals[stepper.waiting])
+            continue
+        for entries in stepper.step(arrived):
+            steps.append(len(taken))
+            taken += entries
+    steps.append(len(taken))
+    return requests.passes(taken, steps)
+
+
+@dataclass(frozen=True, eq=False)
+class FormingPasses(Passes):
+    """A pass table formed during the run (:class:`OnlineSchedule`): every array sized for the
+    most passes and rows the run can have, of which the first :attr:`num_passes` passes (and
+    their rows) are formed; what is held of them never moves, so a view taken at the start
+    sees every pass once it is formed."""
+
+    formed: np.ndarray  # int64 [2]: passes and rows formed
+    tokens_of: np.ndarray  # int64 [P]: each pass's tokens
+    kv_of: np.ndarray  # int64 [P]: each pass's KV cache tokens (kv_resident)
+
+    @property
+    def num_passes(self) -> int:
+        return int(self.formed[0])
+
+    @property
+    def pass_tokens(self) -> np.ndarray:
+        return self.tokens_of
+
+    @property
+    def kv_resident(self) -> np.ndarray:
+        return self.kv_of
+
+    def append(self, block: Passes, kv: list[int]) -> tuple[int, int]:
+        """Add ``block``'s passes (their KV cache's tokens ``kv``); their index range."""
+        p0, r0 = int(self.formed[0]), int(self.formed[1])
+        p1, r1 = p0 + block.num_passes, r0 + int(block.rows.size)
+        for name in ("rows", "row_request", "row_phase", "row_first"):
+            getattr(self, name)[r0:r1] = getattr(block, name)
+        for name in ("request", "phase", "context_end", "first_token", "attended", "kv_tokens",
+                     "joins"):  # fmt: skip
+            getattr(self, name)[p0:p1] = getattr(block, name)
+        self.start[p0 + 1 : p1 + 1] = block.start[1:] + r0
+        self.tokens_of[p0:p1] = np.diff(block.start)
+        self.kv_of[p0:p1] = kv
+        self.formed[:] = p1, r1
+        return p0, p1
+
+    def final(self) -> Passes:
+        """The passes formed, as a table of their own."""
+        p, r = int(self.formed[0]), int(self.formed[1])
+        fields = {}
+        for name in ("rows", "row_request", "row_phase", "row_first"):
+            fields[name] = getattr(self, name)[:r].copy()
+        for name in ("request", "phase", "context_end", "first_token", "attended", "kv_tokens",
+                     "joins"):  # fmt: skip
+            fields[name] = getattr(self, name)[:p].copy()
+        fields["start"] = self.start[: p + 1].copy()
+        return Passes(**fields)
+
+    @classmethod
+    def empty(cls, rows: int) -> FormingPasses:
+        """Room for ``rows`` rows in at most as many passes (a pass has a row at least)."""
+        i64, u8 = np.int64, np.uint8
+        return cls(
+            rows=np.zeros(rows, i64), start=np.zeros(rows + 1, i64),
+            request=np.zeros(rows, np.int32), phase=np.zeros(rows, u8),
+            context_end=np.zeros(rows, i64), first_token=np.zeros(rows, bool),
+            row_request=np.zeros(rows, np.int32), attended=np.zeros(rows, i64),
+            kv_tokens=np.zeros(rows, i64), joins=np.zeros(rows, bool),
+            row_phase=np.zeros(rows, u8), row_first=np.zeros(rows, bool),
+            formed=np.zeros(2, i64), tokens_of=np.zeros(rows, i64), kv_of=np.zeros(rows, i64),
+        )  # fmt: skip
+
+
+class FormingDemand(DemandSets):
+    """The demand sets of :class:`FormingPasses`, formed with them: keys, tokens, gates and
+    offsets sized for the most the run can have (a pass's set at a layer has at most a key per
+    routed id of its rows). :attr:`num_accesses` is that bound until :meth:`final`."""
+
+    def __init__(self, trace: Trace, passes: FormingPasses) -> None:
+        rows, layers = passes.rows.size, trace.num_layers
+        bound = rows * layers * trace.top_k
+        super().__init__(np.zeros(bound, np.int32), np.zeros(rows * layers + 1, np.int64),
+                         trace, passes, 0)  # fmt: skip
+        object.__setattr__(self, "tokens", np.zeros(bound, np.int32))
+        object.__setattr__(self, "gates", np.zeros(bound, np.float32))
+
+    @property
+    def num_accesses(self) -> int:
+        return int(self.keys.size)
+
+    def max_layer_demand(self) -> tuple[int, int, int]:
+        """The largest a set can be: every expert of a layer (pass and layer: -1)."""
+        trace = self._source[0]
+        return int(trace.num_experts), -1, -1
+
+    def append(self, block: Passes, p0: int) -> None:
+        """The sets of ``block``'s passes, which are passes ``p0 ..`` of the run."""
+        trace = self._source[0]
+        keys, _, _, offsets, _ = _assemble(trace, block, values=False)
+        _, tokens, gates, _, _ = _assemble(trace, block, values=True)
+        layers = self.num_layers
+        a = int(self.offsets[p0 * layers])
+        self.keys[a : a + keys.size] = keys
+        self.tokens[a : a + keys.size] = tokens
+        self.gates[a : a + keys.size] = gates
+        self.offsets[p0 * layers + 1 : (p0 + block.num_passes) * layers + 1] = offsets[1:] + a
+
+    def final(self, passes: Passes) -> DemandSets:
+        """The sets of the passes formed (``passes``: :meth:`FormingPasses.final`)."""
+        trace = self._source[0]
+        end = passes.num_passes * self.num_layers
+        offsets = self.offsets[: end + 1].copy()
+        n = int(offsets[-1])
+        sizes = np.diff(offsets)
+        largest = int(np.argmax(sizes)) if sizes.size else 0
+        out = DemandSets(self.keys[:n].copy(), offsets, trace, passes, largest)
+        object.__setattr__(out, "tokens", self.tokens[:n].copy())
+        object.__setattr__(out, "gates", self.gates[:n].copy())
+        return out
+
+
+class OnlineSchedule:
+    """One GPU's passes, formed as its stream reaches them (module docstring): ``passes`` and
+    ``demand`` grow; :meth:`form` adds the next step (and those after it that no arrival can
+    change); ``on_formed`` callbacks see each range of new passes (the KV cache's capacities)."""
+
+    def __init__(
+        self,
+        trace: Trace,
+        workload: WorkloadConfig,
+        arrivals: np.ndarray,
+        share: tuple[int, int] = (0, 1),
+        kv_pool_tokens: int | None = None,
+    ) -> None:
+        self.requests = Requests.of(trace, workload, share)
+        self.stepper = make_stepper(self.requests, workload, kv_pool_tokens)
+        self.arrivals = np.asarray(arrivals, np.float64)
+        rows = int(self.requests.by_request.size)
+        self.passes = FormingPasses.empty(rows)
+        self.demand = FormingDemand(trace, self.passes)
+        self.on_formed: list[Callable[[int, int], None]] = []
+
+    @property
+    def rows_formed(self) -> int:
+        return int(self.passes.formed[1])
+
+    @property
+    def total_rows(self) -> int:
+        return int(self.requests.by_request.size)
+
+    def form(self, now: float) -> int:
+        """The passes of the step that starts at ``now`` (the stream is ready for it; when
+        nothing runs and nothing has arrived, of the step that starts at the next arrival,
+        which the stream waits for), and of the steps after it that no arrival can change.
+        How many passes were formed (0: every request has left)."""
+        stepper = self.stepper
+        if stepper.finished:
+            return 0
+        arrived = int(np.searchsorted(self.arrivals, now, side="right"))
+        if stepper.idle(arrived):
+            now = float(self.arrivals[stepper.waiting])
+            arrived = int(np.searchsorted(self.arrivals, now, side="right"))
+        taken: list[Entry] = []
+        steps: list[int] = []
+        kv_from = len(stepper.kv)
+        while True:
+            for entries in stepper.step(arrived):
+                steps.append(len(taken))
+                taken += entries
+            if stepper.finished or not stepper.time_independent(arrived):
+                break
+        steps.append(len(taken))
+        block = self.requests.passes(taken, steps)
+        kv = stepper.kv[kv_from:]
+        del stepper.kv[:]
+        p0, p1 = self.passes.append(block, kv)
+        self.demand.append(block, p0)
+        for callback in self.on_formed:
+            callback(p0, p1)
+        return p1 - p0
+
+    def final(self) -> tuple[Passes, DemandSets]:
+        passes = self.passes.final()
+        return passes, self.demand.final(passes)
