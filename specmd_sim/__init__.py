@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers and editors
     from specmd_sim.config import SimConfig, apply_overrides, build_config
     from specmd_sim.engine.replay import replay
-    from specmd_sim.engine.sim import simulate
+    from specmd_sim.engine.sim import formed_schedule, simulate
     from specmd_sim.errors import SpecmdError
     from specmd_sim.hardware import list_profiles, load_profile
     from specmd_sim.metrics import RunResult
@@ -39,6 +39,7 @@ _LAZY = {
     "SpecmdError": "specmd_sim.errors",
     "apply_overrides": "specmd_sim.config",
     "build_config": "specmd_sim.config",
+    "formed_schedule": "specmd_sim.engine.sim",
     "generate_trace": "specmd_sim.traces",
     "list_models": "specmd_sim.models",
     "list_profiles": "specmd_sim.hardware",
@@ -60,6 +61,7 @@ __all__ = [
     "__version__",
     "apply_overrides",
     "build_config",
+    "formed_schedule",
     "generate_trace",
     "list_models",
     "list_profiles",

@@ -336,7 +336,7 @@ class WorkloadConfig(_Frozen):
             "pass. null = no bound."
         ),
     )
-    kv_cache: Literal["reserved", "evict", "wait"] = Field(
+    kv_cache: Literal["reserved", "evict", "wait", "paged"] = Field(
         default="reserved",
         description=(
             "The KV cache's share of GPU memory: 'reserved' = the longest request's context "
@@ -345,7 +345,20 @@ class WorkloadConfig(_Frozen):
             "expert cache gets what is left (at most cache.capacity): experts the eviction "
             "policy chooses are evicted when it grows; 'wait' (scheduler: continuous) = the "
             "expert cache keeps cache.capacity and a request joins only when its whole KV "
-            "cache (prompt and output tokens) fits beside those of the running ones."
+            "cache (prompt and output tokens) fits beside those of the running ones; 'paged' "
+            "(scheduler: continuous) = the same pool in blocks of kv_block_tokens, as vLLM "
+            "allocates it: a request holds the blocks of the tokens it has computed, and when a "
+            "running one needs a block that is not free the last one to join is preempted "
+            "(its blocks freed; it recomputes its tokens when it runs again)."
+        ),
+    )
+    kv_block_tokens: int = Field(
+        default=16,
+        ge=1,
+        le=MAX_TOKENS,
+        description=(
+            "kv_cache: paged: tokens per KV cache block (vLLM's --block-size, 16 by default "
+            "on GPUs)."
         ),
     )
 
@@ -361,10 +374,10 @@ class WorkloadConfig(_Frozen):
                     "max_tokens_per_step: expected null with scheduler: slots (it bounds "
                     f"continuous batching's passes), got {self.max_tokens_per_step}"
                 )
-            if self.kv_cache == "wait":
+            if self.kv_cache in ("wait", "paged"):
                 raise ValueError(
                     "kv_cache: expected reserved or evict with scheduler: slots (requests wait "
-                    "for KV memory only under continuous batching), got 'wait'"
+                    f"for KV memory only under continuous batching), got {self.kv_cache!r}"
                 )
         return self
 

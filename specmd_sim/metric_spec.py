@@ -576,6 +576,10 @@ INPUTS: dict[str, Metric] = _index(
     Metric("passes", "count", "none", "passes", "passes over all GPUs", "from the pass table"),
     Metric("requests", "count", "none", "requests", "requests over all GPUs",
            "from the pass table"),
+    Metric("preemptions", "count", "none", "preemptions",
+           "requests preempted because the KV pool had no free block for a running request "
+           "(`workload.kv_cache: paged`; else 0): each recomputes its tokens when it runs again",
+           "from the pass table (the scheduler's)"),
     Metric("capacity_bytes", "B", "none", "cache capacity", "cache capacity per GPU",
            "cache.capacity resolved"),
     Metric("capacity_slots", "count", "none", "cache slots",

@@ -42,9 +42,27 @@ def setup_line(config: dict[str, Any], inputs: dict[str, Any]) -> str:
         machine += f" (host: {host})"
     return (
         f"setup: {requests} request(s), {tokens} tokens of routing ({config.get('trace', '?')}); "
+        f"{serving_words(workload)}"
         f"prefill {prefill_words(int(workload.get('prefill_chunk_tokens', 0)))}; {words}; "
         f"runtime {config.get('runtime', '?')}; {cache_words}; machine {machine}"
     )
+
+
+def serving_words(workload: dict[str, Any]) -> str:
+    """How requests arrive and steps are formed, where they do not arrive closed loop (with
+    the separator after them); else nothing."""
+    arrivals = workload.get("arrivals", "closed-loop")
+    if arrivals == "closed-loop":
+        return ""
+    rate = workload.get("arrival_rate_per_s")
+    words = f"arrivals {arrivals}" + (f" at {rate:g}/s" if arrivals == "poisson" else "")
+    if int(workload.get("batch_size", 1)) > 1:
+        words += f", batch {workload['batch_size']}, " + (
+            "steps formed as requests arrive"
+            if workload.get("schedule", "online") == "online"
+            else "steps fixed before the run (a step waits for requests not yet arrived)"
+        )
+    return words + "; "
 
 
 def late_hit_note(m: dict[str, Any]) -> str | None:

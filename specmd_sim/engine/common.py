@@ -37,6 +37,7 @@ def inputs_echo(scenario: Scenario) -> dict[str, Any]:
         "top_k": trace.top_k,
         "passes": scenario.num_passes,
         "requests": len(set(scenario.passes.row_request.tolist())),
+        "preemptions": sum(int(passes.preempted.sum()) for passes, _ in scenario.shards),
         "capacity_bytes": scenario.capacity_bytes,
         "capacity_slots": scenario.slots,
         "pass_demand_max": pass_demand_max(scenario),

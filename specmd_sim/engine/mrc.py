@@ -138,11 +138,12 @@ def miss_ratio_curve(
     the machine's cores)."""
     if not capacities:
         raise SpecmdError("capacities: expected at least one, got none")
-    if (config.config if isinstance(config, Scenario) else config).workload.kv_cache == "wait":
+    mode = (config.config if isinstance(config, Scenario) else config).workload.kv_cache
+    if mode in ("wait", "paged"):
         raise SpecmdError(
-            "workload.kv_cache: expected reserved or evict for a miss-ratio curve (with wait "
-            "the requests that run together, so the accesses, depend on the capacity), got "
-            "'wait'"
+            f"workload.kv_cache: expected reserved or evict for a miss-ratio curve (with {mode} "
+            f"the requests that run together, so the accesses, depend on the capacity), got "
+            f"{mode!r}"
         )
     if isinstance(config, Scenario):
         scenario, config = config, config.config

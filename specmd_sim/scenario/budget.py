@@ -62,6 +62,8 @@ class MemoryBudget:
             "evict": f"KV cache 0 growing to {format_bytes(self.kv_cache)} ({self.kv_context} "
             f"tokens of up to {self.kv_batch} request{plural}; the expert cache gives way)",
             "wait": f"KV cache pool {format_bytes(self.kv_cache)} (requests wait for it)",
+            "paged": f"KV cache pool {format_bytes(self.kv_cache)} (in blocks; requests wait "
+            f"for them or are preempted)",
         }[self.kv_mode]
         terms = [
             f"non-expert weights {format_bytes(self.weights)}",

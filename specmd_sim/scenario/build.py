@@ -150,7 +150,7 @@ def with_capacity(scenario: Scenario, capacity: str | int) -> Scenario:
     except ValidationError as exc:
         raise from_validation_error("cache", exc) from None
     config = config.model_copy(update={"cache": cache})
-    if scenario.runtime.memory_parity.value or config.workload.kv_cache == "wait":
+    if scenario.runtime.memory_parity.value or config.workload.kv_cache in ("wait", "paged"):
         return build_scenario(config)  # the placement, or the passes, follow the capacity
     placement = scenario.placement
     budget = min(b.available for b in scenario.budgets)
@@ -247,14 +247,15 @@ def _kv_pools(
     bare: list[MemoryBudget],
     sizes: ExpertSizes,
 ) -> list[int | None]:
-    """Per GPU, the bytes of KV cache requests may hold at once with ``kv_cache: wait``: what
-    HBM leaves beside the expert cache's ``cache.capacity`` in its ``bare`` budget (None for
-    every GPU otherwise)."""
-    if config.workload.kv_cache != "wait":
+    """Per GPU, the bytes of KV cache requests may hold at once with ``kv_cache: wait`` or
+    ``paged``: what HBM leaves beside the expert cache's ``cache.capacity`` in its ``bare``
+    budget (None for every GPU otherwise)."""
+    mode = config.workload.kv_cache
+    if mode not in ("wait", "paged"):
         return [None] * len(gpus)
     if config.cache.capacity == "auto":
         raise SpecmdError(
-            "cache.capacity: expected a size with workload.kv_cache: wait (the KV cache gets "
+            f"cache.capacity: expected a size with workload.kv_cache: {mode} (the KV cache gets "
             "what the expert cache leaves), got 'auto', which leaves nothing"
         )
     per_token = kv_bytes_per_token(model)
@@ -264,7 +265,7 @@ def _kv_pools(
         capacity = config.cache.capacity_bytes(sizes.largest, sizes.routed_bytes, left)
         if left - capacity < per_token:
             raise SpecmdError(
-                f"workload.kv_cache: wait: expected cache.capacity {config.cache.capacity!r} "
+                f"workload.kv_cache: {mode}: expected cache.capacity {config.cache.capacity!r} "
                 f"({format_bytes(capacity)}) to leave room for a KV cache on {gpu.id} "
                 f"({format_bytes(left)} beside weights and workspace), got "
                 f"{format_bytes(left - capacity)}; lower cache.capacity"

@@ -47,6 +47,8 @@ class Passes:
     joins: np.ndarray  # bool [P]: some request runs its first pass here
     row_phase: np.ndarray  # uint8 [N]: each row's phase (continuous batching mixes them)
     row_first: np.ndarray  # bool [N]: the request's last prompt token (its first token follows)
+    # int32 [P]: requests preempted when the pass's step was formed (kv_cache: paged; else 0)
+    preempted: np.ndarray
 
     @property
     def num_passes(self) -> int:

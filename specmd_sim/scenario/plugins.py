@@ -81,10 +81,12 @@ def build_runs(
     warm: list[int] | None = None,
     dram_sequence: AccessSequence | None = None,
     online: bool = False,
+    room: int = 1,
 ) -> list[RunObjects]:
     """One :class:`RunObjects` per GPU of ``config.parallel``; ``online``: each GPU's passes
     are formed as the timing engine runs (:func:`~specmd_sim.scenario.schedule.is_online`),
-    from an :class:`~specmd_sim.scenario.schedule.OnlineSchedule`, not the scenario's.
+    from an :class:`~specmd_sim.scenario.schedule.OnlineSchedule` (with ``room`` for as many
+    times the trace's rows), not the scenario's.
 
     Randomness: the run's one generator first draws the Poisson arrivals (so both engines and
     every plug-in see the same stream); with one GPU the plug-ins then draw from it, with
@@ -108,7 +110,7 @@ def build_runs(
         if online:
             assert mine is not None
             schedule = OnlineSchedule(scenario.trace, config.workload, mine, (g, gpus),
-                                      scenario.kv_pools[g])  # fmt: skip
+                                      scenario.kv_pools[g], room)  # fmt: skip
             passes, demand = schedule.passes, schedule.demand
         sub = dataclasses.replace(scenario, passes=passes, demand=demand)
         runs.append(_build_gpu(sub, g, rngs[g], mine, warm, dram_sequence, schedule))

@@ -35,11 +35,12 @@ import numpy as np
 
 from specmd_sim.config import SimConfig, WorkloadConfig
 from specmd_sim.errors import SpecmdError
-from specmd_sim.scenario.passes import DemandSets, Passes, _assemble
+from specmd_sim.scenario.passes import DemandSets, Passes, _chunk_sets, _chunks
 from specmd_sim.traces.trace import DECODE, PREFILL, Trace
 
-Entry = tuple[int, int, int]
-"""(request's admission index, index of its first token in the pass, tokens)."""
+Entry = tuple[int, int, int, int]
+"""(request's admission index, index of its first token in the pass, tokens, the index below
+which its tokens are recomputed: those it had run when it was last preempted, else 0)."""
 
 
 def build_passes(
@@ -102,6 +103,7 @@ def _slot_passes(trace: Trace, workload: WorkloadConfig, share: tuple[int, int])
         joins=np.logical_or.reduceat(position == 1, first),
         row_phase=np.where(dec, DECODE, PREFILL).astype(np.uint8),
         row_first=~dec & (position == prefill_n[req]),
+        preempted=np.zeros(first.size, np.int32),
     )
 
 
@@ -123,8 +125,9 @@ def _continuous_passes(
       next step; after its last decode token (or its prompt, without any) it leaves.
     """
     requests = Requests.of(trace, workload, share)
-    taken, steps = closed_loop_steps(ContinuousStepper(requests, workload, kv_pool_tokens))
-    return requests.passes(taken, steps)
+    stepper = ContinuousStepper(requests, workload, kv_pool_tokens)
+    taken, steps = closed_loop_steps(stepper)
+    return requests.passes(taken, steps, stepper)
 
 
 def _passes_of_steps(
@@ -132,14 +135,17 @@ def _passes_of_steps(
     begin: np.ndarray,
     prompt_n: np.ndarray,
     ids: np.ndarray,
-    taken: list[tuple[int, int, int]],
+    taken: list[Entry],
     steps: list[int],
+    preempted: list[int],
 ) -> Passes:
     """The pass table of scheduler steps: ``taken[steps[p]:steps[p + 1]]`` are pass p's
-    (request, first token index, count) entries, over each request's rows ``by_request[
-    begin[r]:]`` (prompt rows first)."""
-    entries = np.array(taken, np.int64).reshape(-1, 3)
-    req, first, count = entries[:, 0], entries[:, 1], entries[:, 2]
+    entries (request, first token index, count, and the index below which its tokens are
+    recomputed after a preemption), over each request's rows ``by_request[begin[r]:]`` (prompt
+    rows first); ``preempted``: per pass, the requests preempted as its step was formed. A
+    recomputed token is a prompt token again: no output, not a first token."""
+    entries = np.array(taken, np.int64).reshape(-1, 4)
+    req, first, count, redo = entries[:, 0], entries[:, 1], entries[:, 2], entries[:, 3]
     rows_of_entry = np.repeat(np.arange(req.size), count)
     index = first[rows_of_entry] + (
         np.arange(rows_of_entry.size) - np.repeat(np.cumsum(count) - count, count)
@@ -149,7 +155,9 @@ def _passes_of_steps(
     start = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
     first_row = start[:-1]
     position = index + 1
-    dec = index >= prompt_n[row_req]
+    again = index < redo[rows_of_entry]
+    dec = (index >= prompt_n[row_req]) & ~again
+    ends_prompt = ~again & (position == prompt_n[row_req])
     pass_of_row = np.repeat(np.arange(sizes.size), sizes)
     # per (pass, request): its last position in the pass, summed per pass
     boundary = np.ones(row_req.size, bool)
@@ -163,13 +171,14 @@ def _passes_of_steps(
         request=ids[row_req[first_row]].astype(np.int32),
         phase=np.where(np.logical_or.reduceat(dec, first_row), DECODE, PREFILL).astype(np.uint8),
         context_end=position[first_end].astype(np.int64),
-        first_token=np.logical_or.reduceat(~dec & (position == prompt_n[row_req]), first_row),
+        first_token=np.logical_or.reduceat(ends_prompt, first_row),
         row_request=ids[row_req].astype(np.int32),
         attended=np.add.reduceat(position, first_row).astype(np.int64),
         kv_tokens=kv.astype(np.int64),
         joins=np.logical_or.reduceat(position == 1, first_row),
         row_phase=np.where(dec, DECODE, PREFILL).astype(np.uint8),
-        row_first=~dec & (position == prompt_n[row_req]),
+        row_first=ends_prompt,
+        preempted=np.asarray(preempted, np.int32).reshape(-1),
     )
 
 
@@ -266,38 +275,51 @@ class Requests:
         length = np.bincount(admit[served], minlength=n).astype(np.int64)
         return cls(ids, served[order], np.cumsum(length) - length, prompt_n, length)
 
-    def passes(self, taken: list[Entry], steps: list[int]) -> Passes:
-        """The passes of ``taken`` entries, pass ``p`` being ``taken[steps[p]:steps[p+1]]``."""
-        return _passes_of_steps(self.by_request, self.begin, self.prompt_n, self.ids, taken,
-                                steps)  # fmt: skip
+    def passes(self, taken: list[Entry], steps: list[int], stepper: Stepper) -> Passes:
+        """The passes of ``taken`` entries, pass ``p`` being ``taken[steps[p]:steps[p+1]]``,
+        with what ``stepper`` counted as it formed them (taken from it): each one's KV cache
+        (the table's ``kv_resident``) and preemptions."""
+        kv, cut = stepper.take_counts()
+        passes = _passes_of_steps(self.by_request, self.begin, self.prompt_n, self.ids, taken,
+                                  steps, cut)  # fmt: skip
+        object.__setattr__(passes, "kv_resident", np.asarray(kv, np.int64).reshape(-1))
+        return passes
 
 
 class Stepper:
     """A scheduler's state over one GPU's requests (:class:`Requests`); :meth:`step` forms the
-    next step's passes from the first ``arrived`` requests (those that have arrived)."""
+    next step's passes from the first ``arrived`` requests (those that have arrived), after
+    the preempted ones, which wait at the front of the queue."""
 
     def __init__(self, requests: Requests, workload: WorkloadConfig) -> None:
         self.req = requests
         self.n = int(requests.ids.size)
         self.batch = workload.batch_size
-        self.done = np.zeros(self.n, np.int64).tolist()  # tokens each request has run
-        self.waiting = 0  # the next request to admit
+        zeros = np.zeros(self.n, np.int64).tolist()
+        self.done = list(zeros)  # tokens each request has run (its progress)
+        self.computed = list(zeros)  # ... of which its KV cache holds (0 once preempted)
+        self.redo = list(zeros)  # tokens it had run when it was last preempted
+        self.waiting = 0  # the next request to admit for the first time
+        self.front: list[int] = []  # preempted requests, waiting before the others
         self.running: list[int] = []  # in the order they joined
-        # tokens in the KV cache of the requests that have run a pass and not yet left, and
-        # of each pass formed since the owner last took them
+        # tokens in the KV cache of the requests that have run a pass and not yet left; per
+        # pass formed since the owner last took them, those tokens and the requests preempted
         self.resident = 0
         self.kv: list[int] = []
+        self.cut: list[int] = []
 
     @property
     def finished(self) -> bool:
-        return self.waiting >= self.n and not self.running
+        return self.waiting >= self.n and not self.running and not self.front
 
     def idle(self, arrived: int) -> bool:
-        """Nothing runs and nothing waiting has arrived: the server waits for an arrival."""
-        return not self.running and self.waiting >= arrived and self.waiting < self.n
+        """Nothing runs or waits preempted, and nothing waiting has arrived: the server waits
+        for an arrival."""
+        return (not self.running and not self.front and self.waiting >= arrived
+                and self.waiting < self.n)  # fmt: skip
 
     def admits(self, arrived: int) -> int:
-        """How many waiting requests the next step admits when ``arrived`` have arrived."""
+        """How many new requests the next step admits when ``arrived`` have arrived."""
         raise NotImplementedError
 
     def step(self, arrived: int) -> list[list[Entry]]:
@@ -310,23 +332,31 @@ class Stepper:
         the queue, so it does when it takes as many with all requests arrived."""
         return not self.idle(arrived) and self.admits(self.n) == self.admits(arrived)
 
-    def _ran(self, entries: list[Entry]) -> int:
+    def take_counts(self) -> tuple[list[int], list[int]]:
+        """The KV cache's tokens and the preemptions of each pass formed since last taken."""
+        counts = self.kv, self.cut
+        self.kv, self.cut = [], []
+        return counts
+
+    def _ran(self, entries: list[Entry], preempted: int = 0) -> None:
         """Count a pass's entries: the tokens they add, then those of requests that leave
-        after it (their last token ran); the KV cache's tokens during the pass."""
-        done, length = self.done, self.req.length
-        for r, first, count in entries:
-            done[r] = first + count
+        after it (their last token ran); the KV cache's tokens during the pass, and the
+        requests preempted as it was formed."""
+        done, computed, length = self.done, self.computed, self.req.length
+        for r, first, count, _ in entries:
+            computed[r] = first + count
+            done[r] = max(done[r], computed[r])
             self.resident += count
-        during = self.resident
-        for r, _, _ in entries:
+        self.kv.append(self.resident)
+        self.cut.append(preempted)
+        for r, _, _, _ in entries:
             if done[r] >= length[r] and r in self.running:
                 self.resident -= int(length[r])
-        return during
 
 
 class SlotStepper(Stepper):
     """``scheduler: slots``: while fewer than ``batch_size`` requests decode, arrived
-    requests join, each running its prefill chunks as passes of its own (a request without
+    requests join, each running its prefill chunks as passes of their own (a request without
     decode tokens takes no slot); then one decode pass takes the next token of each decoding
     request, in the order they joined."""
 
@@ -351,79 +381,151 @@ class SlotStepper(Stepper):
             n = int(prompt_n[r])
             chunk = self.chunk or max(n, 1)
             for first in range(0, n, chunk):
-                passes.append([(r, first, min(chunk, n - first))])
-                self.kv.append(self._ran(passes[-1]))
+                passes.append([(r, first, min(chunk, n - first), 0)])
+                self._ran(passes[-1])
             if length[r] == n:
                 self.running.remove(r)
         if self.running:
-            passes.append([(r, self.done[r], 1) for r in self.running])
-            self.kv.append(self._ran(passes[-1]))
+            passes.append([(r, self.done[r], 1, 0) for r in self.running])
+            self._ran(passes[-1])
             self.running = [r for r in self.running if self.done[r] < length[r]]
         return passes
 
 
 class ContinuousStepper(Stepper):
-    """``scheduler: continuous`` (:func:`~specmd_sim.scenario.passes.build_passes` tells the
-    rules): one pass a step; with ``kv_pool_tokens`` (``kv_cache: wait``) a request joins only
-    while its whole length fits the pool beside the running requests' whole lengths."""
+    """``scheduler: continuous`` (:func:`_continuous_passes` tells the rules): one pass a step.
+
+    The KV pool (``kv_pool_tokens``), by ``workload.kv_cache``:
+
+    - ``wait``: a request joins only while its whole length fits the pool beside the running
+      requests' whole lengths (a reservation);
+    - ``paged`` (vLLM's V1 scheduler, ``vllm/v1/core/sched/scheduler.py`` at 00024d3,
+      ``schedule``): the pool is ``kv_block_tokens``-token blocks, a request holds the blocks of
+      the tokens it has computed. A running request whose next tokens need blocks the pool has
+      not free preempts the last request running (``self.running.pop()``), and so on, itself
+      last (then it waits too); a preempted request frees its blocks and waits at the front of
+      the queue (``prepend_request``), and when it runs again recomputes every token it had
+      (its prompt and outputs, as a prompt: ``num_computed_tokens = 0``) with the next one. A
+      step that preempted admits no waiting request; a waiting request joins only when the
+      blocks of its first tokens are free.
+    """
 
     def __init__(
         self, requests: Requests, workload: WorkloadConfig, kv_pool_tokens: int | None
     ) -> None:
         super().__init__(requests, workload)
         length = requests.length
-        if kv_pool_tokens is not None and self.n and int(length.max()) > kv_pool_tokens:
+        self.paged = workload.kv_cache == "paged" and kv_pool_tokens is not None
+        self.block = workload.kv_block_tokens if self.paged else 1
+        if kv_pool_tokens is not None and self.n:
             r = int(np.argmax(length))
-            raise SpecmdError(
-                f"workload.kv_cache: wait: expected every request's KV cache to fit the pool "
-                f"that cache.capacity leaves ({kv_pool_tokens} tokens), got request "
-                f"{int(requests.ids[r])} with {int(length[r])} tokens; lower cache.capacity or "
-                f"use kv_cache: evict"
-            )
-        self.pool = kv_pool_tokens
+            pool = kv_pool_tokens // self.block * self.block
+            if self._blocks(int(length[r])) * self.block > pool:
+                raise SpecmdError(
+                    f"workload.kv_cache: {workload.kv_cache}: expected every request's KV cache "
+                    f"to fit the pool that cache.capacity leaves ({pool} tokens), got request "
+                    f"{int(requests.ids[r])} with {int(length[r])} tokens; lower cache.capacity "
+                    f"or use kv_cache: evict"
+                )
+        self.pool = None if self.paged else kv_pool_tokens
+        self.free = 0 if kv_pool_tokens is None else kv_pool_tokens // self.block  # (paged)
+        self.held = np.zeros(self.n, np.int64).tolist()  # blocks each request holds (paged)
         self.budget_step = workload.max_tokens_per_step or int(length.sum()) + 1
         self.chunk = workload.prefill_chunk_tokens or self.budget_step
-        self.reserved = 0  # whole lengths of the running requests
+        self.reserved = 0  # whole lengths of the running requests (wait)
 
-    def _plan(self, arrived: int) -> tuple[list[Entry], int]:
-        """The next step's entries and how many waiting requests join in it."""
-        prompt_n, length, done = self.req.prompt_n, self.req.length, self.done
+    def _blocks(self, tokens: int) -> int:
+        return -(-tokens // self.block)
+
+    def _count(self, r: int, budget: int) -> int:
+        """Request ``r``'s tokens in the next step: its next decode token, or its next prompt
+        tokens (after a preemption, the tokens it recomputes and the next one) up to the chunk
+        and what the step's budget has left."""
+        prompt, done, computed = int(self.req.prompt_n[r]), self.done[r], self.computed[r]
+        remaining = (prompt if done < prompt else done + 1) - computed
+        if computed >= prompt and remaining == 1:
+            return 1
+        return min(remaining, self.chunk, budget)
+
+    def _plan(self, arrived: int) -> tuple[list[Entry], int, int, list[int]]:
+        """The next step's entries, how many new requests and preempted ones join in it, and
+        the requests it preempts."""
+        length = self.req.length
         budget, taken = self.budget_step, []
-        for r in self.running:
-            if budget == 0:
-                break
-            count = 1 if done[r] >= prompt_n[r] else min(prompt_n[r] - done[r], self.chunk,
-                                                         budget)  # fmt: skip
-            taken.append((r, done[r], int(count)))
+        running, free, preempted = list(self.running), self.free, []
+        i = 0
+        while i < len(running) and budget > 0:
+            r = running[i]
+            count = self._count(r, budget)
+            if self.paged:
+                need = self._blocks(self.computed[r] + count) - self.held[r]
+                while need > free and r not in preempted:
+                    victim = running.pop()
+                    free += self.held[victim]
+                    preempted.append(victim)
+                if r in preempted:
+                    break
+                free -= need
+            taken.append((r, self.computed[r], count, self.redo[r]))
             budget -= count
-        joined, reserved = 0, self.reserved
-        limit = min(arrived, self.n)
-        while self.waiting + joined < limit and len(self.running) + joined < self.batch:
-            if budget <= 0:
+            i += 1
+        joined = resumed = 0
+        reserved, limit = self.reserved, min(arrived, self.n)
+        while not preempted and len(running) < self.batch and budget > 0:
+            if resumed < len(self.front):
+                r = self.front[resumed]
+            elif self.waiting + joined < limit:
+                r = self.waiting + joined
+            else:
                 break
-            r = self.waiting + joined
             if self.pool is not None and reserved + length[r] > self.pool:
                 break
-            count = min(prompt_n[r], self.chunk, budget) if prompt_n[r] else 1
-            taken.append((r, 0, int(count)))
+            count = self._count(r, budget)
+            if self.paged:
+                need = self._blocks(count)
+                if need > free:
+                    break
+                free -= need
+            taken.append((r, 0, count, self.redo[r]))
             budget -= count
-            reserved += int(length[r])
-            joined += 1
-        return taken, joined
+            running.append(r)
+            if resumed < len(self.front):
+                resumed += 1
+            else:
+                reserved += int(length[r])
+                joined += 1
+        return taken, joined, resumed, preempted
 
     def admits(self, arrived: int) -> int:
         return self._plan(arrived)[1]
 
     def step(self, arrived: int) -> list[list[Entry]]:
-        taken, joined = self._plan(arrived)
+        taken, joined, resumed, preempted = self._plan(arrived)
+        for v in preempted:  # (each to the front of the queue, as it was preempted)
+            self.running.remove(v)
+            self.free += self.held[v]
+            self.held[v] = 0
+            self.resident -= self.computed[v]
+            self.computed[v], self.redo[v] = 0, self.done[v]
+            self.front.insert(0, v)
+        self.running += self.front[:resumed]
+        del self.front[:resumed]
         joining = range(self.waiting, self.waiting + joined)
         self.running.extend(joining)
         self.reserved += int(self.req.length[self.waiting : self.waiting + joined].sum())
         self.waiting += joined
-        self.kv.append(self._ran(taken))
+        self._ran(taken, len(preempted))
+        for r, _, _, _ in taken:
+            if self.paged:
+                blocks = self._blocks(self.computed[r])
+                self.free -= blocks - self.held[r]
+                self.held[r] = blocks
         length = self.req.length
         left = [r for r in self.running if self.done[r] >= length[r]]
         self.reserved -= int(sum(int(length[r]) for r in left))
+        for r in left:
+            self.free += self.held[r]
+            self.held[r] = 0
         self.running = [r for r in self.running if self.done[r] < length[r]]
         return [taken] if taken else []
 
@@ -474,7 +576,14 @@ def zero_time_passes(
             steps.append(len(taken))
             taken += entries
     steps.append(len(taken))
-    return requests.passes(taken, steps)
+    return requests.passes(taken, steps, stepper)
+
+
+class ScheduleFull(Exception):
+    """An online schedule formed more rows than its arrays have room for: with preemptions
+    (``kv_cache: paged``) a request's recomputed tokens run again, so the rows a run forms are
+    not bounded by the trace's; the run starts again with more room
+    (:func:`~specmd_sim.engine.sim.run.simulate`)."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -500,18 +609,21 @@ class FormingPasses(Passes):
     def kv_resident(self) -> np.ndarray:
         return self.kv_of
 
-    def append(self, block: Passes, kv: list[int]) -> tuple[int, int]:
-        """Add ``block``'s passes (their KV cache's tokens ``kv``); their index range."""
+    def append(self, block: Passes) -> tuple[int, int]:
+        """Add ``block``'s passes; their index range. Raises :class:`ScheduleFull` where they
+        do not fit (recomputed tokens after preemptions are rows again)."""
         p0, r0 = int(self.formed[0]), int(self.formed[1])
         p1, r1 = p0 + block.num_passes, r0 + int(block.rows.size)
+        if r1 > self.rows.size:
+            raise ScheduleFull(f"{r1} rows formed, room for {self.rows.size}")
         for name in ("rows", "row_request", "row_phase", "row_first"):
             getattr(self, name)[r0:r1] = getattr(block, name)
         for name in ("request", "phase", "context_end", "first_token", "attended", "kv_tokens",
-                     "joins"):  # fmt: skip
+                     "joins", "preempted"):  # fmt: skip
             getattr(self, name)[p0:p1] = getattr(block, name)
         self.start[p0 + 1 : p1 + 1] = block.start[1:] + r0
         self.tokens_of[p0:p1] = np.diff(block.start)
-        self.kv_of[p0:p1] = kv
+        self.kv_of[p0:p1] = block.kv_resident
         self.formed[:] = p1, r1
         return p0, p1
 
@@ -522,10 +634,12 @@ class FormingPasses(Passes):
         for name in ("rows", "row_request", "row_phase", "row_first"):
             fields[name] = getattr(self, name)[:r].copy()
         for name in ("request", "phase", "context_end", "first_token", "attended", "kv_tokens",
-                     "joins"):  # fmt: skip
+                     "joins", "preempted"):  # fmt: skip
             fields[name] = getattr(self, name)[:p].copy()
         fields["start"] = self.start[: p + 1].copy()
-        return Passes(**fields)
+        out = Passes(**fields)
+        object.__setattr__(out, "kv_resident", self.kv_of[:p].copy())  # (as the stepper counted)
+        return out
 
     @classmethod
     def empty(cls, rows: int) -> FormingPasses:
@@ -538,7 +652,8 @@ class FormingPasses(Passes):
             row_request=np.zeros(rows, np.int32), attended=np.zeros(rows, i64),
             kv_tokens=np.zeros(rows, i64), joins=np.zeros(rows, bool),
             row_phase=np.zeros(rows, u8), row_first=np.zeros(rows, bool),
-            formed=np.zeros(2, i64), tokens_of=np.zeros(rows, i64), kv_of=np.zeros(rows, i64),
+            preempted=np.zeros(rows, np.int32), formed=np.zeros(2, i64),
+            tokens_of=np.zeros(rows, i64), kv_of=np.zeros(rows, i64),
         )  # fmt: skip
 
 
@@ -566,15 +681,14 @@ class FormingDemand(DemandSets):
 
     def append(self, block: Passes, p0: int) -> None:
         """The sets of ``block``'s passes, which are passes ``p0 ..`` of the run."""
-        trace = self._source[0]
-        keys, _, _, offsets, _ = _assemble(trace, block, values=False)
-        _, tokens, gates, _, _ = _assemble(trace, block, values=True)
-        layers = self.num_layers
+        trace, layers = self._source[0], self.num_layers
         a = int(self.offsets[p0 * layers])
-        self.keys[a : a + keys.size] = keys
-        self.tokens[a : a + keys.size] = tokens
-        self.gates[a : a + keys.size] = gates
-        self.offsets[p0 * layers + 1 : (p0 + block.num_passes) * layers + 1] = offsets[1:] + a
+        for lo, hi in _chunks(block, trace):  # (keys, tokens and gates at once, a chunk each)
+            keys, tokens, gates, sizes = _chunk_sets(trace, block, lo, hi, values=True)
+            b = a + keys.size
+            self.keys[a:b], self.tokens[a:b], self.gates[a:b] = keys, tokens, gates
+            self.offsets[(p0 + lo) * layers + 1 : (p0 + hi) * layers + 1] = a + np.cumsum(sizes)
+            a = b
 
     def final(self, passes: Passes) -> DemandSets:
         """The sets of the passes formed (``passes``: :meth:`FormingPasses.final`)."""
@@ -602,12 +716,15 @@ class OnlineSchedule:
         arrivals: np.ndarray,
         share: tuple[int, int] = (0, 1),
         kv_pool_tokens: int | None = None,
+        room: int = 1,
     ) -> None:
+        """``room``: rows for this many times the trace's (more than 1 only where preemptions
+        make requests recompute: :class:`ScheduleFull`)."""
         self.requests = Requests.of(trace, workload, share)
         self.stepper = make_stepper(self.requests, workload, kv_pool_tokens)
         self.arrivals = np.asarray(arrivals, np.float64)
         rows = int(self.requests.by_request.size)
-        self.passes = FormingPasses.empty(rows)
+        self.passes = FormingPasses.empty(rows * room)
         self.demand = FormingDemand(trace, self.passes)
         self.on_formed: list[Callable[[int, int], None]] = []
 
@@ -633,7 +750,6 @@ class OnlineSchedule:
             arrived = int(np.searchsorted(self.arrivals, now, side="right"))
         taken: list[Entry] = []
         steps: list[int] = []
-        kv_from = len(stepper.kv)
         while True:
             for entries in stepper.step(arrived):
                 steps.append(len(taken))
@@ -641,10 +757,8 @@ class OnlineSchedule:
             if stepper.finished or not stepper.time_independent(arrived):
                 break
         steps.append(len(taken))
-        block = self.requests.passes(taken, steps)
-        kv = stepper.kv[kv_from:]
-        del stepper.kv[:]
-        p0, p1 = self.passes.append(block, kv)
+        block = self.requests.passes(taken, steps, stepper)
+        p0, p1 = self.passes.append(block)
         self.demand.append(block, p0)
         for callback in self.on_formed:
             callback(p0, p1)

@@ -168,6 +168,18 @@ def test_the_summary_names_the_setup_in_words(tmp_path: Path) -> None:
     assert "predictor trace;" in setup_line({"predictor": {"kind": "trace"}}, {})
 
 
+def test_the_setup_line_says_how_steps_are_formed_under_arrivals() -> None:
+    """Poisson or recorded arrivals: their rate, and with batches whether steps are formed as
+    requests arrive (online) or fixed before the run; nothing of it in a closed loop."""
+    poisson = {"arrivals": "poisson", "arrival_rate_per_s": 2.5, "batch_size": 8}
+    line = setup_line({"workload": poisson}, {})
+    assert "; arrivals poisson at 2.5/s, batch 8, steps formed as requests arrive; " in line
+    fixed = setup_line({"workload": {**poisson, "schedule": "fixed"}}, {})
+    assert "steps fixed before the run (a step waits for requests not yet arrived)" in fixed
+    assert "; arrivals trace; prefill" in setup_line({"workload": {"arrivals": "trace"}}, {})
+    assert "arrivals" not in setup_line({"workload": {"batch_size": 8}}, {})
+
+
 def test_a_cache_smaller_than_a_pass_says_so() -> None:
     assert small_cache_note({"capacity_slots": 51, "pass_demand_max": 128}) is not None
     assert "holds 51 experts and one pass demands up to 128" in str(

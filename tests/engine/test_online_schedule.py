@@ -14,6 +14,7 @@ stream is ready to start it, from the requests arrived by then.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,14 @@ from support.profiles import near_instant, profile_with_hbm
 from support.results import result_fields
 from support.traces import random_trace_ids
 
-from specmd_sim import SimConfig, apply_overrides, build_config, replay, simulate
+from specmd_sim import (
+    SimConfig,
+    apply_overrides,
+    build_config,
+    formed_schedule,
+    replay,
+    simulate,
+)
 from specmd_sim.errors import SpecmdError
 from specmd_sim.scenario import build_scenario
 from specmd_sim.scenario.build import kv_bytes_per_token
@@ -265,6 +273,29 @@ def test_batch_8_at_a_low_rate_waits_only_for_arrivals_online(write_trace) -> No
     assert sum(np.array(fixed.per_request["tpot_other_s"]) > 0) > 5
     assert fixed.metrics["itl_p99_s"] > 4 * longest
     assert fixed.metrics["itl_p99_s"] > 3 * online.metrics["itl_p99_s"]
+
+
+@pytest.mark.parametrize("scheduler", ["slots", "continuous"])
+def test_the_schedule_formed_online_run_as_a_fixed_table_gives_the_same_run(write_trace, scheduler):
+    """``formed_schedule``: the passes a timed run formed online, as a table fixed before the
+    run; run as it is, every pass starts when it did online (its new requests had arrived by
+    then, or it waits for them at the same instant as the idle server did), so the run is the
+    same, and an offline plug-in (Belady) runs on it where it is refused online."""
+    trace = random_trace(write_trace, 24, 4, 6, seed=2)
+    config = SimConfig(trace=trace, seed=4, workload={
+        "batch_size": 4, "scheduler": scheduler, "arrivals": "poisson",
+        "arrival_rate_per_s": 20.0})  # fmt: skip
+    online = simulate(config)
+    fixed = formed_schedule(config)
+    assert fixed.config.workload.schedule == "fixed" and not is_online(fixed.config)
+    assert fixed.num_passes == online.inputs["passes"]
+    again = simulate(fixed)
+    for field in ("metrics", "per_request", "per_pass", "per_layer", "per_gpu"):
+        assert getattr(again, field) == getattr(online, field), field
+    assert np.array_equal(again.spans, online.spans)
+    belady = dataclasses.replace(fixed, config=fixed.config.model_copy(
+        update={"eviction": build_config({"eviction": {"kind": "belady"}}).eviction}))  # fmt: skip
+    assert simulate(belady).metrics["hit_rate"] >= online.metrics["hit_rate"]
 
 
 # --- 4. replay follows the zero-time schedule -------------------------------------------------

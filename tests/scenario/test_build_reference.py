@@ -161,6 +161,7 @@ def passes_of(table: Table) -> Passes:
         joins=np.array(fields["joins"], bool),
         row_phase=np.array([ph for _, _, phases, _ in table for ph in phases], np.uint8),
         row_first=np.array([f for _, _, _, firsts in table for f in firsts], bool),
+        preempted=np.zeros(len(table), np.int32),
     )  # fmt: skip
 
 

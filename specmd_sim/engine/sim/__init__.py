@@ -5,6 +5,6 @@
 - :mod:`.run` drives passes and layers on the compute stream and issues fetches.
 """
 
-from specmd_sim.engine.sim.run import simulate
+from specmd_sim.engine.sim.run import formed_schedule, simulate
 
-__all__ = ["simulate"]
+__all__ = ["formed_schedule", "simulate"]

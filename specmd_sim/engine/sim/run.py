@@ -36,8 +36,12 @@ from specmd_sim.metrics import RunResult
 from specmd_sim.models import CostModel
 from specmd_sim.scenario import RunObjects, Scenario, build_runs, build_scenario
 from specmd_sim.scenario.dram import needs_sequence
-from specmd_sim.scenario.schedule import is_online
-from specmd_sim.timeline import SpanRecorder
+from specmd_sim.scenario.schedule import ScheduleFull, is_online
+from specmd_sim.timeline import COUNTER_DTYPE, SpanRecorder
+
+PAGED_ROOM = 2
+"""An online schedule with preemptions (``kv_cache: paged``) first has room for twice the
+trace's rows: each recomputed token is a row again."""
 
 
 def simulate(
@@ -46,31 +50,53 @@ def simulate(
     """Run the SimPy timing engine on a config (or an already built scenario); on its compiled
     core (:mod:`.compiled`) where that covers the run, unless ``compiled`` is False. The
     result's ``engine_path`` says which path was taken, and why
-    (:func:`~specmd_sim.engine.coverage.simulate_path`)."""
+    (:func:`~specmd_sim.engine.coverage.simulate_path`).
+
+    An online schedule whose preemptions make it form more rows than it has room for
+    (:class:`~specmd_sim.scenario.schedule.ScheduleFull`) runs again with twice the room: the
+    run is deterministic, so the result is the one more room would have given at once."""
+    return _timed(config, progress, compiled)[0]
+
+
+def formed_schedule(config: SimConfig | Scenario, compiled: bool = True) -> Scenario:
+    """The scenario with the passes its timed run formed, as a table fixed before the run
+    (``workload.schedule: fixed``): with an online schedule, the schedule of this first run.
+    Run as it is, it gives the same run (each pass starts when the online one did, its new
+    requests arrived by then); offline plug-ins (Belady, static-hot, ``belady_gap``), which
+    need every pass in advance, run on it, as on the schedule a server would have formed
+    with the run's own policies."""
+    scenario = _timed(config, None, compiled)[1]
+    workload = scenario.config.workload.model_copy(update={"schedule": "fixed"})
+    return dataclasses.replace(
+        scenario, config=scenario.config.model_copy(update={"workload": workload})
+    )
+
+
+def _timed(
+    config: SimConfig | Scenario, progress: Progress | None, compiled: bool
+) -> tuple[RunResult, Scenario]:
+    """:func:`simulate`'s result and its scenario with the passes it ran."""
     scenario = config if isinstance(config, Scenario) else build_scenario(config)
+    room = PAGED_ROOM if scenario.config.workload.kv_cache == "paged" else 1
+    while True:
+        try:
+            return _simulate(scenario, progress, compiled, room)
+        except ScheduleFull:
+            room *= 2
+
+
+def _simulate(
+    scenario: Scenario, progress: Progress | None, compiled: bool, room: int
+) -> tuple[RunResult, Scenario]:
     env = Environment()
     spans = SpanRecorder(scenario.config.timing.record_spans)
     cpu = HostCpu(env, scenario, spans)
     sequence = dram_sequence(scenario) if needs_sequence(scenario.config) else None
     online = is_online(scenario.config)
-    runs = build_runs(scenario, None, sequence, online=online)
+    runs = build_runs(scenario, None, sequence, online=online, room=room)
     taken = simulate_path(scenario, runs, compiled)
     backs = [_write_back(scenario, gpu) for gpu in scenario.gpus]
-    capacity: dict[str, float] = {}
-    for objs, back in zip(runs, backs, strict=True):
-        for path in objs.ctx.paths:  # paths[0] is the host path: DRAM is always there
-            capacity.update(path.capacity)
-        if objs.dram is not None:
-            capacity.update(objs.dram.stage.capacity)
-        if back is not None:
-            capacity.update(back.capacity)
-    capacity.update(cpu.capacity)
-    nvme = scenario.placement.nvme
-    dynamic: dict[str, Callable[[int], float]] = {}
-    if nvme is not None:
-        dynamic[f"nvme:{nvme.id}"] = nvme.read_bandwidth
-    network = FlowNetwork(env, capacity, dynamic, spans=spans if spans.enabled else None)
-    cpu.network = network
+    network = _network(env, scenario, runs, backs, cpu, spans)
     done = [0]
     # progress in passes; online, in tokens (how many passes will be formed is not known)
     total = sum(o.schedule.total_rows for o in runs if o.schedule) or scenario.num_passes
@@ -96,6 +122,8 @@ def simulate(
         _run_processes(env, gpus)
     if online:
         scenario = _formed(scenario, gpus, spans, bases)
+    if scenario.config.workload.kv_cache == "paged" and spans.enabled:
+        _kv_counters(gpus, spans)
     for gpu in gpus:
         gpu.objs.cache.finish()
         if gpu.dram is not None:
@@ -120,7 +148,34 @@ def simulate(
     if scenario.config.belady_gap:
         warm = runs[0].eviction.initial_contents()
         result.metrics.update(belady_gap(scenario, result.metrics, warm))
-    return result
+    return result, scenario
+
+
+def _network(
+    env: Environment,
+    scenario: Scenario,
+    runs: list[RunObjects],
+    backs: list[TransferPath | None],
+    cpu: HostCpu,
+    spans: SpanRecorder,
+) -> FlowNetwork:
+    """The flow network of every resource a transfer (or the host's CPU) may use."""
+    capacity: dict[str, float] = {}
+    for objs, back in zip(runs, backs, strict=True):
+        for path in objs.ctx.paths:  # paths[0] is the host path: DRAM is always there
+            capacity.update(path.capacity)
+        if objs.dram is not None:
+            capacity.update(objs.dram.stage.capacity)
+        if back is not None:
+            capacity.update(back.capacity)
+    capacity.update(cpu.capacity)
+    nvme = scenario.placement.nvme
+    dynamic: dict[str, Callable[[int], float]] = {}
+    if nvme is not None:
+        dynamic[f"nvme:{nvme.id}"] = nvme.read_bandwidth
+    network = FlowNetwork(env, capacity, dynamic, spans=spans if spans.enabled else None)
+    cpu.network = network
+    return network
 
 
 def _formed(
@@ -141,6 +196,24 @@ def _formed(
         return dataclasses.replace(scenario, passes=shards[0][0], demand=shards[0][1],
                                    shards=tuple(shards))  # fmt: skip
     return dataclasses.replace(scenario, shards=tuple(shards))
+
+
+def _kv_counters(gpus: list[_Gpu], spans: SpanRecorder) -> None:
+    """The KV cache's tokens at each pass start and the requests preempted so far, as counters
+    (``kv_cache: paged``): what the scheduler counted as it formed the passes, drawn where
+    they ran."""
+    for gpu in gpus:
+        passes = gpu.tally.passes
+        start = gpu.tally.pass_start[: passes.num_passes]
+        suffix = "" if len(gpus) == 1 else f"{gpu.node.id}/"
+        cut = passes.preempted > 0
+        for name, times, values in (
+            ("kv_cache_tokens", start, passes.kv_resident),
+            ("preempted_requests", start[cut], np.cumsum(passes.preempted)[cut]),
+        ):
+            rows = np.empty(times.size, COUNTER_DTYPE)
+            rows["time"], rows["value"] = times, values
+            spans.series(suffix + name).extend(rows)
 
 
 def _run_processes(env: Environment, gpus: list[_Gpu]) -> None:
