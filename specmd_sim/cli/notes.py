@@ -153,6 +153,18 @@ def prefetch_eviction_note(m: dict[str, Any]) -> str | None:
 def run_notes(config: dict[str, Any], inputs: dict[str, Any], m: dict[str, Any]) -> list[str]:
     """Every note that applies to a run, in order of how much it changes the answer."""
     found = (whole_model_note(inputs), overflow_note(m, inputs), small_cache_note(inputs),
-             dropped_prefetch_note(m, config), prefetch_eviction_note(m),
-             late_hit_note(m))  # fmt: skip
+             preemption_note(inputs), dropped_prefetch_note(m, config),
+             prefetch_eviction_note(m), late_hit_note(m))  # fmt: skip
     return [n for n in found if n is not None]
+
+
+def preemption_note(inputs: dict[str, Any]) -> str | None:
+    """One line where the KV pool preempted requests (``kv_cache: paged``)."""
+    count = inputs.get("preemptions")
+    if not count:
+        return None
+    return (
+        f"note: {count} preemption(s): a running request found no free KV block, so the last "
+        f"to join gave its blocks back and recomputed its tokens when it ran again; a larger "
+        f"KV pool (a smaller cache.capacity) or a smaller workload.batch_size avoids them"
+    )

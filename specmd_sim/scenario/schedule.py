@@ -1,17 +1,19 @@
 """The scheduler: which tokens of which requests each pass takes, formed step by step.
 
 A :class:`Stepper` holds a server's scheduler state (requests waiting in arrival order, the
-running ones, the tokens each has run) and forms one *step* at a time from the requests that
-have arrived when the step starts: ``scheduler: slots`` forms the admitted requests' prefill
-chunks as passes of their own, then one decode pass; ``scheduler: continuous`` one pass mixing
-decode tokens and prompt chunks (the rules are in :mod:`.passes`). Admission is first come,
-first served, so what a step admits depends on the time only through how many requests have
-arrived: a prefix of the waiting queue.
+running ones, the tokens each has run, the KV pool) and forms one *step* at a time from the
+requests that have arrived when the step starts: ``scheduler: slots`` forms the admitted
+requests' prefill chunks as passes of their own, then one decode pass
+(:func:`_slot_passes`); ``scheduler: continuous`` one pass mixing decode tokens and prompt
+chunks (:func:`_continuous_passes`; with ``kv_cache: paged``, preempting as vLLM does:
+:class:`ContinuousStepper`). Admission is first come, first served, so what a step admits
+depends on the time only through how many requests have arrived: a prefix of the waiting queue
+(the preempted ones, which wait before it, have arrived).
 
 Three ways to drive it:
 
 - **closed loop** (every request has arrived at the start): the fixed table of
-  :func:`~specmd_sim.scenario.passes.build_passes`, formed before the run;
+  :func:`build_passes`, formed before the run;
 - **zero time** (:func:`zero_time_passes`): steps take no time, so the clock moves only when
   the server is idle, to the next arrival. This is the schedule of ``replay``, which has no time,
   and the limit of the timing engine's as the hardware gets infinitely fast;
@@ -727,10 +729,6 @@ class OnlineSchedule:
         self.passes = FormingPasses.empty(rows * room)
         self.demand = FormingDemand(trace, self.passes)
         self.on_formed: list[Callable[[int, int], None]] = []
-
-    @property
-    def rows_formed(self) -> int:
-        return int(self.passes.formed[1])
 
     @property
     def total_rows(self) -> int:

@@ -18,6 +18,7 @@ from specmd_sim.cli.notes import (
     dropped_prefetch_note,
     late_hit_note,
     overflow_note,
+    preemption_note,
     prefetch_eviction_note,
     setup_line,
     small_cache_note,
@@ -268,3 +269,10 @@ def test_the_setup_says_the_host_where_the_machines_name_does_not() -> None:
     line = setup_line(config, {"hardware_name": "A100 + EPYC 7742", "host_name": "EPYC 7742"})
     assert line.endswith("machine A100 + EPYC 7742")
     assert setup_line(config, {"hardware_name": "A100"}).endswith("machine A100")  # older results
+
+
+def test_preemptions_get_a_note() -> None:
+    assert preemption_note({"preemptions": 0}) is None and preemption_note({}) is None
+    note = preemption_note({"preemptions": 3})
+    assert note is not None and note.startswith("note: 3 preemption(s): ")
+    assert "\n" not in note

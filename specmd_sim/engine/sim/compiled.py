@@ -337,7 +337,8 @@ class _Core:
             return int(done.sum()), int(self.B[:, T.B_NPASS].sum())
         rows = [s.passes.start[min(int(p), s.passes.num_passes)] for s, p in
                 zip(schedules, done, strict=True)]  # fmt: skip
-        return int(sum(rows)), sum(s.total_rows for s in schedules)
+        total = sum(s.total_rows for s in schedules)
+        return min(int(sum(rows)), total), total  # (recomputed tokens run again)
 
     def finish(self) -> None:
         """The tallies' sums, the paths used, the cache counters and the network's."""

@@ -103,7 +103,7 @@ def _simulate(
 
     def pass_done(tokens: int) -> None:
         done[0] += tokens if online else 1
-        report_progress(progress, done[0], total)
+        report_progress(progress, min(done[0], total), total)  # (recomputed tokens: again)
 
     # each GPU's passes are numbered from its base in the spans (online: from room for every
     # pass it may form, renumbered after the run)
