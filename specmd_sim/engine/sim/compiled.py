@@ -15,7 +15,9 @@ noisy oracle or the trace's scores: :mod:`specmd_sim.engine.fast.plans`), a copy
 or free, slowing the kernels that start beside it or not), memory parity's write-backs (on the
 device-to-host copy engines) and a fixed cache capacity. Everything else (the DRAM cache, CPU
 experts, dropped or substituted experts, a capacity that follows the KV cache, users' plug-ins)
-runs on SimPy, which stays the specification.
+runs on SimPy, which stays the specification. An online schedule (``workload.schedule:
+online``) forms its steps between the core's calls: the core returns for a refill where a GPU's
+stream is ready for a pass not yet formed, and the step is formed at the core's clock.
 """
 
 from __future__ import annotations
@@ -137,7 +139,7 @@ class _Core:
         self.all_keys = keys[0] if G == 1 else np.concatenate(keys)
         self.all_offsets = offsets[0] if G == 1 else np.concatenate(offsets)
         # each GPU's, as views of the arrays the core reads (an online schedule's passes are
-        # copied in as they are formed: :meth:`formed`)
+        # copied in as they are formed: :meth:`form`)
         self.demand = _views(self.all_keys, keys), _views(self.all_offsets, offsets)
         self.schedules = [g.objs.schedule for g in gpus]
         # (numba is loaded for the core anyway: its JIT, not the replay's module built ahead)
