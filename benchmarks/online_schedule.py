@@ -20,8 +20,8 @@ rate. Per rate, in one process, alternately, the best CPU time of ``--repeat`` r
   different schedule: fuller batches, so fewer passes).
 
 Verdict: online keeps at least :data:`TARGET_RATIO` of the fixed table's speed on the same
-passes at every rate (the engine returns to Python to form a step where an arrival could
-change it: at low rates, every step).
+passes at every rate (the core takes steps formed ahead, and returns to Python where an arrival
+may change the next one: at low rates, nearly at every arrival).
 """
 
 from __future__ import annotations

@@ -334,6 +334,19 @@ class Stepper:
         the queue, so it does when it takes as many with all requests arrived."""
         return not self.idle(arrived) and self.admits(self.n) == self.admits(arrived)
 
+    def quiet(self, arrived: int) -> bool:
+        """Whether the next step runs only requests already running: it admits none (new or
+        preempted) and something runs."""
+        return bool(self.running) and self.admits(arrived) == 0 and not self.front
+
+    def snapshot(self) -> dict[str, object]:
+        """The state, to :meth:`restore` (the lists copied)."""
+        return {k: list(v) if isinstance(v, list) else v for k, v in vars(self).items()}
+
+    def restore(self, state: dict[str, object]) -> None:
+        for k, v in state.items():
+            setattr(self, k, list(v) if isinstance(v, list) else v)
+
     def take_counts(self) -> tuple[list[int], list[int]]:
         """The KV cache's tokens and the preemptions of each pass formed since last taken."""
         counts = self.kv, self.cut
@@ -500,6 +513,10 @@ class ContinuousStepper(Stepper):
 
     def admits(self, arrived: int) -> int:
         return self._plan(arrived)[1]
+
+    def quiet(self, arrived: int) -> bool:
+        # (with a paged pool a step may preempt, and form no pass: never formed ahead)
+        return not self.paged and super().quiet(arrived)
 
     def step(self, arrived: int) -> list[list[Entry]]:
         taken, joined, resumed, preempted = self._plan(arrived)
@@ -729,17 +746,27 @@ class OnlineSchedule:
         self.passes = FormingPasses.empty(rows * room)
         self.demand = FormingDemand(trace, self.passes)
         self.on_formed: list[Callable[[int, int], None]] = []
+        # the passes formed ahead (from ahead_from on: valid if they start before deadline),
+        # and the stepper's state and arrivals where they begin
+        self.ahead_from, self.deadline = 0, np.inf
+        self._ahead: tuple[dict[str, object], int] | None = None
 
     @property
     def total_rows(self) -> int:
         return int(self.requests.by_request.size)
 
-    def form(self, now: float) -> int:
+    def form(self, now: float, ahead: int = 0) -> int:
         """The passes of the step that starts at ``now`` (the stream is ready for it; when
         nothing runs and nothing has arrived, of the step that starts at the next arrival,
         which the stream waits for), and of the steps after it that no arrival can change.
-        How many passes were formed (0: every request has left)."""
+        How many passes were formed (0: every request has left).
+
+        ``ahead``: then up to this many steps more, as if nothing arrived, while each runs
+        only requests already running (one pass each): they are the run's if each starts
+        before the next arrival (:attr:`deadline`, from pass :attr:`ahead_from` on); the engine
+        checks, and gives back (:meth:`give_back`) the first that does not."""
         stepper = self.stepper
+        self._ahead, self.deadline = None, np.inf
         if stepper.finished:
             return 0
         arrived = int(np.searchsorted(self.arrivals, now, side="right"))
@@ -754,6 +781,16 @@ class OnlineSchedule:
                 taken += entries
             if stepper.finished or not stepper.time_independent(arrived):
                 break
+        self.ahead_from = self.passes.num_passes + len(steps)
+        if ahead and not stepper.finished and stepper.waiting < stepper.n:
+            self._ahead = (stepper.snapshot(), arrived)
+            self.deadline = float(self.arrivals[stepper.waiting])
+            for _ in range(ahead):
+                if stepper.finished or not stepper.quiet(arrived):
+                    break
+                (entries,) = stepper.step(arrived)
+                steps.append(len(taken))
+                taken += entries
         steps.append(len(taken))
         block = self.requests.passes(taken, steps, stepper)
         p0, p1 = self.passes.append(block)
@@ -761,6 +798,18 @@ class OnlineSchedule:
         for callback in self.on_formed:
             callback(p0, p1)
         return p1 - p0
+
+    def give_back(self, p: int) -> None:
+        """Forget the passes formed ahead from pass ``p`` on (unstarted: the stream reached
+        ``p`` after the next arrival): the stepper's state is that of the passes before."""
+        assert self._ahead is not None and self.ahead_from <= p <= self.passes.num_passes
+        state, arrived = self._ahead
+        self.stepper.restore(state)
+        for _ in range(p - self.ahead_from):  # the steps formed ahead that stand
+            self.stepper.step(arrived)
+        self.stepper.take_counts()  # (counted when they were formed)
+        self.passes.formed[:] = p, self.passes.start[p]
+        self._ahead, self.deadline = None, np.inf
 
     def final(self) -> tuple[Passes, DemandSets]:
         passes = self.passes.final()

@@ -28,6 +28,8 @@ so a run whose eviction reads them (``on_scores``) is not taken.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from specmd_sim.engine.fast.aot import plan_kernels
@@ -98,12 +100,13 @@ class BulkPlans:
             )
         self.num_layers = run.ctx.num_layers
         self.num_experts = run.ctx.num_experts
-        self.passes = (
-            run.scenario.passes
-        )  # (an online schedule's grows: blocks are of passes formed)
+        self.passes = run.scenario.passes  # (an online schedule's grows: blocks of those formed)
         self.rng = run.ctx.rng
         self.demand = run.scenario.demand
         self.next_pass = 0
+        # the state at the last block's start, kept where a block may end early (:meth:`rewind`)
+        self.rewindable = False
+        self._block_start: tuple[int, Any, tuple[np.ndarray, np.ndarray] | None] = (0, {}, None)
         prefetch = run.prefetch
         # per pass, its predictions' (layer, target) in call order, and their count per layer;
         # none without lookahead (the engine never asks for a plan)
@@ -145,6 +148,10 @@ class BulkPlans:
                 f"expected the block from pass {self.next_pass} (blocks follow each other), "
                 f"up to at most {formed}; got passes {pass_lo}..{pass_hi}"
             )
+        if self.rewindable:
+            learned = self.learned
+            kept = None if learned is None else (learned.table.copy(), learned.popular.copy())
+            self._block_start = (pass_lo, self.rng.bit_generator.state, kept)
         self.next_pass = pass_hi
         passes, width, layers = pass_hi - pass_lo, self.row_target.size, self.num_layers
         offsets = np.zeros(passes * layers + 1, np.int64)
@@ -176,6 +183,18 @@ class BulkPlans:
             count = self.kernels.select(scores, present, self.per_layer, self.row_target,
                                         self.threshold, self.cap, keys, count, ends)  # fmt: skip
         return offsets, keys[:count]
+
+    def rewind(self, pass_lo: int, pass_hi: int) -> None:
+        """The last block (from ``pass_lo``) ends at ``pass_hi`` instead: the generator and
+        the learned counts are left as the plans of its passes up to there leave them (drawn
+        again from the block's start; :attr:`rewindable` must be set before the block)."""
+        start, state, kept = self._block_start
+        assert self.rewindable and start == pass_lo, "the block rewound is the last one"
+        self.rng.bit_generator.state = state
+        if kept is not None and self.learned is not None:
+            self.learned.table[...], self.learned.popular[...] = kept
+        self.next_pass = pass_lo
+        self.block(pass_lo, pass_hi)
 
     def _draws(self, lo: int, hi: int) -> tuple[np.ndarray, int]:
         """The noisy oracle's draws for the predictions of passes ``lo..hi - 1`` (one call: the

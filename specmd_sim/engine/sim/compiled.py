@@ -46,6 +46,11 @@ from specmd_sim.scenario import RunObjects, Scenario
 from specmd_sim.timeline import COUNTER_DTYPE, SPAN_DTYPE, SpanRecorder
 
 _BLOCK_ACCESSES = 1 << 16  # passes are run in blocks of about this many accesses
+FORMED_AHEAD = 256
+"""Steps an online schedule forms ahead of one whose requests an arrival may change, assuming
+none: the core gives back, unstarted, the first of them that its stream reaches after the next
+arrival (``PF_DEADLINE``), and the schedule forms again from there. Without it the core would
+return to Python before every step at low arrival rates."""
 _BLOCK_SCORES = 1 << 22  # ... and of at most this many predicted scores (the plans')
 _EMPTY, _EMPTY_F = np.zeros(0, np.int64), np.zeros(0)
 
@@ -119,8 +124,13 @@ def run_compiled(
         if outcome == T.OK:
             break
         g = outcome - T.REFILL
-        if blocks[g].hi == blocks[g].passes.num_passes and core.schedules[g] is not None:
-            core.form(g, float(core.state.FG[T.FG_NOW]))
+        if core.schedules[g] is not None:
+            p = int(core.state.IS[g, T.I_PASS])
+            late = p < blocks[g].hi  # formed ahead, reached too late: given back, unstarted
+            if late:
+                blocks[g].rewind(p)
+            if late or p == blocks[g].passes.num_passes:
+                core.form(g, float(core.state.FG[T.FG_NOW]), ahead=late)
         blocks[g].next()
         outcome = core.run(blocks)
     core.finish()
@@ -151,8 +161,9 @@ class _Core:
             self.after2[g, : after.size] = after
         # room for each GPU's passes (an online schedule's: for every pass it may form)
         room = [g.objs.scenario.passes.request.size for g in gpus]
-        self.PF = np.full((sum(room), 4), -1.0)
+        self.PF = np.full((sum(room), T.PF_SIZE), -1.0)
         self.PF[:, T.PF_WAIT] = -np.inf
+        self.PF[:, T.PF_DEADLINE] = np.inf
         self.PI = np.zeros((sum(room), 2), np.int64)
         B = self.B = np.zeros((G, T.B_SIZE), np.int64)
         B[:, T.B_KEY0] = np.cumsum([0] + [k.size for k in keys])[:-1]
@@ -233,14 +244,17 @@ class _Core:
         base = int(self.B[g, T.B_PASS0])
         return self.PF[base:], self.PI[base:]
 
-    def form(self, g: int, now: float) -> bool:
+    def form(self, g: int, now: float, ahead: bool) -> bool:
         """GPU ``g``'s stream is ready, at ``now``, for a pass its online schedule has not
-        formed: form the next step's passes and copy them in; False (the stream ends there)
-        when every request has left."""
+        formed (``ahead``: one formed ahead that it found too late, given back first): form
+        the next step's passes, and those formed ahead of it, and copy them in; False (the
+        stream ends there) when every request has left."""
         schedule = self.schedules[g]
         assert schedule is not None
+        if ahead:
+            schedule.give_back(int(self.state.IS[g, T.I_PASS]))
         lo = schedule.passes.num_passes
-        if not schedule.form(now):
+        if not schedule.form(now, ahead=FORMED_AHEAD):
             self.B[g, T.B_NPASS] = lo
             return False
         hi = schedule.passes.num_passes
@@ -252,7 +266,10 @@ class _Core:
             lo * layers + 1 : hi * layers + 1
         ]
         gpu = self.gpus[g]
-        _pass_tables(gpu.objs, gpu.cost, gpu.tally, self.table_rows(g), lo, hi)
+        PF, _ = tables = self.table_rows(g)
+        _pass_tables(gpu.objs, gpu.cost, gpu.tally, tables, lo, hi)
+        PF[lo:hi, T.PF_DEADLINE] = np.inf
+        PF[schedule.ahead_from : hi, T.PF_DEADLINE] = schedule.deadline
         return True
 
     def _paths(self) -> None:
@@ -377,6 +394,8 @@ class _Blocks:
         self.offsets, self.layers = offsets, sc.trace.num_layers
         self.passes = sc.passes  # (an online schedule's grows: blocks are of passes formed)
         self.plans = BulkPlans(objs) if objs.prefetch.lookahead > 0 else None
+        if self.plans is not None:  # (an online schedule's passes formed ahead may go back)
+            self.plans.rewindable = objs.schedule is not None
         scores_per_pass = self.layers * objs.prefetch.lookahead * sc.trace.num_experts
         self.most = max(1, _BLOCK_SCORES // max(1, scores_per_pass))  # passes whose plans ...
         self.accesses = max(1, _BLOCK_ACCESSES // gpus)  # ... and accesses a block takes
@@ -384,6 +403,13 @@ class _Blocks:
         self.lo = self.hi = 0
         self.first_access = 0
         self.times, self.plan_offsets, self.plan_keys = _EMPTY_F, _EMPTY, _EMPTY
+
+    def rewind(self, p: int) -> None:
+        """End the block in hand at its pass ``p``: the passes after were formed ahead and are
+        given back; the plans' draws are those of the passes up to ``p``."""
+        if self.plans is not None:
+            self.plans.rewind(self.lo, p)
+        self.hi = p
 
     def next(self) -> None:
         """Move on to the next block (the first, at the start)."""

@@ -59,7 +59,10 @@ X_SIZE = X_TENSORS + 1
  B_QB, B_WB_PATH) = range(13)  # fmt: skip
 B_SIZE = B_WB_PATH + 1  # (B_WB_PATH: the path of its write-backs, -1: no memory parity)
 # per pass, rows from each GPU's B_PASS0 (PF floats, PI ints)
-PF_ATTN, PF_DENSE, PF_HEAD, PF_WAIT = range(4)  # PF_DENSE, PF_HEAD < 0: none
+# (PF_DENSE, PF_HEAD < 0: none; PF_DEADLINE: a pass formed ahead (an online schedule's) is
+# given back, unstarted, where its stream reaches it at or after this time: +inf for the others)
+PF_ATTN, PF_DENSE, PF_HEAD, PF_WAIT, PF_DEADLINE = range(5)
+PF_SIZE = PF_DEADLINE + 1
 PI_PHASE, PI_REQUEST = range(2)
 # per job (JB rows; after the pool, each GPU's two queues' heads and tails)
 (J_KEY, J_BYPASS, J_PASS, J_LAYER, J_DONE, J_WAITER, J_SLOT, J_NBYTES, J_DEMAND, J_STARTED,

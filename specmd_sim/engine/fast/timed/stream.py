@@ -146,6 +146,7 @@ from specmd_sim.engine.fast.timed.state import (
     NORMAL,
     OK,
     PF_ATTN,
+    PF_DEADLINE,
     PF_DENSE,
     PF_HEAD,
     PF_WAIT,
@@ -258,8 +259,8 @@ def _pass_stages(run: Run, blk: Block, core: Core, tally: Tallies, gp: Gpu, here
         if p >= blk.B[here.g, B_NPASS]:
             IS[I_STAGE] = ST_FINISHED
             return A_WAIT, 0.0, -1, -1, -1, -1
-        if p >= blk.B[here.g, B_HI]:
-            core.IG[G_RESUME] = here.g
+        if p >= blk.B[here.g, B_HI] or now >= run.PF[row, PF_DEADLINE]:
+            core.IG[G_RESUME] = here.g  # (formed ahead, and a request may have arrived since)
             return A_REFILL, 0.0, -1, -1, -1, -1
         wait = run.PF[row, PF_WAIT]
         IS[I_STAGE] = ST_ADMITTED
