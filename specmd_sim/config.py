@@ -227,11 +227,24 @@ class ParallelConfig(_Frozen):
     mode: Literal["replicas", "expert-sharded"] = Field(
         default="replicas",
         description=(
-            "'replicas' = each GPU serves its own requests (round robin in arrival order) with "
+            "'replicas' = each GPU serves its own requests (routed as parallel.router says) with "
             "its own expert cache, all fetching from host memory over shared links; "
             "'expert-sharded' = as replicas, but the routed experts are also sharded across the "
             "GPUs' HBM (contiguous blocks of each layer's experts): a GPU's own shard is always "
             "resident, and a missing expert comes from its owner GPU over the GPU-GPU fabric."
+        ),
+    )
+
+    router: Literal["round-robin", "least-loaded"] = Field(
+        default="round-robin",
+        description=(
+            "Which GPU serves each request, when several do: 'round-robin' = the n-th request "
+            "in arrival order goes to GPU n mod N; 'least-loaded' = each request, as it "
+            "arrives, goes to the GPU with the fewest unfinished requests (waiting or "
+            "running), ties to the first from a start that moves one GPU on per request, as "
+            "vLLM's data-parallel front end routes (DPLBAsyncMPClient.get_core_engine_for_"
+            "request, vllm/v1/engine/core_client.py). Under arrivals other than closed-loop, "
+            "the router runs inside the timing engine (workload.schedule: online)."
         ),
     )
 

@@ -42,15 +42,15 @@ def setup_line(config: dict[str, Any], inputs: dict[str, Any]) -> str:
         machine += f" (host: {host})"
     return (
         f"setup: {requests} request(s), {tokens} tokens of routing ({config.get('trace', '?')}); "
-        f"{serving_words(workload)}"
+        f"{serving_words(workload, config.get('parallel', {}))}"
         f"prefill {prefill_words(int(workload.get('prefill_chunk_tokens', 0)))}; {words}; "
         f"runtime {config.get('runtime', '?')}; {cache_words}; machine {machine}"
     )
 
 
-def serving_words(workload: dict[str, Any]) -> str:
-    """How requests arrive and steps are formed, where they do not arrive closed loop (with
-    the separator after them); else nothing."""
+def serving_words(workload: dict[str, Any], parallel: dict[str, Any]) -> str:
+    """How requests arrive, are routed to GPUs and steps formed, where they do not arrive
+    closed loop (with the separator after them); else nothing."""
     arrivals = workload.get("arrivals", "closed-loop")
     if arrivals == "closed-loop":
         return ""
@@ -61,6 +61,14 @@ def serving_words(workload: dict[str, Any]) -> str:
             "steps formed as requests arrive"
             if workload.get("schedule", "online") == "online"
             else "steps fixed before the run (a step waits for requests not yet arrived)"
+        )
+    gpus = parallel.get("gpus", 1)
+    if (gpus if isinstance(gpus, int) else len(gpus)) > 1:
+        router = parallel.get("router", "round-robin")
+        words += ", " + (
+            "each request to the GPU least loaded at its arrival"
+            if router == "least-loaded"
+            else "requests dealt round robin to the GPUs"
         )
     return words + "; "
 

@@ -37,7 +37,13 @@ from specmd_sim.scenario.budget import capacity_schedule
 from specmd_sim.scenario.build import Scenario, kv_bytes_per_token, new_rng
 from specmd_sim.scenario.dram import DramObjects, needs_sequence, stage_path
 from specmd_sim.scenario.placement import TIER_NVME, shard_mask
-from specmd_sim.scenario.schedule import OnlineSchedule, draw_arrivals
+from specmd_sim.scenario.schedule import (
+    OnlineSchedule,
+    Requests,
+    Router,
+    draw_arrivals,
+    is_routed,
+)
 
 
 @dataclass(eq=False)
@@ -88,6 +94,11 @@ def build_runs(
     from an :class:`~specmd_sim.scenario.schedule.OnlineSchedule` (with ``room`` for as many
     times the trace's rows), not the scenario's.
 
+    Requests go to the GPUs round robin, or as the timing engine runs through a
+    :class:`~specmd_sim.scenario.schedule.Router` (``parallel.router: least-loaded``; a
+    scenario from :func:`~specmd_sim.engine.sim.run.formed_schedule` keeps the routing of its
+    run).
+
     Randomness: the run's one generator first draws the Poisson arrivals (so both engines and
     every plug-in see the same stream); with one GPU the plug-ins then draw from it, with
     several each GPU's plug-ins draw from their own child generator (``Generator.spawn``).
@@ -102,16 +113,28 @@ def build_runs(
     if online:
         assert arrivals is not None, "an online schedule has arrivals"
         _check_online(scenario)
+    router = None
+    if is_routed(config) and scenario.routed is None:
+        if not online:
+            raise SpecmdError(
+                "parallel.router: expected round-robin with workload.schedule: fixed (a table "
+                "formed before the run cannot know which GPU will be least loaded when a "
+                "request arrives), got least-loaded; use workload.schedule: online"
+            )
+        assert arrivals is not None
+        router = Router(Requests.of(scenario.trace, config.workload, (0, 1)), arrivals)
     rngs = [rng] if gpus == 1 else rng.spawn(gpus)
     runs = []
     for g, (passes, demand) in enumerate(scenario.shards):
         mine = None if arrivals is None else arrivals[g::gpus]
+        if scenario.routed is not None:
+            mine = scenario.routed[g]
         schedule = None
         if online:
             assert mine is not None
             schedule = OnlineSchedule(scenario.trace, config.workload, mine, (g, gpus),
-                                      scenario.kv_pools[g], room)  # fmt: skip
-            passes, demand = schedule.passes, schedule.demand
+                                      scenario.kv_pools[g], room, router)  # fmt: skip
+            passes, demand, mine = schedule.passes, schedule.demand, schedule.arrivals
         sub = dataclasses.replace(scenario, passes=passes, demand=demand)
         runs.append(_build_gpu(sub, g, rngs[g], mine, warm, dram_sequence, schedule))
     return runs

@@ -248,11 +248,23 @@ def draw_arrivals(
 
 def is_online(config: SimConfig) -> bool:
     """Whether the timing engine forms the run's passes as it runs (``workload.schedule:
-    online``, arrivals that are not a closed loop, batches of more than one request). With one
-    request at a time the fixed table is already the online one: a request joins when the one
-    before it has left, and it waits for its own arrival, which the engine does."""
+    online``, arrivals that are not a closed loop, and batches of more than one request or
+    requests routed as they arrive: :func:`is_routed`). With one request at a time on a GPU
+    whose requests are known in advance, the fixed table is already the online one: a request
+    joins when the one before it has left, and it waits for its own arrival, which the engine
+    does."""
     w = config.workload
-    return w.schedule == "online" and w.arrivals != "closed-loop" and w.batch_size > 1
+    return (w.schedule == "online" and w.arrivals != "closed-loop"
+            and (w.batch_size > 1 or is_routed(config)))  # fmt: skip
+
+
+def is_routed(config: SimConfig) -> bool:
+    """Whether the GPUs' requests are routed as they arrive (``parallel.router:
+    least-loaded``, several GPUs, arrivals that are not a closed loop: :class:`Router`). In a
+    closed loop every request arrives at the start, when every GPU has as many unfinished
+    requests as round robin gave it, so the two routers agree."""
+    return (config.parallel.router == "least-loaded" and config.parallel.count > 1
+            and config.workload.arrivals != "closed-loop")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -277,6 +289,13 @@ class Requests:
         length = np.bincount(admit[served], minlength=n).astype(np.int64)
         return cls(ids, served[order], np.cumsum(length) - length, prompt_n, length)
 
+    def routed(self) -> Requests:
+        """Room for one GPU's share of these requests, routed to it as they arrive
+        (:meth:`OnlineSchedule.take`): arrays as long as these (copies, whose first entries
+        the routed requests overwrite in the order they come), the same rows."""
+        return Requests(self.ids.copy(), self.by_request, self.begin.copy(),
+                        self.prompt_n.copy(), self.length.copy())  # fmt: skip
+
     def passes(self, taken: list[Entry], steps: list[int], stepper: Stepper) -> Passes:
         """The passes of ``taken`` entries, pass ``p`` being ``taken[steps[p]:steps[p+1]]``,
         with what ``stepper`` counted as it formed them (taken from it): each one's KV cache
@@ -291,11 +310,16 @@ class Requests:
 class Stepper:
     """A scheduler's state over one GPU's requests (:class:`Requests`); :meth:`step` forms the
     next step's passes from the first ``arrived`` requests (those that have arrived), after
-    the preempted ones, which wait at the front of the queue."""
+    the preempted ones, which wait at the front of the queue. Its requests are the first
+    :attr:`n`; while :attr:`open` (requests routed as they arrive), more may come."""
+
+    # (continuous) the plan admits() made last, for the step after it if nothing changed since
+    _planned: tuple[int, int, tuple[list[Entry], int, int, list[int]]] | None = None
 
     def __init__(self, requests: Requests, workload: WorkloadConfig) -> None:
         self.req = requests
         self.n = int(requests.ids.size)
+        self.open = False
         self.batch = workload.batch_size
         zeros = np.zeros(self.n, np.int64).tolist()
         self.done = list(zeros)  # tokens each request has run (its progress)
@@ -312,13 +336,13 @@ class Stepper:
 
     @property
     def finished(self) -> bool:
-        return self.waiting >= self.n and not self.running and not self.front
+        return not self.open and self.waiting >= self.n and not self.running and not self.front
 
     def idle(self, arrived: int) -> bool:
         """Nothing runs or waits preempted, and nothing waiting has arrived: the server waits
         for an arrival."""
         return (not self.running and not self.front and self.waiting >= arrived
-                and self.waiting < self.n)  # fmt: skip
+                and (self.waiting < self.n or self.open))  # fmt: skip
 
     def admits(self, arrived: int) -> int:
         """How many new requests the next step admits when ``arrived`` have arrived."""
@@ -331,7 +355,11 @@ class Stepper:
     def time_independent(self, arrived: int) -> bool:
         """Whether the next step admits the same requests whenever it starts (at least as late
         as the time when ``arrived`` requests had arrived): FCFS admission takes a prefix of
-        the queue, so it does when it takes as many with all requests arrived."""
+        the queue, so it does when it takes as many with all requests arrived; while requests
+        are routed as they arrive (:attr:`open`), those to come are not known, so only when
+        the batch is full."""
+        if self.open:
+            return not self.idle(arrived) and len(self.running) >= self.batch
         return not self.idle(arrived) and self.admits(self.n) == self.admits(arrived)
 
     def quiet(self, arrived: int) -> bool:
@@ -340,12 +368,14 @@ class Stepper:
         return bool(self.running) and self.admits(arrived) == 0 and not self.front
 
     def snapshot(self) -> dict[str, object]:
-        """The state, to :meth:`restore` (the lists copied)."""
-        return {k: list(v) if isinstance(v, list) else v for k, v in vars(self).items()}
+        """The state, to :meth:`restore` (the lists copied; not the requests routed to it)."""
+        return {k: list(v) if isinstance(v, list) else v for k, v in vars(self).items()
+                if k not in ("n", "open", "_planned")}  # fmt: skip
 
     def restore(self, state: dict[str, object]) -> None:
         for k, v in state.items():
             setattr(self, k, list(v) if isinstance(v, list) else v)
+        self._planned = None
 
     def take_counts(self) -> tuple[list[int], list[int]]:
         """The KV cache's tokens and the preemptions of each pass formed since last taken."""
@@ -512,14 +542,20 @@ class ContinuousStepper(Stepper):
         return taken, joined, resumed, preempted
 
     def admits(self, arrived: int) -> int:
-        return self._plan(arrived)[1]
+        plan = self._plan(arrived)
+        self._planned = (arrived, self.n, plan)  # (the step that follows takes it)
+        return plan[1]
 
     def quiet(self, arrived: int) -> bool:
         # (with a paged pool a step may preempt, and form no pass: never formed ahead)
         return not self.paged and super().quiet(arrived)
 
     def step(self, arrived: int) -> list[list[Entry]]:
-        taken, joined, resumed, preempted = self._plan(arrived)
+        planned, self._planned = self._planned, None
+        if planned is not None and planned[:2] == (arrived, self.n):
+            taken, joined, resumed, preempted = planned[2]
+        else:
+            taken, joined, resumed, preempted = self._plan(arrived)
         for v in preempted:  # (each to the front of the queue, as it was preempted)
             self.running.remove(v)
             self.free += self.held[v]
@@ -723,23 +759,86 @@ class FormingDemand(DemandSets):
         return out
 
 
+WAIT = -1
+""":meth:`OnlineSchedule.form`'s answer where its GPU has nothing to run until another request
+is routed (:class:`Router`): the engine asks again at :attr:`OnlineSchedule.wake`."""
+
+
+class Router:
+    """``parallel.router: least-loaded``: each request, at its arrival, goes to the GPU with
+    the fewest unfinished requests (routed to it, and the last pass of each not ended), the
+    first found in GPU order from a start that moves one GPU on per request, as vLLM's
+    data-parallel front end routes (``vllm/v1/engine/core_client.py`` at 00080ee,
+    ``DPLBAsyncMPClient.get_core_engine_for_request``: with one front end its in-flight count
+    is exact and the scan start rotates). Not modelled: the coordinator's count snapshots,
+    published every 100 ms, which raise a score only where other front ends load an engine,
+    and the penalty on waiting requests above half the KV cache's use.
+
+    Nothing runs it: each GPU's :class:`OnlineSchedule` routes, when its stream asks for a
+    step at ``now``, the requests that have arrived by then (:meth:`route`); where a GPU is
+    idle it asks again at the next arrival (:data:`WAIT`), so a request is routed at the first
+    step start or idle GPU's wake at or after its arrival, when every GPU's passes that ended
+    by then have ended (the engines run in time order) and those running have not."""
+
+    def __init__(self, requests: Requests, arrivals: np.ndarray) -> None:
+        """``requests``: every request in arrival order; ``arrivals``: their times."""
+        self.requests, self.arrivals = requests, np.asarray(arrivals, np.float64)
+        self.next = 0  # the next request to route
+        self.start = 0  # the GPU the next scan starts from
+        self.schedules: list[OnlineSchedule] = []  # each GPU's, in GPU order
+
+    @property
+    def done(self) -> bool:
+        return self.next >= self.arrivals.size
+
+    @property
+    def wake(self) -> float:
+        """The next request's arrival (inf: every request is routed)."""
+        return np.inf if self.done else float(self.arrivals[self.next])
+
+    def route(self, now: float) -> None:
+        """Route every request that has arrived by ``now`` and is not routed yet."""
+        arrivals, schedules = self.arrivals, self.schedules
+        n = len(schedules)
+        while self.next < arrivals.size and arrivals[self.next] <= now:
+            at = float(arrivals[self.next])
+            order = [(self.start + i) % n for i in range(n)]
+            loads = [schedules[g].load(at) for g in order]
+            g = order[loads.index(min(loads))]
+            schedules[g].take(self.next, at)
+            self.start = (self.start + 1) % n
+            self.next += 1
+
+
 class OnlineSchedule:
     """One GPU's passes, formed as its stream reaches them (module docstring): ``passes`` and
     ``demand`` grow; :meth:`form` adds the next step (and those after it that no arrival can
-    change); ``on_formed`` callbacks see each range of new passes (the KV cache's capacities)."""
+    change); ``on_formed`` callbacks see each range of new passes (the KV cache's capacities).
+
+    With a :class:`Router`, its requests are those routed to it as they arrive: ``arrivals``
+    (in admission order) fills as they come, and the engine writes each pass's end in
+    :attr:`pass_end`, from which the router counts the GPU's unfinished requests."""
 
     def __init__(
         self,
         trace: Trace,
         workload: WorkloadConfig,
-        arrivals: np.ndarray,
+        arrivals: np.ndarray | None,
         share: tuple[int, int] = (0, 1),
         kv_pool_tokens: int | None = None,
         room: int = 1,
+        router: Router | None = None,
     ) -> None:
         """``room``: rows for this many times the trace's (more than 1 only where preemptions
-        make requests recompute: :class:`ScheduleFull`)."""
-        self.requests = Requests.of(trace, workload, share)
+        make requests recompute: :class:`ScheduleFull`); ``router``: the requests come from
+        it (``arrivals`` and ``share`` unused), with room for every one."""
+        self.router = router
+        if router is None:
+            assert arrivals is not None
+            self.requests = Requests.of(trace, workload, share)
+        else:
+            self.requests = router.requests.routed()
+            arrivals = np.full(self.requests.ids.size, np.inf)
         self.stepper = make_stepper(self.requests, workload, kv_pool_tokens)
         self.arrivals = np.asarray(arrivals, np.float64)
         rows = int(self.requests.by_request.size)
@@ -750,29 +849,61 @@ class OnlineSchedule:
         # and the stepper's state and arrivals where they begin
         self.ahead_from, self.deadline = 0, np.inf
         self._ahead: tuple[dict[str, object], int] | None = None
+        self.wake = np.inf  # (form answered WAIT: when to ask again)
+        if router is not None:
+            self.stepper.n, self.stepper.open = 0, True
+            router.schedules.append(self)
+            # each request's last pass (-1: not formed yet); each pass's end (inf: not
+            # ended); the requests routed here that the router has not seen leave
+            self.last_pass = np.full(self.requests.ids.size, -1, np.int64)
+            self.pass_end = np.full(self.passes.request.size, np.inf)
+            self.unfinished: list[int] = []
 
     @property
     def total_rows(self) -> int:
-        return int(self.requests.by_request.size)
+        """The rows it forms (for progress; routed: an even share)."""
+        rows = int(self.requests.by_request.size)
+        return rows if self.router is None else rows // len(self.router.schedules)
 
-    def form(self, now: float, ahead: int = 0) -> int:
+    def load(self, at: float) -> int:
+        """How many requests routed here had not left at ``at``: the last pass of each had
+        not ended."""
+        last, end = self.last_pass, self.pass_end
+        self.unfinished = [r for r in self.unfinished if last[r] < 0 or end[last[r]] > at]
+        return len(self.unfinished)
+
+    def take(self, i: int, at: float) -> None:
+        """The router's request ``i``, arrived at ``at``, is this GPU's next."""
+        assert self.router is not None
+        k, mine, every = self.stepper.n, self.requests, self.router.requests
+        mine.ids[k], mine.begin[k] = every.ids[i], every.begin[i]
+        mine.prompt_n[k], mine.length[k] = every.prompt_n[i], every.length[i]
+        self.arrivals[k] = at
+        self.stepper.n = k + 1
+        self.unfinished.append(k)
+
+    def form(self, now: float, ahead: int = 0, pace: float = 0.0) -> int:
         """The passes of the step that starts at ``now`` (the stream is ready for it; when
         nothing runs and nothing has arrived, of the step that starts at the next arrival,
         which the stream waits for), and of the steps after it that no arrival can change.
-        How many passes were formed (0: every request has left).
+        How many passes were formed (0: every request has left; :data:`WAIT`: with a
+        router, none has been routed here that has not left, so the stream waits for the next
+        arrival, :attr:`wake`).
 
         ``ahead``: then up to this many steps more, as if nothing arrived, while each runs
         only requests already running (one pass each): they are the run's if each starts
         before the next arrival (:attr:`deadline`, from pass :attr:`ahead_from` on); the engine
-        checks, and gives back (:meth:`give_back`) the first that does not."""
-        stepper = self.stepper
+        checks, and gives back (:meth:`give_back`) the first that does not. ``pace``: the
+        seconds a step is expected to take (0: not known), to form about as many ahead as
+        start before the next arrival, a quarter more and two, not all ``ahead``:
+        those after it are given back (the run is the same whatever is formed ahead)."""
+        stepper, router = self.stepper, self.router
         self._ahead, self.deadline = None, np.inf
+        arrived = self._arrived(now)
         if stepper.finished:
             return 0
-        arrived = int(np.searchsorted(self.arrivals, now, side="right"))
-        if stepper.idle(arrived):
-            now = float(self.arrivals[stepper.waiting])
-            arrived = int(np.searchsorted(self.arrivals, now, side="right"))
+        if arrived == WAIT:
+            return WAIT
         taken: list[Entry] = []
         steps: list[int] = []
         while True:
@@ -782,9 +913,12 @@ class OnlineSchedule:
             if stepper.finished or not stepper.time_independent(arrived):
                 break
         self.ahead_from = self.passes.num_passes + len(steps)
-        if ahead and not stepper.finished and stepper.waiting < stepper.n:
+        if ahead and not stepper.finished and (stepper.open or stepper.waiting < stepper.n):
             self._ahead = (stepper.snapshot(), arrived)
-            self.deadline = float(self.arrivals[stepper.waiting])
+            self.deadline = (float(self.arrivals[stepper.waiting]) if router is None
+                             else router.wake)  # fmt: skip
+            if pace > 0 and self.deadline < np.inf:
+                ahead = min(ahead, int((self.deadline - now) / pace * 1.25) + 2)
             for _ in range(ahead):
                 if stepper.finished or not stepper.quiet(arrived):
                     break
@@ -795,9 +929,38 @@ class OnlineSchedule:
         block = self.requests.passes(taken, steps, stepper)
         p0, p1 = self.passes.append(block)
         self.demand.append(block, p0)
+        if router is not None:
+            self._last_passes(taken, steps, p0)
         for callback in self.on_formed:
             callback(p0, p1)
         return p1 - p0
+
+    def _arrived(self, now: float) -> int:
+        """How many of the GPU's requests the step that starts at ``now`` may take: those
+        routed here by then; or, known in advance, arrived by then, or by the next arrival
+        if nothing runs (the step then starts at it). :data:`WAIT` where the GPU is idle and
+        the next request may be routed elsewhere."""
+        stepper, router = self.stepper, self.router
+        if router is not None:
+            router.route(now)
+            stepper.open = not router.done
+            if stepper.idle(stepper.n):
+                self.wake = router.wake
+                return WAIT
+            return stepper.n
+        arrived = int(np.searchsorted(self.arrivals, now, side="right"))
+        if stepper.idle(arrived):
+            now = float(self.arrivals[stepper.waiting])
+            arrived = int(np.searchsorted(self.arrivals, now, side="right"))
+        return arrived
+
+    def _last_passes(self, taken: list[Entry], steps: list[int], p0: int) -> None:
+        """Note the pass of each request's last token among the passes formed from ``p0``."""
+        length = self.requests.length
+        for i in range(len(steps) - 1):
+            for r, first, count, _ in taken[steps[i] : steps[i + 1]]:
+                if first + count >= length[r]:
+                    self.last_pass[r] = p0 + i
 
     def give_back(self, p: int) -> None:
         """Forget the passes formed ahead from pass ``p`` on (unstarted: the stream reached
@@ -809,6 +972,8 @@ class OnlineSchedule:
             self.stepper.step(arrived)
         self.stepper.take_counts()  # (counted when they were formed)
         self.passes.formed[:] = p, self.passes.start[p]
+        if self.router is not None:
+            self.last_pass[self.last_pass >= p] = -1
         self._ahead, self.deadline = None, np.inf
 
     def final(self) -> tuple[Passes, DemandSets]:

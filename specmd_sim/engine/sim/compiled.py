@@ -33,6 +33,7 @@ from specmd_sim.engine.fast import kernel, kernel_state, kernel_stats
 from specmd_sim.engine.fast import layout as L
 from specmd_sim.engine.fast.plans import BulkPlans
 from specmd_sim.engine.fast.timed import state as T
+from specmd_sim.engine.fast.timed.events import schedule as push_event
 from specmd_sim.engine.fast.timed.stream import run_block
 from specmd_sim.engine.layer import bulk_plans_unsupported
 from specmd_sim.engine.sim.fetch import Fetcher, WriteBacks, split
@@ -43,6 +44,7 @@ from specmd_sim.hardware import write_back_path
 from specmd_sim.hardware.schema import GPUNode
 from specmd_sim.models import CostModel
 from specmd_sim.scenario import RunObjects, Scenario
+from specmd_sim.scenario.schedule import WAIT
 from specmd_sim.timeline import COUNTER_DTYPE, SPAN_DTYPE, SpanRecorder
 
 _BLOCK_ACCESSES = 1 << 16  # passes are run in blocks of about this many accesses
@@ -50,7 +52,8 @@ FORMED_AHEAD = 256
 """Steps an online schedule forms ahead of one whose requests an arrival may change, assuming
 none: the core gives back, unstarted, the first of them that its stream reaches after the next
 arrival (``PF_DEADLINE``), and the schedule forms again from there. Without it the core would
-return to Python before every step at low arrival rates."""
+return to Python before every step at low arrival rates. Fewer where the last pass's duration
+says the next arrival comes sooner (``pace``): what is given back was formed for nothing."""
 _BLOCK_SCORES = 1 << 22  # ... and of at most this many predicted scores (the plans')
 _EMPTY, _EMPTY_F = np.zeros(0, np.int64), np.zeros(0)
 
@@ -238,6 +241,12 @@ class _Core:
             back_busy=np.zeros((G, back_engines)),
             back_bytes=np.zeros((G, back_engines), np.int64), used_paths=self.used_paths,
         )  # fmt: skip
+        for g, schedule in enumerate(self.schedules):  # (routed: the router reads pass ends)
+            if schedule is not None and schedule.router is not None:
+                base = int(B[g, T.B_PASS0])
+                ends = self.sums.TP[base : base + room[g], T.TP_END]
+                ends[:] = np.inf
+                schedule.pass_end = ends
 
     def table_rows(self, g: int) -> tuple[np.ndarray, np.ndarray]:
         """GPU ``g``'s rows of the per-pass tables (views)."""
@@ -248,13 +257,26 @@ class _Core:
         """GPU ``g``'s stream is ready, at ``now``, for a pass its online schedule has not
         formed (``ahead``: one formed ahead that it found too late, given back first): form
         the next step's passes, and those formed ahead of it, and copy them in; False (the
-        stream ends there) when every request has left."""
+        stream ends there) when every request has left. Where its requests are routed and
+        none is here to run (:data:`~specmd_sim.scenario.schedule.WAIT`), the stream waits
+        for the next arrival, as SimPy's does, and returns for a refill then."""
         schedule = self.schedules[g]
         assert schedule is not None
         if ahead:
             schedule.give_back(int(self.state.IS[g, T.I_PASS]))
         lo = schedule.passes.num_passes
-        if not schedule.form(now, ahead=FORMED_AHEAD):
+        pace = 0.0  # the last pass's duration (0: none ran yet)
+        p = int(self.state.IS[g, T.I_PASS])
+        if p > 0:
+            row = int(self.B[g, T.B_PASS0]) + p - 1
+            pace = float(self.sums.TP[row, T.TP_END] - self.sums.TP[row, T.TP_START])
+        formed = schedule.form(now, ahead=FORMED_AHEAD, pace=pace)
+        if formed == WAIT:
+            st = self.state
+            st.IG[T.G_RESUME] = -1
+            push_event(st.IG, st.hT, st.hI, now + (schedule.wake - now), T.NORMAL, T.EV_STREAM, g)
+            return True
+        if not formed:
             self.B[g, T.B_NPASS] = lo
             return False
         hi = schedule.passes.num_passes

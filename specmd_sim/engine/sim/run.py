@@ -183,19 +183,24 @@ def _formed(
 ) -> Scenario:
     """After a run whose passes were formed online: the scenario and the tallies with the
     passes formed, and the spans' passes numbered over the GPUs as the result numbers them."""
-    shards = []
+    shards, schedules = [], []
     for gpu in gpus:
-        assert gpu.objs.schedule is not None
-        passes, demand = gpu.objs.schedule.final()
+        schedule = gpu.objs.schedule
+        assert schedule is not None
+        passes, demand = schedule.final()
         gpu.tally.formed(passes)
         shards.append((passes, demand))
+        schedules.append(schedule)
     if len(gpus) > 1 and spans.enabled:
         final = np.concatenate(([0], np.cumsum([p.num_passes for p, _ in shards])))
         spans.renumber_passes(bases[:-1], final[:-1] - bases[:-1])
     if len(gpus) == 1:
         return dataclasses.replace(scenario, passes=shards[0][0], demand=shards[0][1],
                                    shards=tuple(shards))  # fmt: skip
-    return dataclasses.replace(scenario, shards=tuple(shards))
+    routed = None
+    if schedules[0].router is not None:  # (the arrivals of the requests each GPU was routed)
+        routed = tuple(s.arrivals[: s.stepper.n].copy() for s in schedules)
+    return dataclasses.replace(scenario, shards=tuple(shards), routed=routed)
 
 
 def _kv_counters(gpus: list[_Gpu], spans: SpanRecorder) -> None:

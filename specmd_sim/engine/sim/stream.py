@@ -55,6 +55,7 @@ from specmd_sim.engine.sim.fetch import Fetcher
 from specmd_sim.engine.sim.tally import GpuTally
 from specmd_sim.models import CostModel
 from specmd_sim.scenario import RunObjects, Scenario
+from specmd_sim.scenario.schedule import WAIT
 from specmd_sim.timeline import SpanRecorder
 
 
@@ -128,9 +129,17 @@ class GpuStream:
         passes, env, cost, tally = self.passes, self.env, self.cost, self.tally
         num_layers = self.sc.trace.num_layers
         schedule, p = self.objs.schedule, -1
-        while (p := p + 1) < passes.num_passes or (
-            schedule is not None and schedule.form(float(env.now))
-        ):
+        routed = schedule is not None and schedule.router is not None
+        while True:
+            if (p := p + 1) >= passes.num_passes:
+                if schedule is None:
+                    break
+                formed = schedule.form(float(env.now))
+                while formed == WAIT:  # (routed: nothing to run until the next arrival)
+                    yield env.timeout(schedule.wake - env.now)
+                    formed = schedule.form(float(env.now))
+                if not formed:
+                    break
             gp = self.pass_base + p  # the pass's number in the spans (unique over GPUs)
             req = int(passes.request[p])
             members = passes.requests_of(p)
@@ -157,6 +166,9 @@ class GpuStream:
             if t_head is not None:
                 yield self._compute("lm_head", t_head, gp, -1, req)
             tally.end_pass(p, env.now)
+            if routed:
+                assert schedule is not None
+                schedule.pass_end[p] = env.now
             self.on_pass_done(self.pass_tokens)
 
     def _admit(self, members: list[int]) -> Generator[Any, Any, None]:
