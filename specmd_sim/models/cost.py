@@ -97,6 +97,19 @@ class CostModel:
         per_kernel = read(gpu.kernel_launch_overhead_s) + read(self.runtime.dispatch_overhead_s)
         return max(compute, memory) + kernels * per_kernel
 
+    def _timed(self, flops: float, bytes_: float, dtype: str, op: str, tokens: int,
+               eager: bool) -> float:  # fmt: skip
+        """:meth:`op_time` of operation ``op`` (a field of the runtime's kernels); ``eager``:
+        on the runtime's eager path (``eager_prefill``), where the host issues the op's ops
+        while the GPU runs them: the longer of the GPU's time (as without the eager path) and
+        the host's."""
+        rt, read = self.runtime, self.read
+        gpu = self.op_time(flops, bytes_, dtype, int(read(getattr(rt.kernels, op))), tokens)
+        if eager and rt.eager_prefill is not None:
+            ops = read(getattr(rt.eager_prefill.kernels, op))
+            return max(gpu, ops * read(rt.eager_prefill.op_overhead_s))
+        return gpu
+
     def _attention(
         self, params: int, tokens: int, attended: int, kv_tokens: int
     ) -> tuple[float, float]:
@@ -111,24 +124,29 @@ class CostModel:
         ending at position ``context_end``."""
         return self.batch_attention_time(tokens, *_one_request(tokens, context_end))
 
-    def batch_attention_time(self, tokens: int, attended: int, kv_tokens: int) -> float:
+    def batch_attention_time(
+        self, tokens: int, attended: int, kv_tokens: int, eager: bool = False
+    ) -> float:
         """Non-expert part of one MoE layer for a pass whose tokens' positions sum to
-        ``attended`` and whose requests' contexts hold ``kv_tokens`` tokens in all."""
+        ``attended`` and whose requests' contexts hold ``kv_tokens`` tokens in all;
+        ``eager``: a prefill pass (:meth:`_timed`)."""
         flops, bytes_ = self._attention(
             self.model.moe_layer_dense_params, tokens, attended, kv_tokens
         )
-        kernels = int(self.read(self.runtime.kernels.attention))
         fixed = self.read(self.runtime.layer_overhead_s)
-        return self.op_time(flops, bytes_, self.model.dense_dtype, kernels, tokens) + fixed
+        return self._timed(flops, bytes_, self.model.dense_dtype, "attention", tokens,
+                           eager) + fixed  # fmt: skip
 
-    def dense_layers_time(self, tokens: int, attended: int, kv_tokens: int) -> float:
+    def dense_layers_time(
+        self, tokens: int, attended: int, kv_tokens: int, eager: bool = False
+    ) -> float:
         """All dense-FFN layers of a pass (DeepSeek's first layers); 0 for models without."""
         m = self.model
         if not m.dense_layers:
             return 0.0
         flops, bytes_ = self._attention(m.dense_layer_params, tokens, attended, kv_tokens)
-        kernels = int(self.read(self.runtime.kernels.dense_layer))
-        return m.dense_layers * self.op_time(flops, bytes_, m.dense_dtype, kernels, tokens)
+        return m.dense_layers * self._timed(flops, bytes_, m.dense_dtype, "dense_layer", tokens,
+                                            eager)  # fmt: skip
 
     def expert_time(self, tokens: int, dtype: str | None = None) -> float:
         """One routed expert applied to ``tokens`` tokens, its weights stored at ``dtype``
@@ -219,16 +237,15 @@ class CostModel:
         one = max(self.cpu_expert_flops_time(host, per_run), nbytes / self.cpu_dram_rate(host))
         return runs * one
 
-    def lm_head_time(self, tokens: int = 1) -> float:
-        """The output projection for ``tokens`` tokens (one per request of the pass)."""
-        m, rt, read = self.model, self.runtime, self.read
+    def lm_head_time(self, tokens: int = 1, eager: bool = False) -> float:
+        """The output projection for ``tokens`` tokens (one per request of the pass), with the
+        pass's other work outside the layers (``kernels.token``)."""
+        m = self.model
         params = m.hidden_size * m.vocab_size
         flops = 2.0 * params * tokens
         nbytes = params * precision(m.dense_dtype).bytes_per_param
-        kernels = int(read(rt.kernels.token))
-        return self.op_time(flops, nbytes, m.dense_dtype, kernels, tokens) + read(
-            rt.token_overhead_s
-        )
+        head = self._timed(flops, nbytes, m.dense_dtype, "token", tokens, eager)
+        return head + self.read(self.runtime.token_overhead_s)
 
     def copy_issue_time(self) -> float:
         """Host time of issuing one copy of an expert's tensor (``copy_issue_overhead_s``; 0

@@ -108,6 +108,17 @@ class Kernels(InputModel):
     )
 
 
+class EagerPasses(InputModel):
+    """Passes a runtime runs eagerly where it captures its decode steps in CUDA graphs: the
+    host issues each op (Python, the dispatcher, the launch) while the GPU runs those issued,
+    so an operation takes the longer of its GPU time and its ops' host time."""
+
+    op_overhead_s: Seconds = Field(
+        description="Host time to issue one op eagerly (Python, dispatcher and launch), s."
+    )
+    kernels: Kernels = Field(description="Ops per operation on the eager path.")
+
+
 # A kernel at most 101 times as long beside a copy: every time it lengthens stays finite, and the
 # bound is far above any measured (the most, an expert call beside a thread copying experts, took
 # 2.5x: docs/validation-method.md, *The copy workers slow the compute thread*)
@@ -157,6 +168,12 @@ class RuntimeProfile(InputModel):
         )
     )
     kernels: Kernels = Field(description="Kernels per operation.")
+    eager_prefill: EagerPasses | None = Field(
+        default=None,
+        description="Prefill passes run eagerly (the decode steps' CUDA graphs are captured "
+        "for one token), each operation taking the longer of its GPU time and its ops' host "
+        "time; None: every pass as dispatch_overhead_s and kernels say.",
+    )
     expert_call_overhead_s: Seconds = Field(
         description="Fixed host-side cost per routed-expert call beyond its kernels (cache "
         "lookup, bookkeeping), s."
@@ -274,3 +291,7 @@ class RuntimeProfile(InputModel):
                 for sub in type(value).model_fields:
                     if getattr(value, sub) is not None:
                         yield f"{name}.{sub}", getattr(value, sub)
+            elif isinstance(value, EagerPasses):
+                yield f"{name}.op_overhead_s", value.op_overhead_s
+                for sub in type(value.kernels).model_fields:
+                    yield f"{name}.kernels.{sub}", getattr(value.kernels, sub)

@@ -44,17 +44,22 @@ def test_every_number_has_a_source_and_a_grade(runtime: str) -> None:
     assert isinstance(profile, RuntimeProfile)
     assert profile.id == runtime  # a bundled runtime's id is its file stem
     names = dict(profile.quantities())
-    # every numeric field of the YAML (groups such as kernels.* flattened) is one of
-    # quantities()
-    data = raw(runtime)
-    numeric = {
-        f"{k}.{s}" if s is not None else k
-        for k, v in data.items() if isinstance(v, dict)
-        for s, q in (v.items() if "value" not in v else [(None, v)])
-        if isinstance(q, dict) and isinstance(q.get("value"), int | float)
-        and not isinstance(q.get("value"), bool)
-    }  # fmt: skip
-    assert numeric == set(names)
+    # every numeric field of the YAML (groups such as kernels.* or eager_prefill.kernels.*
+    # flattened) is one of quantities()
+
+    def numbers(data: dict, prefix: str = "") -> set[str]:
+        found = set()
+        for k, v in data.items():
+            if not isinstance(v, dict):
+                continue
+            if "value" in v:
+                if isinstance(v["value"], int | float) and not isinstance(v["value"], bool):
+                    found.add(prefix + k)
+            else:
+                found |= numbers(v, f"{prefix}{k}.")
+        return found
+
+    assert numbers(raw(runtime)) == set(names)
     # ... and quantities() yields every required number
     required = {
         n for n, f in RuntimeProfile.model_fields.items()

@@ -57,21 +57,26 @@ from specmd_sim.models import CostModel
 from specmd_sim.scenario import RunObjects, Scenario
 from specmd_sim.scenario.schedule import WAIT
 from specmd_sim.timeline import SpanRecorder
+from specmd_sim.traces.trace import PREFILL
 
 
 def pass_kernel_times(
     cost: CostModel, sc: Scenario, p: int
 ) -> tuple[float, float | None, float | None]:
     """The stream's kernels of pass ``p`` outside the experts: attention (each MoE layer), the
-    dense layers (None without them) and the LM head (None where the pass gives no token)."""
+    dense layers (None without them) and the LM head (None where the pass gives no token). A
+    prefill pass runs on the runtime's eager path where it has one (``eager_prefill``)."""
     passes = sc.passes
     tokens = passes.tokens(p)
     attended, kv_tokens = int(passes.attended[p]), int(passes.kv_tokens[p])
-    t_attn = cost.batch_attention_time(tokens, attended, kv_tokens)
-    t_dense = cost.dense_layers_time(tokens, attended, kv_tokens) if sc.model.dense_layers else None
+    eager = int(passes.phase[p]) == PREFILL
+    t_attn = cost.batch_attention_time(tokens, attended, kv_tokens, eager)
+    t_dense = None
+    if sc.model.dense_layers:
+        t_dense = cost.dense_layers_time(tokens, attended, kv_tokens, eager)
     t_head = None
-    if int(passes.phase[p]) == 1 or passes.first_token[p]:
-        t_head = cost.lm_head_time(passes.outputs(p))
+    if not eager or passes.first_token[p]:
+        t_head = cost.lm_head_time(passes.outputs(p), eager)
     return t_attn, t_dense, t_head
 
 

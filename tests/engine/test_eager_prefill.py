@@ -1,0 +1,86 @@
+"""A runtime that captures its decode steps in CUDA graphs but runs its prefill eagerly
+(``eager_prefill``: kTransformers V0.2.x, whose graph is captured only inside the decode loop):
+on the eager path the host issues each op while the GPU runs those issued, so an operation takes
+the longer of its GPU time and its ops' host time. Checked against a hand computation, in the
+cost model and in a timed run's passes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+
+from specmd_sim import SimConfig, simulate
+from specmd_sim.hardware import load_profile
+from specmd_sim.models import CostModel, load_model
+from specmd_sim.runtime import load_runtime
+from specmd_sim.runtime.schema import RuntimeProfile
+
+KT = load_runtime("ktransformers")
+XEON = load_profile("xeon6454s-rtx4090")
+DSV3 = load_model("deepseek-v3")
+
+
+def test_an_eager_operation_takes_the_longer_of_gpu_and_host() -> None:
+    eager = KT.eager_prefill
+    assert eager is not None
+    cost = CostModel(DSV3, XEON.gpus[0], KT)
+    op_s = eager.op_overhead_s.value
+    launch = XEON.gpus[0].kernel_launch_overhead_s.value
+    layer = KT.layer_overhead_s.value
+    for tokens in (2, 4096):
+        attended = tokens * (tokens - 1) // 2
+        flops, nbytes = cost._attention(DSV3.moe_layer_dense_params, tokens, attended, tokens)
+        roofline = cost.op_time(flops, nbytes, DSV3.dense_dtype, 0, tokens)
+        graphed = roofline + KT.kernels.attention.value * (launch + KT.dispatch_overhead_s.value)
+        host = eager.kernels.attention.value * op_s
+        assert cost.batch_attention_time(tokens, attended, tokens) == pytest.approx(
+            graphed + layer, rel=1e-12
+        )
+        assert cost.batch_attention_time(tokens, attended, tokens, eager=True) == pytest.approx(
+            max(graphed, host) + layer, rel=1e-12
+        )
+        if tokens == 2:  # a short prompt: the host issues the ops slower than the GPU runs them
+            assert host > graphed
+        else:  # a long one: the GPU's work hides the host's
+            assert graphed > host
+    head = cost.lm_head_time(1, eager=True) - KT.token_overhead_s.value
+    assert head >= eager.kernels.token.value * op_s
+    # a runtime without an eager path runs every pass as its kernels say
+    plain = RuntimeProfile.model_validate({**KT.model_dump(mode="json"), "eager_prefill": None})
+    flat = CostModel(DSV3, XEON.gpus[0], plain)
+    assert flat.batch_attention_time(2, 1, 2, eager=True) == flat.batch_attention_time(2, 1, 2)
+
+
+def test_only_the_prefill_pass_of_a_run_is_eager(write_trace, tmp_path) -> None:
+    """DeepSeek-V3 on kTransformers, one request of a 2-token prompt and 3 decode tokens: the
+    prefill pass is longer than without the eager path by its layers' eager time beyond the
+    graphed one (hand computation from the cost model); the decode passes are the same."""
+    layers, experts, k = DSV3.moe_layers, DSV3.num_experts, DSV3.top_k
+    rng = np.random.default_rng(0)
+    ids = np.stack([[rng.choice(experts, k, replace=False) for _ in range(layers)]
+                    for _ in range(5)])  # fmt: skip
+    trace = write_trace(ids.astype(np.int16), "deepseek-v3", experts,
+                        phase=np.r_[0, 0, 1, 1, 1].astype(np.uint8))  # fmt: skip
+    plain = tmp_path / "kt-graphed.yaml"
+    data = KT.model_dump(mode="json", exclude_none=True)
+    data.pop("eager_prefill")
+    plain.write_text(yaml.safe_dump(data))
+    runs = [simulate(SimConfig(trace=str(trace), hardware="xeon6454s-rtx4090", runtime=runtime,
+                               cache={"capacity": 8}, prefetch={"kind": "none"},
+                               miss={"kind": "cpu-execute", "mode": "always"},
+                               timing={"record_spans": False}))
+            for runtime in ("ktransformers", str(plain))]  # fmt: skip
+    durations = [np.subtract(r.per_pass["end_s"], r.per_pass["start_s"]) for r in runs]
+    cost = CostModel(DSV3, XEON.gpus[0], KT)
+    attended = 1  # (positions 0 and 1)
+    per_layer = (cost.batch_attention_time(2, attended, 2, eager=True)
+                 - cost.batch_attention_time(2, attended, 2))  # fmt: skip
+    dense = cost.dense_layers_time(2, attended, 2, eager=True) - cost.dense_layers_time(
+        2, attended, 2
+    )
+    head = cost.lm_head_time(1, eager=True) - cost.lm_head_time(1)
+    assert per_layer > 0 and dense >= 0
+    assert durations[0][0] - durations[1][0] == pytest.approx(layers * per_layer + dense + head,
+                                                             rel=1e-6)  # fmt: skip
+    assert durations[0][1:] == pytest.approx(durations[1][1:], rel=1e-12)
