@@ -331,7 +331,8 @@ class WorkloadConfig(_Frozen):
     schedule: Literal["online", "fixed"] = Field(
         default="online",
         description=(
-            "When passes are formed under Poisson or recorded arrivals with batch_size > 1: "
+            "When passes are formed under Poisson or recorded arrivals with batch_size > 1 (or "
+            "several GPUs with parallel.router: least-loaded): "
             "'online' = each step when it starts, from the requests arrived by then, as a "
             "server's scheduler does (simulate; replay forms the schedule of a machine whose "
             "steps take no time); 'fixed' = the closed-loop table formed before the run, where "

@@ -147,6 +147,11 @@ def _check_online(scenario: Scenario) -> None:
     config = scenario.config
     why = "which an online schedule forms during the run (workload.schedule: online)"
     fix = "use workload.schedule: fixed (the closed-loop table) or workload.arrivals: closed-loop"
+    if is_routed(config):  # (a fixed table cannot route by load)
+        fix = (
+            "use parallel.router: round-robin with workload.schedule: fixed, or run the "
+            "plug-in on the schedule a first run formed (specmd_sim.formed_schedule)"
+        )
     for field, registry, plugin in (
         ("eviction", EVICTION, config.eviction),
         ("prefetch", PREFETCH, config.prefetch),

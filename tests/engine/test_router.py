@@ -203,3 +203,33 @@ def test_the_run_summary_says_how_requests_are_routed() -> None:
     assert "each request to the GPU least loaded at its arrival" in routed
     assert "round robin" in serving_words(workload, {"gpus": ["gpu0", "gpu1"]})
     assert "GPU" not in serving_words(workload, {"gpus": 1, "router": "least-loaded"})
+
+
+@pytest.mark.parametrize(("gpus", "router"), [(1, "round-robin"), (2, "least-loaded")])
+def test_simpy_and_the_compiled_core_agree_with_prefill_chunks(write_trace, gpus, router):
+    """Slots, prompts in chunks of 2 (a chunk before the last gives no token, so its pass has
+    no LM head): a chunk formed again where a step formed ahead was given back runs no LM head
+    of the pass it replaces (found by review: the compiled core kept it)."""
+    pytest.importorskip("numba")
+    trace = trace_of(write_trace, [30, 300, 1, 3], prompt=12, arrivals=[0.0, 0.001, 0.05, 5.0],
+                     seed=1)  # fmt: skip
+    config = config_of(trace, gpus, router, batch_size=2, scheduler="slots",
+                       prefill_chunk_tokens=2, arrivals="trace")  # fmt: skip
+    got, reference = simulate(config), simulate(config, compiled=False)
+    assert got.engine_path == COMPILED
+    assert reference.to_dict() == got.to_dict()
+    assert np.array_equal(reference.spans, got.spans)
+
+
+def test_an_offline_plugin_with_the_router_names_a_way_out(write_trace) -> None:
+    """Belady under least-loaded routing: the line does not send the user to a fixed table,
+    which cannot route by load."""
+    trace = trace_of(write_trace, [3, 4, 5])
+    config = SimConfig(hardware="hgx-h100-8gpu", trace=trace, eviction={"kind": "belady"},
+                       prefetch={"kind": "none"}, parallel={"gpus": 2, "router": "least-loaded"},
+                       workload={"arrivals": "poisson", "arrival_rate_per_s": 5.0})  # fmt: skip
+    with pytest.raises(SpecmdError) as caught:
+        simulate(config)
+    line = str(caught.value)
+    assert "\n" not in line and line.startswith("eviction.kind:")
+    assert "parallel.router: round-robin" in line and "formed_schedule" in line

@@ -289,6 +289,10 @@ class _Core:
         ]
         gpu = self.gpus[g]
         PF, _ = tables = self.table_rows(g)
+        # (rows of passes given back may hold their kernels and wait: a pass without a dense
+        # layer, an LM head or a new request writes none)
+        PF[lo:hi, T.PF_DENSE] = PF[lo:hi, T.PF_HEAD] = -1.0
+        PF[lo:hi, T.PF_WAIT] = -np.inf
         _pass_tables(gpu.objs, gpu.cost, gpu.tally, tables, lo, hi)
         PF[lo:hi, T.PF_DEADLINE] = np.inf
         PF[schedule.ahead_from : hi, T.PF_DEADLINE] = schedule.deadline
