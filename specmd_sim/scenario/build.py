@@ -100,9 +100,10 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
     if fixed[0].num_passes == 0:
         raise SpecmdError(f"trace {config.trace}: expected at least one pass, got none")
     tables, whole = fixed, fixed[0]
-    if gpus > 1:
+    online = is_online(config)
+    if gpus > 1 and not online:
         whole = build_passes(trace, config.workload, kv_pool_tokens=pool_tokens[0])
-    if is_online(config):
+    if online:
         count = sum(int(np.unique(p.row_request).size) for p in fixed)
         arrivals = draw_arrivals(config, trace, count, new_rng(config))
         assert arrivals is not None  # (online: Poisson or recorded arrivals)

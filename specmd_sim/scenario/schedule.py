@@ -641,6 +641,12 @@ class ScheduleFull(Exception):
     (:func:`~specmd_sim.engine.sim.run.simulate`)."""
 
 
+# the fields of a pass table by row and by pass (its ``start`` apart)
+_ROW_FIELDS = ("rows", "row_request", "row_phase", "row_first")
+_PASS_FIELDS = ("request", "phase", "context_end", "first_token", "attended", "kv_tokens", "joins",
+                "preempted")  # fmt: skip
+
+
 @dataclass(frozen=True, eq=False)
 class FormingPasses(Passes):
     """A pass table formed during the run (:class:`OnlineSchedule`): every array sized for the
@@ -671,10 +677,9 @@ class FormingPasses(Passes):
         p1, r1 = p0 + block.num_passes, r0 + int(block.rows.size)
         if r1 > self.rows.size:
             raise ScheduleFull(f"{r1} rows formed, room for {self.rows.size}")
-        for name in ("rows", "row_request", "row_phase", "row_first"):
+        for name in _ROW_FIELDS:
             getattr(self, name)[r0:r1] = getattr(block, name)
-        for name in ("request", "phase", "context_end", "first_token", "attended", "kv_tokens",
-                     "joins", "preempted"):  # fmt: skip
+        for name in _PASS_FIELDS:
             getattr(self, name)[p0:p1] = getattr(block, name)
         self.start[p0 + 1 : p1 + 1] = block.start[1:] + r0
         self.tokens_of[p0:p1] = np.diff(block.start)
@@ -686,10 +691,9 @@ class FormingPasses(Passes):
         """The passes formed, as a table of their own."""
         p, r = int(self.formed[0]), int(self.formed[1])
         fields = {}
-        for name in ("rows", "row_request", "row_phase", "row_first"):
+        for name in _ROW_FIELDS:
             fields[name] = getattr(self, name)[:r].copy()
-        for name in ("request", "phase", "context_end", "first_token", "attended", "kv_tokens",
-                     "joins", "preempted"):  # fmt: skip
+        for name in _PASS_FIELDS:
             fields[name] = getattr(self, name)[:p].copy()
         fields["start"] = self.start[: p + 1].copy()
         out = Passes(**fields)
