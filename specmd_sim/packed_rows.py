@@ -162,6 +162,12 @@ class PackedRows:
         """Bytes of packed rows this holds in memory."""
         return self._size * self._dtype.itemsize
 
+    def leave_budget(self) -> None:
+        """Stop counting against the budget: the series is dropped, its rows taken out whole
+        (the others' spilling no longer weighs them, nor spills them)."""
+        self._budget.held -= self.held_bytes()
+        self._budget.members.remove(self)
+
     def _resize(self, rows: int) -> None:
         """Make the array ``rows`` long, keeping its packed rows: in place (nothing else holds
         it or a view of it), or as a copy once it has been given out."""

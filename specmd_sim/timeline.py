@@ -214,6 +214,7 @@ class SpanRecorder:
         at = np.searchsorted(firsts, passes, side="right") - 1
         real = passes >= 0
         passes[real] += shifts[at[real]]
+        self._spans.leave_budget()  # (replaced by the series of the rows renumbered)
         self._spans = PackedRows(SPAN_DTYPE, self._chunk_rows, ("start", "lane"),
                                  budget=self._budget)  # fmt: skip
         self._spans.extend(rows)

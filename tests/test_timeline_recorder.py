@@ -332,3 +332,22 @@ def test_a_counter_keeps_the_last_sample_of_each_instant(
     last = {t: v for t, v in samples}  # (a dict keeps the last value of each time)
     want = np.array(sorted(last.items()), dtype=COUNTER_DTYPE)
     assert rec.counters()["c"].tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("spill_rows", [None, 7])
+def test_renumbered_spans_replace_the_old_ones_in_the_bound(spill_rows) -> None:
+    """Passes renumbered after a run (several GPUs, online schedules): the spans' series is
+    rebuilt, and the old one no longer counts against the bound shared with the counters, nor
+    is spilled for it."""
+    rows = _rows(40, seed=3)
+    rec = _recorder(rows, chunk_rows=4, spill_rows=spill_rows)
+    rec.sample("c", 0.0, 1.0)
+    before = rec.array().copy()
+    rec.renumber_passes(np.array([0, 30]), np.array([0, 100]))
+    members = rec._budget.members
+    assert rec._spans in members and len(members) == 2  # the new spans and the counter
+    assert rec._budget.held == sum(m.held_bytes() for m in members)
+    got = rec.array()
+    moved = before["pass_"] >= 30
+    assert np.array_equal(got["pass_"][moved], before["pass_"][moved] + 100)
+    assert np.array_equal(got["pass_"][~moved], before["pass_"][~moved])
