@@ -282,16 +282,17 @@ class RuntimeProfile(InputModel):
                 yield name, value
 
     def quantities(self) -> Iterator[tuple[str, Quantity]]:
-        """Every number of the runtime with its dotted name."""
-        for name in type(self).model_fields:
-            value = getattr(self, name)
-            if isinstance(value, Quantity):
-                yield name, value
-            elif isinstance(value, Kernels | CpuKernels):
-                for sub in type(value).model_fields:
-                    if getattr(value, sub) is not None:
-                        yield f"{name}.{sub}", getattr(value, sub)
-            elif isinstance(value, EagerPasses):
-                yield f"{name}.op_overhead_s", value.op_overhead_s
-                for sub in type(value.kernels).model_fields:
-                    yield f"{name}.kernels.{sub}", getattr(value.kernels, sub)
+        """Every number of the runtime with its dotted name (groups such as ``kernels`` and
+        ``eager_prefill.kernels`` flattened)."""
+        return _numbers(self)
+
+
+def _numbers(group: InputModel) -> Iterator[tuple[str, Quantity]]:
+    """The numbers of ``group``'s fields, those of the groups in it dotted."""
+    for name in type(group).model_fields:
+        value = getattr(group, name)
+        if isinstance(value, Quantity):
+            yield name, value
+        elif isinstance(value, InputModel):
+            for sub, quantity in _numbers(value):
+                yield f"{name}.{sub}", quantity

@@ -593,15 +593,31 @@ def make_stepper(
     return SlotStepper(requests, workload)
 
 
+def _add(passes: list[list[Entry]], taken: list[Entry], steps: list[int]) -> None:
+    """Append a step's ``passes`` to ``taken``, noting where each pass begins in ``steps``."""
+    for entries in passes:
+        steps.append(len(taken))
+        taken += entries
+
+
+def _arrived_by(arrivals: np.ndarray, stepper: Stepper, now: float) -> tuple[int, float]:
+    """How many of ``arrivals`` (a GPU's, in admission order) the step that starts at ``now``
+    may take, and when it starts: at ``now``, or, if nothing runs and nothing waiting has
+    arrived, at the next arrival."""
+    arrived = int(np.searchsorted(arrivals, now, side="right"))
+    if stepper.idle(arrived):
+        now = float(arrivals[stepper.waiting])
+        arrived = int(np.searchsorted(arrivals, now, side="right"))
+    return arrived, now
+
+
 def closed_loop_steps(stepper: Stepper) -> tuple[list[Entry], list[int]]:
     """Every step with every request arrived: the entries and each pass's first entry (and
     their count at the end)."""
     taken: list[Entry] = []
     steps: list[int] = []
     while not stepper.finished:
-        for entries in stepper.step(stepper.n):
-            steps.append(len(taken))
-            taken += entries
+        _add(stepper.step(stepper.n), taken, steps)
     steps.append(len(taken))
     return taken, steps
 
@@ -623,13 +639,8 @@ def zero_time_passes(
     steps: list[int] = []
     now = -np.inf
     while not stepper.finished:
-        arrived = int(np.searchsorted(arrivals, now, side="right"))
-        if stepper.idle(arrived):
-            now = float(arrivals[stepper.waiting])
-            continue
-        for entries in stepper.step(arrived):
-            steps.append(len(taken))
-            taken += entries
+        arrived, now = _arrived_by(arrivals, stepper, now)
+        _add(stepper.step(arrived), taken, steps)
     steps.append(len(taken))
     return requests.passes(taken, steps, stepper)
 
@@ -820,8 +831,9 @@ class OnlineSchedule:
     change); ``on_formed`` callbacks see each range of new passes (the KV cache's capacities).
 
     With a :class:`Router`, its requests are those routed to it as they arrive: ``arrivals``
-    (in admission order) fills as they come, and the engine writes each pass's end in
-    :attr:`pass_end`, from which the router counts the GPU's unfinished requests."""
+    (in admission order) fills as they come, and the router counts the GPU's unfinished
+    requests from :attr:`pass_end`, the engine's record of each pass's end (inf until then),
+    which the engine sets before the run."""
 
     def __init__(
         self,
@@ -857,10 +869,10 @@ class OnlineSchedule:
         if router is not None:
             self.stepper.n, self.stepper.open = 0, True
             router.schedules.append(self)
-            # each request's last pass (-1: not formed yet); each pass's end (inf: not
-            # ended); the requests routed here that the router has not seen leave
+            # each request's last pass (-1: not formed yet); the requests routed here that the
+            # router has not seen leave
             self.last_pass = np.full(self.requests.ids.size, -1, np.int64)
-            self.pass_end = np.full(self.passes.request.size, np.inf)
+            self.pass_end = np.zeros(0)  # (the engine's)
             self.unfinished: list[int] = []
 
     @property
@@ -911,9 +923,7 @@ class OnlineSchedule:
         taken: list[Entry] = []
         steps: list[int] = []
         while True:
-            for entries in stepper.step(arrived):
-                steps.append(len(taken))
-                taken += entries
+            _add(stepper.step(arrived), taken, steps)
             if stepper.finished or not stepper.time_independent(arrived):
                 break
         self.ahead_from = self.passes.num_passes + len(steps)
@@ -926,9 +936,7 @@ class OnlineSchedule:
             for _ in range(ahead):
                 if stepper.finished or not stepper.quiet(arrived):
                     break
-                (entries,) = stepper.step(arrived)
-                steps.append(len(taken))
-                taken += entries
+                _add(stepper.step(arrived), taken, steps)  # (one pass: only running requests)
         steps.append(len(taken))
         block = self.requests.passes(taken, steps, stepper)
         p0, p1 = self.passes.append(block)
@@ -952,11 +960,7 @@ class OnlineSchedule:
                 self.wake = router.wake
                 return WAIT
             return stepper.n
-        arrived = int(np.searchsorted(self.arrivals, now, side="right"))
-        if stepper.idle(arrived):
-            now = float(self.arrivals[stepper.waiting])
-            arrived = int(np.searchsorted(self.arrivals, now, side="right"))
-        return arrived
+        return _arrived_by(self.arrivals, stepper, now)[0]
 
     def _last_passes(self, taken: list[Entry], steps: list[int], p0: int) -> None:
         """Note the pass of each request's last token among the passes formed from ``p0``."""

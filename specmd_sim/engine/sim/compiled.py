@@ -262,16 +262,16 @@ class _Core:
         for the next arrival, as SimPy's does, and returns for a refill then."""
         schedule = self.schedules[g]
         assert schedule is not None
+        p = int(self.state.IS[g, T.I_PASS])  # (the pass the stream is ready for)
         if ahead:
-            schedule.give_back(int(self.state.IS[g, T.I_PASS]))
+            schedule.give_back(p)
         lo = schedule.passes.num_passes
         pace = 0.0  # the last pass's duration (0: none ran yet)
-        p = int(self.state.IS[g, T.I_PASS])
         if p > 0:
             row = int(self.B[g, T.B_PASS0]) + p - 1
             pace = float(self.sums.TP[row, T.TP_END] - self.sums.TP[row, T.TP_START])
         formed = schedule.form(now, ahead=FORMED_AHEAD, pace=pace)
-        if formed == WAIT:
+        if formed == WAIT:  # (not resumed; woken as SimPy's timeout: at now + (wake - now))
             st = self.state
             st.IG[T.G_RESUME] = -1
             push_event(st.IG, st.hT, st.hI, now + (schedule.wake - now), T.NORMAL, T.EV_STREAM, g)
@@ -289,10 +289,6 @@ class _Core:
         ]
         gpu = self.gpus[g]
         PF, _ = tables = self.table_rows(g)
-        # (rows of passes given back may hold their kernels and wait: a pass without a dense
-        # layer, an LM head or a new request writes none)
-        PF[lo:hi, T.PF_DENSE] = PF[lo:hi, T.PF_HEAD] = -1.0
-        PF[lo:hi, T.PF_WAIT] = -np.inf
         _pass_tables(gpu.objs, gpu.cost, gpu.tally, tables, lo, hi)
         PF[lo:hi, T.PF_DEADLINE] = np.inf
         PF[schedule.ahead_from : hi, T.PF_DEADLINE] = schedule.deadline
@@ -508,24 +504,24 @@ def _pass_tables(
 ) -> None:
     """Into ``tables`` (PF, PI), for passes ``lo .. hi - 1``: the stream's kernel times
     (attention, dense layers and LM head; -1: none) and the arrival it waits for
-    (:meth:`GpuStream._admit`), its phase and request; the arrivals of recorded or Poisson
+    (:meth:`GpuStream._admit`; -inf: none), its phase and request, every column but the
+    deadline written (a row may hold a pass given back); the arrivals of recorded or Poisson
     requests go into ``tally`` (a closed loop's once the passes' start times are known)."""
     sc = objs.scenario
     passes = sc.passes
     PF, PI = tables
     arrival, arrivals = tally.arrival, objs.arrivals
     for p in range(lo, hi):
+        wait = -np.inf
         if passes.joins[p] and arrivals is not None:
             for r in passes.requests_of(p):
                 if r not in arrival:
                     arrival[r] = float(arrivals[len(arrival)])
-                    PF[p, T.PF_WAIT] = max(PF[p, T.PF_WAIT], arrival[r])
+                    wait = max(wait, arrival[r])
         t_attn, t_dense, t_head = pass_kernel_times(cost, sc, p)
-        PF[p, T.PF_ATTN] = t_attn
-        if t_dense is not None:
-            PF[p, T.PF_DENSE] = t_dense
-        if t_head is not None:
-            PF[p, T.PF_HEAD] = t_head
+        PF[p, T.PF_ATTN], PF[p, T.PF_WAIT] = t_attn, wait
+        PF[p, T.PF_DENSE] = -1.0 if t_dense is None else t_dense
+        PF[p, T.PF_HEAD] = -1.0 if t_head is None else t_head
         PI[p] = int(passes.phase[p]), int(passes.request[p])
 
 

@@ -112,6 +112,10 @@ def _simulate(
         _Gpu(env, objs, scenario.gpus[g], int(bases[g]), network, cpu, spans, pass_done, backs[g])
         for g, objs in enumerate(runs)
     ]
+    for gpu in gpus:  # (routed: the router reads the passes' ends as the stream records them)
+        if gpu.objs.schedule is not None and gpu.objs.schedule.router is not None:
+            gpu.tally.pass_end[:] = np.inf
+            gpu.objs.schedule.pass_end = gpu.tally.pass_end
     if taken.compiled:
         parts = [
             GpuParts(g.objs, g.node, g.cost, g.tally, g.fetcher, g.stream.lane, g.write_backs)

@@ -134,7 +134,6 @@ class GpuStream:
         passes, env, cost, tally = self.passes, self.env, self.cost, self.tally
         num_layers = self.sc.trace.num_layers
         schedule, p = self.objs.schedule, -1
-        routed = schedule is not None and schedule.router is not None
         while True:
             if (p := p + 1) >= passes.num_passes:
                 if schedule is None:
@@ -171,9 +170,6 @@ class GpuStream:
             if t_head is not None:
                 yield self._compute("lm_head", t_head, gp, -1, req)
             tally.end_pass(p, env.now)
-            if routed:
-                assert schedule is not None
-                schedule.pass_end[p] = env.now
             self.on_pass_done(self.pass_tokens)
 
     def _admit(self, members: list[int]) -> Generator[Any, Any, None]:
