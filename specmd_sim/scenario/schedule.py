@@ -30,8 +30,10 @@ Three ways to drive it:
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 
 import numpy as np
 
@@ -315,6 +317,7 @@ class Stepper:
 
     # (continuous) the plan admits() made last, for the step after it if nothing changed since
     _planned: tuple[int, int, tuple[list[Entry], int, int, list[int]]] | None = None
+    _counters: tuple[str, ...] = ("resident",)  # the state's numbers (but waiting)
 
     def __init__(self, requests: Requests, workload: WorkloadConfig) -> None:
         self.req = requests
@@ -362,20 +365,30 @@ class Stepper:
             return not self.idle(arrived) and len(self.running) >= self.batch
         return not self.idle(arrived) and self.admits(self.n) == self.admits(arrived)
 
-    def quiet(self, arrived: int) -> bool:
-        """Whether the next step runs only requests already running: it admits none (new or
-        preempted) and something runs."""
-        return bool(self.running) and self.admits(arrived) == 0 and not self.front
+    def snapshot(self) -> Snapshot:
+        """The state, to :meth:`restore` after later steps: the next request to admit, the
+        requests running, then those preempted, and their entries of the lists by request (the
+        only requests whose entries steps change, with those they admit), and the counters;
+        not the requests routed to it, nor the counts not yet taken (:meth:`take_counts`)."""
+        live = self.running + self.front
+        return (self.waiting, live, len(self.running),
+                [[column[r] for r in live] for column in self._columns()],
+                [getattr(self, k) for k in self._counters])  # fmt: skip
 
-    def snapshot(self) -> dict[str, object]:
-        """The state, to :meth:`restore` (the lists copied; not the requests routed to it)."""
-        return {k: list(v) if isinstance(v, list) else v for k, v in vars(self).items()
-                if k not in ("n", "open", "_planned")}  # fmt: skip
-
-    def restore(self, state: dict[str, object]) -> None:
-        for k, v in state.items():
-            setattr(self, k, list(v) if isinstance(v, list) else v)
+    def restore(self, state: Snapshot) -> None:
+        waiting, live, running, entries, counters = state
+        for column, values in zip(self._columns(), entries, strict=True):
+            for r, value in zip(live, values, strict=True):
+                column[r] = value
+            column[waiting : self.waiting] = [0] * (self.waiting - waiting)  # (not yet run)
+        for k, value in zip(self._counters, counters, strict=True):
+            setattr(self, k, value)
+        self.waiting, self.running, self.front = waiting, live[:running], live[running:]
         self._planned = None
+
+    def _columns(self) -> tuple[list[int], ...]:
+        """The lists by request."""
+        return self.done, self.computed, self.redo
 
     def take_counts(self) -> tuple[list[int], list[int]]:
         """The KV cache's tokens and the preemptions of each pass formed since last taken."""
@@ -397,6 +410,11 @@ class Stepper:
         for r, _, _, _ in entries:
             if done[r] >= length[r] and r in self.running:
                 self.resident -= int(length[r])
+
+
+Snapshot = tuple[int, list[int], int, list[list[int]], list[int]]
+""":meth:`Stepper.snapshot`: the next request to admit, the requests running then preempted,
+how many run, their entries of the lists by request, the counters."""
 
 
 class SlotStepper(Stepper):
@@ -479,6 +497,11 @@ class ContinuousStepper(Stepper):
         self.chunk = workload.prefill_chunk_tokens or self.budget_step
         self.reserved = 0  # whole lengths of the running requests (wait)
 
+    _counters = (*Stepper._counters, "free", "reserved")
+
+    def _columns(self) -> tuple[list[int], ...]:
+        return *super()._columns(), self.held
+
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.block)
 
@@ -545,10 +568,6 @@ class ContinuousStepper(Stepper):
         plan = self._plan(arrived)
         self._planned = (arrived, self.n, plan)  # (the step that follows takes it)
         return plan[1]
-
-    def quiet(self, arrived: int) -> bool:
-        # (with a paged pool a step may preempt, and form no pass: never formed ahead)
-        return not self.paged and super().quiet(arrived)
 
     def step(self, arrived: int) -> list[list[Entry]]:
         planned, self._planned = self._planned, None
@@ -774,6 +793,15 @@ class FormingDemand(DemandSets):
         return out
 
 
+Pace = Callable[[int, int], float]
+"""A pass's expected seconds, of its tokens and phase (:meth:`OnlineSchedule.form`)."""
+
+AHEAD_MARGIN = 0.01
+"""How surely :meth:`OnlineSchedule.form` must expect a step formed ahead to start between two
+arrivals: by this share of the time it expects to pass before the step (a step formed for the
+wrong arrivals is given back, with those after it; one not formed costs a return to the
+schedule)."""
+
 WAIT = -1
 """:meth:`OnlineSchedule.form`'s answer where its GPU has nothing to run until another request
 is routed (:class:`Router`): the engine asks again at :attr:`OnlineSchedule.wake`."""
@@ -857,14 +885,15 @@ class OnlineSchedule:
             arrivals = np.full(self.requests.ids.size, np.inf)
         self.stepper = make_stepper(self.requests, workload, kv_pool_tokens)
         self.arrivals = np.asarray(arrivals, np.float64)
+        self.arrival_list = self.arrivals.tolist()  # (without a router: read step by step)
         rows = int(self.requests.by_request.size)
         self.passes = FormingPasses.empty(rows * room)
         self.demand = FormingDemand(trace, self.passes)
         self.on_formed: list[Callable[[int, int], None]] = []
-        # the passes formed ahead (from ahead_from on: valid if they start before deadline),
-        # and the stepper's state and arrivals where they begin
-        self.ahead_from, self.deadline = 0, np.inf
-        self._ahead: tuple[dict[str, object], int] | None = None
+        # the steps formed ahead at the last form: each one's first pass and the window its
+        # start must fall in (not before, before), and the stepper's state before it, by pass
+        self.windows: tuple[list[int], list[float], list[float]] = ([], [], [])
+        self._ahead: dict[int, Snapshot] = {}
         self.wake = np.inf  # (form answered WAIT: when to ask again)
         if router is not None:
             self.stepper.n, self.stepper.open = 0, True
@@ -898,7 +927,7 @@ class OnlineSchedule:
         self.stepper.n = k + 1
         self.unfinished.append(k)
 
-    def form(self, now: float, ahead: int = 0, pace: float = 0.0) -> int:
+    def form(self, now: float, ahead: int = 0, pace: Pace | None = None) -> int:
         """The passes of the step that starts at ``now`` (the stream is ready for it; when
         nothing runs and nothing has arrived, of the step that starts at the next arrival,
         which the stream waits for), and of the steps after it that no arrival can change.
@@ -906,16 +935,18 @@ class OnlineSchedule:
         router, none has been routed here that has not left, so the stream waits for the next
         arrival, :attr:`wake`).
 
-        ``ahead``: then up to this many steps more, as if nothing arrived, while each runs
-        only requests already running (one pass each): they are the run's if each starts
-        before the next arrival (:attr:`deadline`, from pass :attr:`ahead_from` on); the engine
-        checks, and gives back (:meth:`give_back`) the first that does not. ``pace``: the
-        seconds a step is expected to take (0: not known), to form about as many ahead as
-        start before the next arrival, a quarter more and two, not all ``ahead``:
-        those after it are given back (the run is the same whatever is formed ahead)."""
+        ``ahead``: then up to this many steps more while something runs, each formed for the
+        requests arrived by when it is expected to start (by ``pace``: the seconds a pass of
+        that many tokens and that phase takes; without it, or with a router, for those
+        arrived by now). Each is the server's if its first pass starts in its window
+        (:attr:`windows`): from the last arrival it takes to the next (the next to route,
+        with a router); the engine checks, and gives back (:meth:`give_back`) the first that
+        does not. None is formed ahead where it is expected to start about when a request
+        arrives (:data:`AHEAD_MARGIN`): what is given back was formed for nothing (the run is
+        the same whatever is formed ahead)."""
         stepper, router = self.stepper, self.router
-        self._ahead, self.deadline = None, np.inf
-        arrived = self._arrived(now)
+        self.windows, self._ahead = ([], [], []), {}
+        arrived, start = self._arrived(now)
         if stepper.finished:
             return 0
         if arrived == WAIT:
@@ -926,17 +957,27 @@ class OnlineSchedule:
             _add(stepper.step(arrived), taken, steps)
             if stepper.finished or not stepper.time_independent(arrived):
                 break
-        self.ahead_from = self.passes.num_passes + len(steps)
-        if ahead and not stepper.finished and (stepper.open or stepper.waiting < stepper.n):
-            self._ahead = (stepper.snapshot(), arrived)
-            self.deadline = (float(self.arrivals[stepper.waiting]) if router is None
-                             else router.wake)  # fmt: skip
-            if pace > 0 and self.deadline < np.inf:
-                ahead = min(ahead, int((self.deadline - now) / pace * 1.25) + 2)
-            for _ in range(ahead):
-                if stepper.finished or not stepper.quiet(arrived):
+        p0 = self.passes.num_passes
+        elapsed = self._elapsed(taken, steps, pace)
+        count = arrived  # (the requests a step formed ahead takes)
+        for _ in range(ahead):
+            if pace is not None:  # (when the step is expected to start, and how surely)
+                at, band = start + elapsed, elapsed * AHEAD_MARGIN
+                if router is not None and at - band >= router.wake:
                     break
-                _add(stepper.step(arrived), taken, steps)  # (one pass: only running requests)
+                if router is None:
+                    last = bisect_right(self.arrival_list, at + band)
+                    if bisect_right(self.arrival_list, at - band) != last:
+                        break
+                    count = max(count, last)
+            if stepper.finished or stepper.idle(count):
+                break
+            k, state = len(steps), stepper.snapshot()
+            _add(stepper.step(count), taken, steps)
+            if len(steps) > k:  # (a step that only preempts forms none: it takes no arrival)
+                self._ahead[p0 + k] = state
+                self._window(p0 + k, count, arrived)
+            elapsed += self._elapsed(taken, steps[k:], pace)
         steps.append(len(taken))
         block = self.requests.passes(taken, steps, stepper)
         p0, p1 = self.passes.append(block)
@@ -947,20 +988,48 @@ class OnlineSchedule:
             callback(p0, p1)
         return p1 - p0
 
-    def _arrived(self, now: float) -> int:
+    def _window(self, p: int, count: int, arrived: int) -> None:
+        """Note the window of pass ``p``, the first of a step formed ahead for the first
+        ``count`` requests when ``arrived`` had arrived by now."""
+        at, not_before, before = self.windows
+        at.append(p)
+        if self.router is not None:
+            not_before.append(-np.inf)
+            before.append(self.router.wake)
+            return
+        arrivals = self.arrival_list
+        not_before.append(arrivals[count - 1] if count > arrived else -np.inf)
+        before.append(arrivals[count] if count < len(arrivals) else np.inf)
+
+    def _elapsed(self, taken: list[Entry], starts: list[int], pace: Pace | None) -> float:
+        """The expected seconds (by ``pace``; 0 without) of the passes of ``taken`` that begin
+        at ``starts`` (each ends where the next begins, the last at the end)."""
+        if pace is None:
+            return 0.0
+        return sum(self._expected(taken[a:b], pace) for a, b in pairwise([*starts, len(taken)]))
+
+    def _arrived(self, now: float) -> tuple[int, float]:
         """How many of the GPU's requests the step that starts at ``now`` may take: those
         routed here by then; or, known in advance, arrived by then, or by the next arrival
         if nothing runs (the step then starts at it). :data:`WAIT` where the GPU is idle and
-        the next request may be routed elsewhere."""
+        the next request may be routed elsewhere. And when the step starts."""
         stepper, router = self.stepper, self.router
         if router is not None:
             router.route(now)
             stepper.open = not router.done
             if stepper.idle(stepper.n):
                 self.wake = router.wake
-                return WAIT
-            return stepper.n
-        return _arrived_by(self.arrivals, stepper, now)[0]
+                return WAIT, now
+            return stepper.n, now
+        return _arrived_by(self.arrivals, stepper, now)
+
+    def _expected(self, entries: list[Entry], pace: Pace) -> float:
+        """A pass's expected seconds by ``pace``: of its tokens, and decode where a row of it
+        is past its request's prompt and what it recomputes (as :func:`_passes_of_steps`
+        tells the phase)."""
+        prompt_n = self.requests.prompt_n
+        decode = any(first + count > max(prompt_n[r], redo) for r, first, count, redo in entries)
+        return pace(sum(entry[2] for entry in entries), DECODE if decode else PREFILL)
 
     def _last_passes(self, taken: list[Entry], steps: list[int], p0: int) -> None:
         """Note the pass of each request's last token among the passes formed from ``p0``."""
@@ -971,18 +1040,13 @@ class OnlineSchedule:
                     self.last_pass[r] = p0 + i
 
     def give_back(self, p: int) -> None:
-        """Forget the passes formed ahead from pass ``p`` on (unstarted: the stream reached
-        ``p`` after the next arrival): the stepper's state is that of the passes before."""
-        assert self._ahead is not None and self.ahead_from <= p <= self.passes.num_passes
-        state, arrived = self._ahead
-        self.stepper.restore(state)
-        for _ in range(p - self.ahead_from):  # the steps formed ahead that stand
-            self.stepper.step(arrived)
-        self.stepper.take_counts()  # (counted when they were formed)
+        """Forget the passes formed ahead from pass ``p`` on, the first of a step whose window
+        the stream missed (:meth:`form`; unstarted): the stepper's state is that before it."""
+        self.stepper.restore(self._ahead[p])
         self.passes.formed[:] = p, self.passes.start[p]
         if self.router is not None:
             self.last_pass[self.last_pass >= p] = -1
-        self._ahead, self.deadline = None, np.inf
+        self.windows, self._ahead = ([], [], []), {}
 
     def final(self) -> tuple[Passes, DemandSets]:
         passes = self.passes.final()

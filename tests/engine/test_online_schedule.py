@@ -419,23 +419,55 @@ def test_simpy_and_the_compiled_core_give_the_same_online_run(write_trace, tmp_p
 def test_steps_formed_ahead_and_given_back_give_the_same_run(
     write_trace, monkeypatch, predictor, scheduler
 ) -> None:
-    """The compiled core takes steps formed ahead as if nothing arrived, and gives back the
-    first it reaches after the next arrival (unstarted; the plans' draws and the learned counts
-    rewound): the run is SimPy's, which forms every step when it starts, byte for byte."""
+    """The compiled core takes steps formed ahead for the requests expected to have arrived
+    when each starts, and gives back the first it reaches outside its window (unstarted; the
+    plans' draws and the learned counts rewound): the run is SimPy's, which forms every step
+    when it starts, byte for byte, whether the expected pass times are those measured or
+    wrong by a random factor of 0.2-5 (then steps are given back both ways: reached before an
+    arrival they take, and after one they do not)."""
     pytest.importorskip("numba")
+    from specmd_sim.engine.sim.compiled import _Core
     from specmd_sim.scenario.schedule import OnlineSchedule
 
-    given = []
+    given: list[float] = []  # (each missed window's start: finite where the step took one)
     inner = OnlineSchedule.give_back
-    monkeypatch.setattr(OnlineSchedule, "give_back",
-                        lambda self, p: given.append(p) or inner(self, p))  # fmt: skip
+
+    def give_back(self: OnlineSchedule, p: int) -> None:
+        at, not_before, _ = self.windows
+        given.append(not_before[at.index(p)])
+        inner(self, p)
+
+    monkeypatch.setattr(OnlineSchedule, "give_back", give_back)
+    formed: list[float] = []
+    form = OnlineSchedule.form
+
+    def noting(self: OnlineSchedule, *args: Any, **kwargs: Any) -> int:
+        out = form(self, *args, **kwargs)
+        formed.extend(self.windows[1])
+        return out
+
+    monkeypatch.setattr(OnlineSchedule, "form", noting)
     trace = random_trace(write_trace, 24, 4, 12, seed=7)
     config = SimConfig(trace=trace, seed=5, prefetch={"kind": "top-k"},
                        predictor={"kind": predictor}, workload={
                            "batch_size": 4, "scheduler": scheduler, "arrivals": "poisson",
-                           "arrival_rate_per_s": 6.0})  # fmt: skip
-    got = simulate(config)
-    assert got.engine_path == COMPILED and len(given) > 3
+                           "arrival_rate_per_s": 1.5})  # fmt: skip
     reference = simulate(config, compiled=False)
-    assert reference.to_dict() == got.to_dict()
-    assert np.array_equal(reference.spans, got.spans)
+    pace, rng = _Core._pace, np.random.default_rng(0)
+
+    def wrongly(self: _Core, g: int, p: int) -> Any:  # (one random factor per call)
+        f, scale = pace(self, g, p), rng.uniform(0.2, 5.0)
+        return f and (lambda n, phase: scale * f(n, phase))
+
+    for wrong in (False, True):
+        if wrong:
+            monkeypatch.setattr(_Core, "_pace", wrongly)
+        given.clear()
+        formed.clear()
+        got = simulate(config)
+        assert got.engine_path == COMPILED
+        assert sum(np.isfinite(formed)) > 10  # (steps formed for requests not arrived yet)
+        if wrong:  # (given back where reached before the arrival they took, or after one)
+            assert 0 < sum(np.isfinite(given)) < len(given)
+        assert reference.to_dict() == got.to_dict()
+        assert np.array_equal(reference.spans, got.spans)

@@ -44,16 +44,16 @@ from specmd_sim.hardware import write_back_path
 from specmd_sim.hardware.schema import GPUNode
 from specmd_sim.models import CostModel
 from specmd_sim.scenario import RunObjects, Scenario
-from specmd_sim.scenario.schedule import WAIT
+from specmd_sim.scenario.schedule import WAIT, Pace
 from specmd_sim.timeline import COUNTER_DTYPE, SPAN_DTYPE, SpanRecorder
 
 _BLOCK_ACCESSES = 1 << 16  # passes are run in blocks of about this many accesses
 FORMED_AHEAD = 256
-"""Steps an online schedule forms ahead of one whose requests an arrival may change, assuming
-none: the core gives back, unstarted, the first of them that its stream reaches after the next
-arrival (``PF_DEADLINE``), and the schedule forms again from there. Without it the core would
-return to Python before every step at low arrival rates. Fewer where the last pass's duration
-says the next arrival comes sooner (``pace``): what is given back was formed for nothing."""
+"""Steps an online schedule forms ahead of one whose requests an arrival may change, each for
+the requests expected to have arrived when it starts (:meth:`_Core._pace`): the core gives
+back, unstarted, the first of them that its stream reaches outside its window
+(``PF_NOT_BEFORE``, ``PF_DEADLINE``), and the schedule forms again from there. Without it the
+core would return to Python before every step at low arrival rates."""
 _BLOCK_SCORES = 1 << 22  # ... and of at most this many predicted scores (the plans')
 _EMPTY, _EMPTY_F = np.zeros(0, np.int64), np.zeros(0)
 
@@ -155,6 +155,9 @@ class _Core:
         # copied in as they are formed: :meth:`form`)
         self.demand = _views(self.all_keys, keys), _views(self.all_offsets, offsets)
         self.schedules = [g.objs.schedule for g in gpus]
+        # (online) each GPU's pass durations by tokens and phase, from the passes seen so far
+        self.paces: list[dict[tuple[int, int], float]] = [{} for _ in gpus]
+        self.pace_seen = [0] * G
         # (numba is loaded for the core anyway: its JIT, not the replay's module built ahead)
         states = [kernel_state(g.objs, K=kernel) for g in gpus]
         self.S3 = np.stack([s for s, _ in states])
@@ -165,7 +168,7 @@ class _Core:
         # room for each GPU's passes (an online schedule's: for every pass it may form)
         room = [g.objs.scenario.passes.request.size for g in gpus]
         self.PF = np.full((sum(room), T.PF_SIZE), -1.0)
-        self.PF[:, T.PF_WAIT] = -np.inf
+        self.PF[:, [T.PF_WAIT, T.PF_NOT_BEFORE]] = -np.inf
         self.PF[:, T.PF_DEADLINE] = np.inf
         self.PI = np.zeros((sum(room), 2), np.int64)
         B = self.B = np.zeros((G, T.B_SIZE), np.int64)
@@ -266,11 +269,7 @@ class _Core:
         if ahead:
             schedule.give_back(p)
         lo = schedule.passes.num_passes
-        pace = 0.0  # the last pass's duration (0: none ran yet)
-        if p > 0:
-            row = int(self.B[g, T.B_PASS0]) + p - 1
-            pace = float(self.sums.TP[row, T.TP_END] - self.sums.TP[row, T.TP_START])
-        formed = schedule.form(now, ahead=FORMED_AHEAD, pace=pace)
+        formed = schedule.form(now, ahead=FORMED_AHEAD, pace=self._pace(g, p))
         if formed == WAIT:  # (not resumed; woken as SimPy's timeout: at now + (wake - now))
             st = self.state
             st.IG[T.G_RESUME] = -1
@@ -290,9 +289,33 @@ class _Core:
         gpu = self.gpus[g]
         PF, _ = tables = self.table_rows(g)
         _pass_tables(gpu.objs, gpu.cost, gpu.tally, tables, lo, hi)
-        PF[lo:hi, T.PF_DEADLINE] = np.inf
-        PF[schedule.ahead_from : hi, T.PF_DEADLINE] = schedule.deadline
+        PF[lo:hi, T.PF_NOT_BEFORE], PF[lo:hi, T.PF_DEADLINE] = -np.inf, np.inf
+        at, not_before, before = schedule.windows
+        PF[at, T.PF_NOT_BEFORE], PF[at, T.PF_DEADLINE] = not_before, before
         return True
+
+    def _pace(self, g: int, p: int) -> Pace | None:
+        """GPU ``g``'s expected duration of a pass of ``n`` tokens in a phase, from its passes
+        before ``p`` (those that ran): the last of that many tokens and that phase; else the
+        nearest known (of that phase if any), scaled up by the tokens where it had fewer; None
+        before any pass ran."""
+        seen, base = self.paces[g], int(self.B[g, T.B_PASS0])
+        lo, self.pace_seen[g] = min(self.pace_seen[g], p), p
+        if lo < p:
+            passes = self.schedules[g].passes  # type: ignore[union-attr]
+            TP = self.sums.TP[base + lo : base + p]
+            keys = zip(passes.tokens_of[lo:p].tolist(), passes.phase[lo:p].tolist(), strict=True)
+            seen.update(zip(keys, (TP[:, T.TP_END] - TP[:, T.TP_START]).tolist(), strict=True))
+        if not seen:
+            return None
+
+        def pace(n: int, phase: int) -> float:
+            if (n, phase) in seen:
+                return seen[n, phase]
+            m, q = min(seen, key=lambda k: (k[1] != phase, abs(k[0] - n), k[0]))
+            return seen[m, q] * max(1.0, n / m)
+
+        return pace
 
     def _paths(self) -> None:
         """The GPUs' transfer paths, numbered across the GPUs (``path_base``: each GPU's first),
@@ -505,7 +528,7 @@ def _pass_tables(
     """Into ``tables`` (PF, PI), for passes ``lo .. hi - 1``: the stream's kernel times
     (attention, dense layers and LM head; -1: none) and the arrival it waits for
     (:meth:`GpuStream._admit`; -inf: none), its phase and request, every column but the
-    deadline written (a row may hold a pass given back); the arrivals of recorded or Poisson
+    window written (a row may hold a pass given back); the arrivals of recorded or Poisson
     requests go into ``tally`` (a closed loop's once the passes' start times are known)."""
     sc = objs.scenario
     passes = sc.passes
@@ -515,9 +538,9 @@ def _pass_tables(
         wait = -np.inf
         if passes.joins[p] and arrivals is not None:
             for r in passes.requests_of(p):
-                if r not in arrival:
+                if r not in arrival:  # (in order: requests join first come, first served)
                     arrival[r] = float(arrivals[len(arrival)])
-                    wait = max(wait, arrival[r])
+                wait = max(wait, arrival[r])  # (its join may have been formed and given back)
         t_attn, t_dense, t_head = pass_kernel_times(cost, sc, p)
         PF[p, T.PF_ATTN], PF[p, T.PF_WAIT] = t_attn, wait
         PF[p, T.PF_DENSE] = -1.0 if t_dense is None else t_dense

@@ -59,9 +59,10 @@ X_SIZE = X_TENSORS + 1
  B_QB, B_WB_PATH) = range(13)  # fmt: skip
 B_SIZE = B_WB_PATH + 1  # (B_WB_PATH: the path of its write-backs, -1: no memory parity)
 # per pass, rows from each GPU's B_PASS0 (PF floats, PI ints)
-# (PF_DENSE, PF_HEAD < 0: none; PF_DEADLINE: a pass formed ahead (an online schedule's) is
-# given back, unstarted, where its stream reaches it at or after this time: +inf for the others)
-PF_ATTN, PF_DENSE, PF_HEAD, PF_WAIT, PF_DEADLINE = range(5)
+# (PF_DENSE, PF_HEAD < 0: none; PF_NOT_BEFORE, PF_DEADLINE: a pass formed ahead (an online
+# schedule's) is given back, unstarted, where its stream reaches it before the one or at or
+# after the other: -inf and +inf for the others)
+PF_ATTN, PF_DENSE, PF_HEAD, PF_WAIT, PF_NOT_BEFORE, PF_DEADLINE = range(6)
 PF_SIZE = PF_DEADLINE + 1
 PI_PHASE, PI_REQUEST = range(2)
 # per job (JB rows; after the pool, each GPU's two queues' heads and tails)

@@ -149,6 +149,7 @@ from specmd_sim.engine.fast.timed.state import (
     PF_DEADLINE,
     PF_DENSE,
     PF_HEAD,
+    PF_NOT_BEFORE,
     PF_WAIT,
     PI_PHASE,
     PI_REQUEST,
@@ -259,8 +260,9 @@ def _pass_stages(run: Run, blk: Block, core: Core, tally: Tallies, gp: Gpu, here
         if p >= blk.B[here.g, B_NPASS]:
             IS[I_STAGE] = ST_FINISHED
             return A_WAIT, 0.0, -1, -1, -1, -1
-        if p >= blk.B[here.g, B_HI] or now >= run.PF[row, PF_DEADLINE]:
-            core.IG[G_RESUME] = here.g  # (formed ahead, and a request may have arrived since)
+        lo, hi = run.PF[row, PF_NOT_BEFORE], run.PF[row, PF_DEADLINE]
+        if p >= blk.B[here.g, B_HI] or now < lo or now >= hi:
+            core.IG[G_RESUME] = here.g  # (formed ahead, for other arrivals than those by now)
             return A_REFILL, 0.0, -1, -1, -1, -1
         wait = run.PF[row, PF_WAIT]
         IS[I_STAGE] = ST_ADMITTED
