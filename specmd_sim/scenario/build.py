@@ -57,10 +57,10 @@ class Scenario:
     training: TrainingRoutes | None = None  # what the predictor is fitted on (fit_on)
     # per GPU, the KV pool's tokens (kv_cache: wait; else None), for the schedules formed in a run
     kv_pools: tuple[int | None, ...] = ()
-    # per GPU, the arrivals of the requests a timed run routed to it (parallel.router:
-    # least-loaded), in admission order, with the passes it formed (formed_schedule); None:
+    # per GPU, the requests a timed run routed to it (parallel.router: least-loaded), their
+    # ids and arrivals in admission order, with the passes it formed (formed_schedule); None:
     # routed before the run (round robin)
-    routed: tuple[np.ndarray, ...] | None = None
+    routed: tuple[tuple[np.ndarray, np.ndarray], ...] | None = None
 
     @property
     def num_passes(self) -> int:

@@ -38,6 +38,7 @@ from specmd_sim.scenario.build import Scenario, kv_bytes_per_token, new_rng
 from specmd_sim.scenario.dram import DramObjects, needs_sequence, stage_path
 from specmd_sim.scenario.placement import TIER_NVME, shard_mask
 from specmd_sim.scenario.schedule import (
+    Arrivals,
     OnlineSchedule,
     Requests,
     Router,
@@ -57,9 +58,7 @@ class RunObjects:
     prefetch: PrefetchPolicy[Any]
     predictor: ScoreSource | None  # None when the prefetcher asks for no scores
     miss: MissHandler[Any]
-    arrivals: (
-        np.ndarray | None
-    )  # arrival time of each of its requests in admission order, s; None = closed loop
+    arrivals: Arrivals | None  # its requests' arrival times by id; None = closed loop
     dram: DramObjects | None = None  # the DRAM level (memory.dram_cache); None = a static tier
     # the cache's capacity in each of its passes (workload.kv_cache: evict); None = fixed
     capacities: np.ndarray | None = None
@@ -126,17 +125,19 @@ def build_runs(
     rngs = [rng] if gpus == 1 else rng.spawn(gpus)
     runs = []
     for g, (passes, demand) in enumerate(scenario.shards):
-        mine = None if arrivals is None else arrivals[g::gpus]
-        if scenario.routed is not None:
-            mine = scenario.routed[g]
-        schedule = None
+        book, schedule = None, None
         if online:
-            assert mine is not None
-            schedule = OnlineSchedule(scenario.trace, config.workload, mine, (g, gpus),
-                                      scenario.kv_pools[g], room, router)  # fmt: skip
-            passes, demand, mine = schedule.passes, schedule.demand, schedule.arrivals
+            assert arrivals is not None
+            schedule = OnlineSchedule(scenario.trace, config.workload, arrivals[g::gpus],
+                                      (g, gpus), scenario.kv_pools[g], room, router)  # fmt: skip
+            passes, demand = schedule.passes, schedule.demand
+            book = Arrivals(schedule.requests.ids, schedule.arrivals)
+        elif scenario.routed is not None:  # (a formed schedule's, fixed)
+            book = Arrivals(*scenario.routed[g])
+        elif arrivals is not None:
+            book = Arrivals.of_share(scenario.trace, config.workload, (g, gpus), arrivals[g::gpus])
         sub = dataclasses.replace(scenario, passes=passes, demand=demand)
-        runs.append(_build_gpu(sub, g, rngs[g], mine, warm, dram_sequence, schedule))
+        runs.append(_build_gpu(sub, g, rngs[g], book, warm, dram_sequence, schedule))
     return runs
 
 
@@ -205,7 +206,7 @@ def _build_gpu(
     scenario: Scenario,
     g: int,
     rng: np.random.Generator,
-    arrivals: np.ndarray | None,
+    arrivals: Arrivals | None,
     warm: list[int] | None,
     dram_sequence: AccessSequence | None,
     schedule: OnlineSchedule | None = None,

@@ -269,6 +269,34 @@ def is_routed(config: SimConfig) -> bool:
             and config.workload.arrivals != "closed-loop")  # fmt: skip
 
 
+class Arrivals:
+    """One GPU's requests' arrival times by request id: ``ids`` in order of admission and
+    their ``times`` (a router's schedule fills both as it routes requests; a request is read
+    only once it joins a pass, so after it was routed). Not by the order in which requests
+    first appear in passes: a request without prompt tokens first appears in its step's
+    decode pass, after the prefill passes of those admitted after it (``scheduler: slots``)."""
+
+    __slots__ = ("_index", "ids", "times")
+
+    def __init__(self, ids: np.ndarray, times: np.ndarray) -> None:
+        self.ids, self.times = ids, times
+        self._index: dict[int, int] = {}  # (the admission index of the ids read so far)
+
+    @classmethod
+    def of_share(
+        cls, trace: Trace, workload: WorkloadConfig, share: tuple[int, int], times: np.ndarray
+    ) -> Arrivals:
+        """The ``times`` of a GPU's ``share`` of the trace's requests, in order of admission."""
+        return cls(_admitted(trace, workload, share)[0], times)
+
+    def of(self, r: int) -> float:
+        """Request ``r``'s arrival time, s."""
+        index = self._index
+        while r not in index:
+            index[int(self.ids[len(index)])] = len(index)
+        return float(self.times[index[r]])
+
+
 @dataclass(frozen=True)
 class Requests:
     """One GPU's requests in admission order: their ids, their trace rows (prompt rows, then

@@ -38,6 +38,7 @@ from specmd_sim.errors import SpecmdError
 from specmd_sim.scenario import build_scenario
 from specmd_sim.scenario.build import kv_bytes_per_token
 from specmd_sim.scenario.schedule import is_online
+from specmd_sim.traces.trace import DECODE, PREFILL
 
 MODEL, LAYERS, EXPERTS = "olmoe-1b-7b", 16, 64
 COMPILED = "compiled timing core"
@@ -471,3 +472,39 @@ def test_steps_formed_ahead_and_given_back_give_the_same_run(
             assert 0 < sum(np.isfinite(given)) < len(given)
         assert reference.to_dict() == got.to_dict()
         assert np.array_equal(reference.spans, got.spans)
+
+
+@pytest.mark.parametrize("schedule", ["online", "fixed"])
+@pytest.mark.parametrize("third", [0.505, 0.51])
+def test_a_request_without_a_prompt_keeps_its_own_arrival(write_trace, monkeypatch, third,
+                                                          schedule):  # fmt: skip
+    """``scheduler: slots``: a request without prompt tokens (arrived at 0.5 s) first appears
+    in its step's decode pass, after the prefill pass of a request admitted after it (at
+    ``third``). Each keeps its own arrival: at 0.505 s one step admits both, at 0.51 s the
+    compiled core forms that step ahead, reaches it before 0.51 s and gives it back, and the
+    server's step admits the first alone. Both engines, the same run, online and on the
+    closed-loop table (a regression: arrivals were handed out in the order requests first
+    appeared in passes)."""
+    prompts, decodes = [4, 2, 0, 3], [40, 30, 5, 5]
+    arrivals = [0.0, 0.2, 0.5, third]
+    sizes = np.add(prompts, decodes)
+    phase = np.repeat(np.tile([PREFILL, DECODE], 4), np.ravel([prompts, decodes], "F"))
+    experts = random_trace_ids(np.random.default_rng(0), int(sizes.sum()), LAYERS, EXPERTS, 8)
+    request = np.repeat(np.arange(4, dtype=np.int32), sizes)
+    trace = write_trace(experts, MODEL, EXPERTS, request=request, phase=phase.astype(np.uint8),
+                        arrival_s=np.repeat(arrivals, sizes))  # fmt: skip
+    config = SimConfig(trace=str(trace), seed=1, cache={"capacity": 64}, prefetch={"kind": "none"},
+                       workload={"batch_size": 4, "scheduler": "slots", "arrivals": "trace",
+                                 "schedule": schedule})  # fmt: skip
+    from specmd_sim.scenario.schedule import OnlineSchedule
+
+    given: list[int] = []
+    inner = OnlineSchedule.give_back
+    monkeypatch.setattr(OnlineSchedule, "give_back",
+                        lambda self, p: given.append(p) or inner(self, p))  # fmt: skip
+    reference, got = simulate(config, compiled=False), simulate(config)
+    assert reference.per_request["arrival_s"] == arrivals
+    assert reference.to_dict() == got.to_dict()
+    assert np.array_equal(reference.spans, got.spans)
+    if schedule == "online" and got.engine_path == COMPILED:
+        assert given  # (steps formed ahead and given back)

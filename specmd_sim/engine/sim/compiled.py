@@ -538,8 +538,8 @@ def _pass_tables(
         wait = -np.inf
         if passes.joins[p] and arrivals is not None:
             for r in passes.requests_of(p):
-                if r not in arrival:  # (in order: requests join first come, first served)
-                    arrival[r] = float(arrivals[len(arrival)])
+                if r not in arrival:
+                    arrival[r] = arrivals.of(r)
                 wait = max(wait, arrival[r])  # (its join may have been formed and given back)
         t_attn, t_dense, t_head = pass_kernel_times(cost, sc, p)
         PF[p, T.PF_ATTN], PF[p, T.PF_WAIT] = t_attn, wait

@@ -202,8 +202,9 @@ def _formed(
         return dataclasses.replace(scenario, passes=shards[0][0], demand=shards[0][1],
                                    shards=tuple(shards))  # fmt: skip
     routed = None
-    if schedules[0].router is not None:  # (the arrivals of the requests each GPU was routed)
-        routed = tuple(s.arrivals[: s.stepper.n].copy() for s in schedules)
+    if schedules[0].router is not None:  # (the requests each GPU was routed, and arrivals)
+        routed = tuple((s.requests.ids[: s.stepper.n].copy(), s.arrivals[: s.stepper.n].copy())
+                       for s in schedules)  # fmt: skip
     return dataclasses.replace(scenario, shards=tuple(shards), routed=routed)
 
 

@@ -180,7 +180,7 @@ class GpuStream:
             if r in arrival:
                 continue
             # (float: SimPy's clock is the int 0 until time first moves)
-            arrival[r] = float(env.now) if arrivals is None else float(arrivals[len(arrival)])
+            arrival[r] = float(env.now) if arrivals is None else arrivals.of(r)
             latest = max(latest, arrival[r])
         if latest > env.now:
             yield env.timeout(latest - env.now)
