@@ -196,6 +196,12 @@ class GPUNode(InputModel):
         ),
     )
     kernel_launch_overhead_s: Seconds = Field(description="Fixed cost per kernel launch, s.")
+    sm_count: Count | None = Field(
+        default=None,
+        description="Streaming multiprocessors: a kernel whose grid has fewer thread blocks "
+        "than this runs on that share of the GPU's peak (the runtime's decode_attention); "
+        "None: not stated.",
+    )
     copy_engines_h2d: CopyEngineCount = Field(
         description="DMA copy engines usable host-to-device at once."
     )

@@ -13,10 +13,12 @@ matmul then reads.
 
 Operations per pass (``n`` tokens; token ``i`` at 1-based position ``pos_i`` of its request):
 
-- ``attention`` of an MoE layer: attention projections, router and shared experts
-  (``2 * params * n`` FLOPs, reading the weights once) plus the attention itself
-  (``4 * heads * head_dim * sum(pos_i)`` FLOPs, reading each request's KV cache once, i.e.
-  ``kv_bytes_per_token`` times the sum of the requests' context ends);
+- ``attention`` of an MoE layer: the block, i.e. attention projections, router and shared
+  experts (``2 * params * n`` FLOPs, reading the weights once), then the attention core, a
+  kernel of its own with its own roofline (``4 * heads * head_dim * sum(pos_i)`` FLOPs at the
+  KV cache's precision, reading each request's KV cache once, i.e. ``kv_bytes_per_token``
+  times the sum of the requests' context ends); a decode pass's core runs the runtime's
+  ``decode_attention`` kernel where it names one (:meth:`CostModel.attention_core_time`);
 - ``expert``: one routed expert over the ``m`` tokens routed to it
   (``2 * expert_params * m`` FLOPs, reading its weights once);
 - ``dense layer``: a layer with a dense FFN (DeepSeek's first layers), run at the start of
@@ -52,6 +54,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
+from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware.schema import GPUNode, HostNode, Quantity
 from specmd_sim.models.precision import precision
 from specmd_sim.models.spec import ModelSpec
@@ -98,26 +101,59 @@ class CostModel:
         return max(compute, memory) + kernels * per_kernel
 
     def _timed(self, flops: float, bytes_: float, dtype: str, op: str, tokens: int,
-               eager: bool) -> float:  # fmt: skip
-        """:meth:`op_time` of operation ``op`` (a field of the runtime's kernels); ``eager``:
-        on the runtime's eager path (``eager_prefill``), where the host issues the op's ops
-        while the GPU runs them: the longer of the GPU's time (as without the eager path) and
-        the host's."""
+               eager: bool, core: float = 0.0) -> float:  # fmt: skip
+        """:meth:`op_time` of operation ``op`` (a field of the runtime's kernels) plus the
+        ``core`` seconds of its attention core, a kernel of its own; ``eager``: on the
+        runtime's eager path (``eager_prefill``), where the host issues the op's ops while the
+        GPU runs them: the longer of the GPU's time (as without the eager path) and the
+        host's."""
         rt, read = self.runtime, self.read
         gpu = self.op_time(flops, bytes_, dtype, int(read(getattr(rt.kernels, op))), tokens)
+        gpu += core
         if eager and rt.eager_prefill is not None:
             ops = read(getattr(rt.eager_prefill.kernels, op))
             return max(gpu, ops * read(rt.eager_prefill.op_overhead_s))
         return gpu
 
-    def _attention(
-        self, params: int, tokens: int, attended: int, kv_tokens: int
-    ) -> tuple[float, float]:
+    def _block(self, params: int, tokens: int) -> tuple[float, float]:
+        """FLOPs and bytes of a layer's non-expert block outside its attention core: the
+        projections, router and shared experts (or the dense FFN), reading the weights once."""
         m = self.model
-        flops = 2.0 * params * tokens + 4.0 * m.num_attention_heads * m.head_dim * attended
         weights = params * precision(m.dense_dtype).bytes_per_param
-        kv = kv_tokens * m.kv_bytes_per_token + 2 * tokens * m.hidden_size * ACT_BYTES
-        return flops, weights + kv
+        return 2.0 * params * tokens, weights + 2 * tokens * m.hidden_size * ACT_BYTES
+
+    def attention_core_time(self, attended: int, kv_tokens: int, decoding: int = 0) -> float:
+        """The attention core of one layer (scores and values over the cached context), a
+        kernel of its own after the projections: a roofline at the KV cache's precision over
+        ``4 x heads x head_dim`` FLOPs per attended token, reading each request's cache once.
+        ``decoding``: the requests of a decode pass (0: not one), whose kernel the runtime's
+        ``decode_attention`` may name: ``mla-split-kv`` computes absorbed MLA, ``2 x heads x
+        (2 x kv_lora_rank + the RoPE key's width)`` FLOPs per attended token, on the share of
+        the GPU's SMs its grid of ``decoding x ceil(heads / heads_per_cta) x kv_splits``
+        thread blocks fills (its reads at the GPU's full bandwidth)."""
+        m, gpu, read = self.model, self.gpu, self.read
+        flops = 4.0 * m.num_attention_heads * m.head_dim * attended
+        share = 1.0
+        kernel = self.runtime.decode_attention
+        if decoding and kernel is not None and kernel.kernel.value == "mla-split-kv":
+            if m.kv_lora_rank is None or m.kv_bytes_per_token_per_layer is None:
+                raise SpecmdError(
+                    f"runtime {self.runtime.id}: decode_attention 'mla-split-kv': expected a "
+                    f"model with MLA (kv_lora_rank), got {m.name} without"
+                )
+            if gpu.sm_count is None:
+                raise SpecmdError(
+                    f"runtime {self.runtime.id}: decode_attention 'mla-split-kv': expected the "
+                    f"GPU's sm_count, got none in {gpu.name}"
+                )
+            latent = m.kv_bytes_per_token_per_layer // 2  # kv_lora_rank + the RoPE key
+            flops = 2.0 * m.num_attention_heads * (latent + m.kv_lora_rank) * attended
+            groups = -(-m.num_attention_heads // int(read(kernel.heads_per_cta)))
+            blocks = decoding * groups * int(read(kernel.kv_splits))
+            share = min(1.0, blocks / read(gpu.sm_count))
+        compute = flops / (self._peak(m.kv_dtype) * read(gpu.compute_efficiency) * share)
+        bandwidth = read(gpu.hbm_bandwidth_bytes_per_s) * read(gpu.memory_efficiency)
+        return max(compute, kv_tokens * m.kv_bytes_per_token / bandwidth)
 
     def attention_time(self, tokens: int, context_end: int) -> float:
         """Non-expert part of one MoE layer for ``tokens`` consecutive tokens of one request
@@ -125,28 +161,31 @@ class CostModel:
         return self.batch_attention_time(tokens, *_one_request(tokens, context_end))
 
     def batch_attention_time(
-        self, tokens: int, attended: int, kv_tokens: int, eager: bool = False
+        self, tokens: int, attended: int, kv_tokens: int, eager: bool = False, decoding: int = 0
     ) -> float:
         """Non-expert part of one MoE layer for a pass whose tokens' positions sum to
-        ``attended`` and whose requests' contexts hold ``kv_tokens`` tokens in all;
-        ``eager``: a prefill pass (:meth:`_timed`)."""
-        flops, bytes_ = self._attention(
-            self.model.moe_layer_dense_params, tokens, attended, kv_tokens
-        )
+        ``attended`` and whose requests' contexts hold ``kv_tokens`` tokens in all: the block
+        (:meth:`_block`) and the attention core (:meth:`attention_core_time`; ``decoding``: the
+        requests of a decode pass, 0 for any other), one after the other; ``eager``: a prefill
+        pass (:meth:`_timed`)."""
+        flops, bytes_ = self._block(self.model.moe_layer_dense_params, tokens)
+        core = self.attention_core_time(attended, kv_tokens, decoding)
         fixed = self.read(self.runtime.layer_overhead_s)
         return self._timed(flops, bytes_, self.model.dense_dtype, "attention", tokens,
-                           eager) + fixed  # fmt: skip
+                           eager, core) + fixed  # fmt: skip
 
     def dense_layers_time(
-        self, tokens: int, attended: int, kv_tokens: int, eager: bool = False
+        self, tokens: int, attended: int, kv_tokens: int, eager: bool = False, decoding: int = 0
     ) -> float:
-        """All dense-FFN layers of a pass (DeepSeek's first layers); 0 for models without."""
+        """All dense-FFN layers of a pass (DeepSeek's first layers), each its block and its
+        attention core as in :meth:`batch_attention_time`; 0 for models without."""
         m = self.model
         if not m.dense_layers:
             return 0.0
-        flops, bytes_ = self._attention(m.dense_layer_params, tokens, attended, kv_tokens)
+        flops, bytes_ = self._block(m.dense_layer_params, tokens)
+        core = self.attention_core_time(attended, kv_tokens, decoding)
         return m.dense_layers * self._timed(flops, bytes_, m.dense_dtype, "dense_layer", tokens,
-                                            eager)  # fmt: skip
+                                            eager, core)  # fmt: skip
 
     def expert_time(self, tokens: int, dtype: str | None = None) -> float:
         """One routed expert applied to ``tokens`` tokens, its weights stored at ``dtype``

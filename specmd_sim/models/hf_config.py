@@ -203,6 +203,7 @@ def _mla(c: _Config) -> dict[str, Any]:
     return {
         "attention_params_per_layer": q + kv_a + kv_b + o,
         "kv_bytes_per_token_per_layer": (kv_lora + rope) * 2,  # bf16 cache
+        "kv_lora_rank": kv_lora,
         "head_dim": v,
     }
 

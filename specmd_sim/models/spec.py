@@ -84,6 +84,16 @@ class ModelSpec(InputModel):
             "kv_dtype scales it."
         ),
     )
+    kv_lora_rank: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_DIMENSION,
+        description=(
+            "MLA's compressed KV width (config.json kv_lora_rank; the cached latent is this "
+            "plus the shared RoPE key, kv_bytes_per_token_per_layer / 2 values): what an "
+            "absorbed-MLA decode kernel multiplies each cached token by; None: not MLA."
+        ),
+    )
     vocab_size: int = Field(ge=1, le=MAX_DIMENSION)
     expert_dtype: Dtype = Field(description="Storage precision of routed experts.")
     dense_dtype: Dtype = Field(default="bf16", description="Precision of all non-expert weights.")
@@ -101,6 +111,16 @@ class ModelSpec(InputModel):
             raise ValueError(
                 f"moe_layers x num_experts: expected at most {MAX_ROUTED_EXPERTS:,} routed "
                 f"experts, got {self.moe_layers:,} x {self.num_experts:,}"
+            )
+        if self.kv_lora_rank is not None and (
+            self.kv_bytes_per_token_per_layer is None
+            or self.kv_lora_rank >= self.kv_bytes_per_token_per_layer // 2
+        ):
+            raise ValueError(
+                "kv_lora_rank: expected below the cached latent's width "
+                "(kv_bytes_per_token_per_layer / 2, which must be given with it), got "
+                f"{self.kv_lora_rank} with kv_bytes_per_token_per_layer "
+                f"{self.kv_bytes_per_token_per_layer}"
             )
         weights = self.routed_bytes + self.non_expert_bytes
         if weights > MAX_WEIGHT_BYTES:

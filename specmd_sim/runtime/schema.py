@@ -92,6 +92,34 @@ class ThreadBinding(Setting):
     )
 
 
+class DecodeKernel(Setting):
+    value: Literal["roofline", "mla-split-kv"] = Field(
+        description=(
+            "'roofline': a decode pass's attention core (scores and values over the cached "
+            "context) is one roofline over the whole GPU, 4 x heads x head_dim FLOPs per "
+            "attended token; 'mla-split-kv': absorbed MLA over the cached latent, 2 x heads x "
+            "(2 x kv_lora_rank + the RoPE key's width) FLOPs per attended token, in one grid of "
+            "requests x ceil(heads / heads_per_cta) x kv_splits thread blocks, which runs on "
+            "that many of the GPU's SMs (SGLang's decode_attention_fwd_grouped, as kTransformers "
+            "V0.2.1 runs it)."
+        )
+    )
+
+
+class DecodeAttention(InputModel):
+    """The kernel a decode pass's attention core runs: where it is not a roofline over the
+    whole GPU, its grid of thread blocks decides how much of the GPU it uses."""
+
+    kernel: DecodeKernel = Field(description="The decode attention kernel.")
+    heads_per_cta: Count = Field(
+        description="Query heads one thread block computes ('mla-split-kv')."
+    )
+    kv_splits: Count = Field(
+        description="Thread blocks the cached context of one request's head group is split "
+        "over ('mla-split-kv')."
+    )
+
+
 class Kernels(InputModel):
     """Kernels launched per operation (each pays ``dispatch_overhead_s``)."""
 
@@ -173,6 +201,11 @@ class RuntimeProfile(InputModel):
         description="Prefill passes run eagerly (the decode steps' CUDA graphs are captured "
         "for one token), each operation taking the longer of its GPU time and its ops' host "
         "time; None: every pass as dispatch_overhead_s and kernels say.",
+    )
+    decode_attention: DecodeAttention | None = Field(
+        default=None,
+        description="The kernel a decode pass's attention core runs; None: a roofline over "
+        "the whole GPU ('roofline').",
     )
     expert_call_overhead_s: Seconds = Field(
         description="Fixed host-side cost per routed-expert call beyond its kernels (cache "

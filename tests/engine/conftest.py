@@ -35,6 +35,34 @@ def small_trace(write_trace):
     return make
 
 
+@pytest.fixture
+def kt_pass_durations(write_trace):
+    """``kt_pass_durations(runtimes)`` -> for each runtime (a bundled id or a path), the pass
+    durations of DeepSeek-V3 on kTransformers' machine (xeon6454s-rtx4090, every routed expert
+    on the CPU), one request of a 2-token prompt and 3 decode tokens (random routing, seed 0)."""
+    from specmd_sim import SimConfig, simulate
+
+    layers, experts, k = 61 - 3, 256, 8  # DeepSeek-V3's MoE layers
+    rng = np.random.default_rng(0)
+    ids = np.stack([[rng.choice(experts, k, replace=False) for _ in range(layers)]
+                    for _ in range(5)])  # fmt: skip
+    trace = write_trace(ids.astype(np.int16), "deepseek-v3", experts,
+                        phase=np.r_[0, 0, 1, 1, 1].astype(np.uint8))  # fmt: skip
+
+    def run(runtimes: tuple[str, ...]) -> list[np.ndarray]:
+        out = []
+        for runtime in runtimes:
+            r = simulate(SimConfig(trace=str(trace), hardware="xeon6454s-rtx4090",
+                                   runtime=runtime, cache={"capacity": 8},
+                                   prefetch={"kind": "none"},
+                                   miss={"kind": "cpu-execute", "mode": "always"},
+                                   timing={"record_spans": False}))  # fmt: skip
+            out.append(np.subtract(r.per_pass["end_s"], r.per_pass["start_s"]))
+        return out
+
+    return run
+
+
 @pytest.fixture(scope="module")
 def compiled_ahead():
     """The module compiled ahead of time (built here if it is not yet), or a skip saying why

@@ -6,11 +6,9 @@ cost model and in a timed run's passes."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import yaml
 
-from specmd_sim import SimConfig, simulate
 from specmd_sim.hardware import load_profile
 from specmd_sim.models import CostModel, load_model
 from specmd_sim.runtime import load_runtime
@@ -30,8 +28,9 @@ def test_an_eager_operation_takes_the_longer_of_gpu_and_host() -> None:
     layer = KT.layer_overhead_s.value
     for tokens in (2, 4096):
         attended = tokens * (tokens - 1) // 2
-        flops, nbytes = cost._attention(DSV3.moe_layer_dense_params, tokens, attended, tokens)
+        flops, nbytes = cost._block(DSV3.moe_layer_dense_params, tokens)
         roofline = cost.op_time(flops, nbytes, DSV3.dense_dtype, 0, tokens)
+        roofline += cost.attention_core_time(attended, tokens)
         graphed = roofline + KT.kernels.attention.value * (launch + KT.dispatch_overhead_s.value)
         host = eager.kernels.attention.value * op_s
         assert cost.batch_attention_time(tokens, attended, tokens) == pytest.approx(
@@ -55,26 +54,16 @@ def test_an_eager_operation_takes_the_longer_of_gpu_and_host() -> None:
     assert flat.batch_attention_time(2, 1, 2, eager=True) == flat.batch_attention_time(2, 1, 2)
 
 
-def test_only_the_prefill_pass_of_a_run_is_eager(write_trace, tmp_path) -> None:
+def test_only_the_prefill_pass_of_a_run_is_eager(kt_pass_durations, tmp_path) -> None:
     """DeepSeek-V3 on kTransformers, one request of a 2-token prompt and 3 decode tokens: the
     prefill pass is longer than without the eager path by its layers' eager time beyond the
     graphed one (hand computation from the cost model); the decode passes are the same."""
-    layers, experts, k = DSV3.moe_layers, DSV3.num_experts, DSV3.top_k
-    rng = np.random.default_rng(0)
-    ids = np.stack([[rng.choice(experts, k, replace=False) for _ in range(layers)]
-                    for _ in range(5)])  # fmt: skip
-    trace = write_trace(ids.astype(np.int16), "deepseek-v3", experts,
-                        phase=np.r_[0, 0, 1, 1, 1].astype(np.uint8))  # fmt: skip
+    layers = DSV3.moe_layers
     plain = tmp_path / "kt-graphed.yaml"
     data = KT.model_dump(mode="json", exclude_none=True)
     data.pop("eager_prefill")
     plain.write_text(yaml.safe_dump(data))
-    runs = [simulate(SimConfig(trace=str(trace), hardware="xeon6454s-rtx4090", runtime=runtime,
-                               cache={"capacity": 8}, prefetch={"kind": "none"},
-                               miss={"kind": "cpu-execute", "mode": "always"},
-                               timing={"record_spans": False}))
-            for runtime in ("ktransformers", str(plain))]  # fmt: skip
-    durations = [np.subtract(r.per_pass["end_s"], r.per_pass["start_s"]) for r in runs]
+    durations = kt_pass_durations(("ktransformers", str(plain)))
     cost = CostModel(DSV3, XEON.gpus[0], KT)
     attended = 1  # (positions 0 and 1)
     per_layer = (cost.batch_attention_time(2, attended, 2, eager=True)

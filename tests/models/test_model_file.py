@@ -79,6 +79,16 @@ def test_model_files_are_read_through_the_bounded_yaml_loader(tmp_path: Path) ->
             {"moe_layers": 16_385},
             "moe_layers x num_experts: expected at most 1,048,576 routed experts, got 16,385 x 64",
         ),
+        (
+            {"kv_lora_rank": 512},
+            "kv_lora_rank: expected below the cached latent's width (kv_bytes_per_token_per_layer "
+            "/ 2, which must be given with it), got 512 with kv_bytes_per_token_per_layer None",
+        ),
+        (
+            {"kv_lora_rank": 576, "kv_bytes_per_token_per_layer": 1152},
+            "kv_lora_rank: expected below the cached latent's width (kv_bytes_per_token_per_layer "
+            "/ 2, which must be given with it), got 576 with kv_bytes_per_token_per_layer 1152",
+        ),
     ],
 )
 def test_model_shapes_are_bounded(tmp_path: Path, update: dict, message: str) -> None:

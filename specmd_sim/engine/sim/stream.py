@@ -65,15 +65,20 @@ def pass_kernel_times(
 ) -> tuple[float, float | None, float | None]:
     """The stream's kernels of pass ``p`` outside the experts: attention (each MoE layer), the
     dense layers (None without them) and the LM head (None where the pass gives no token). A
-    prefill pass runs on the runtime's eager path where it has one (``eager_prefill``)."""
+    prefill pass runs on the runtime's eager path where it has one (``eager_prefill``); a pass
+    whose every token decodes, on the runtime's decode attention kernel (``decode_attention``)."""
     passes = sc.passes
     tokens = passes.tokens(p)
     attended, kv_tokens = int(passes.attended[p]), int(passes.kv_tokens[p])
     eager = int(passes.phase[p]) == PREFILL
-    t_attn = cost.batch_attention_time(tokens, attended, kv_tokens, eager)
+    decoding = 0
+    if cost.runtime.decode_attention is not None and not eager:
+        decoders = len(passes.decoders_of(p))
+        decoding = decoders if decoders == tokens else 0
+    t_attn = cost.batch_attention_time(tokens, attended, kv_tokens, eager, decoding)
     t_dense = None
     if sc.model.dense_layers:
-        t_dense = cost.dense_layers_time(tokens, attended, kv_tokens, eager)
+        t_dense = cost.dense_layers_time(tokens, attended, kv_tokens, eager, decoding)
     t_head = None
     if not eager or passes.first_token[p]:
         t_head = cost.lm_head_time(passes.outputs(p), eager)

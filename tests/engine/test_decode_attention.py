@@ -1,0 +1,107 @@
+"""The attention core as a kernel of its own, and the decode kernel a runtime names
+(``decode_attention``): kTransformers V0.2.1 decodes DeepSeek's MLA with SGLang's grouped
+split-KV Triton kernel (``operators/triton_attention.py`` at 65d73ea), absorbed MLA over the cached
+latent on a grid of ``batch x ceil(128 heads / 16) x 4 splits`` thread blocks, 32 of an RTX
+4090's 128 SMs at batch 1. Checked against hand computations, in the cost model and in a timed
+run's passes."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from specmd_sim.errors import SpecmdError
+from specmd_sim.hardware import load_profile
+from specmd_sim.models import CostModel, load_model
+from specmd_sim.runtime import load_runtime
+from specmd_sim.runtime.schema import RuntimeProfile
+
+KT = load_runtime("ktransformers")
+XEON = load_profile("xeon6454s-rtx4090")
+GPU = XEON.gpus[0]
+DSV3 = load_model("deepseek-v3")
+
+
+def _split_kv() -> RuntimeProfile:
+    data = KT.model_dump(mode="json")
+    data["decode_attention"]["kernel"]["value"] = "mla-split-kv"
+    return RuntimeProfile.model_validate(data)
+
+
+def test_the_attention_core_follows_the_block() -> None:
+    """A layer's non-expert time is the block's roofline (projections, router, shared experts:
+    weights read once) plus the core's (scores and values over the cached context), not one
+    roofline over both: a compute-bound core does not hide under the block's weight reads."""
+    cost = CostModel(DSV3, GPU, KT)
+    peak, eff = GPU.dense_bf16_flops.value, GPU.compute_efficiency.value
+    bandwidth = GPU.hbm_bandwidth_bytes_per_s.value * GPU.memory_efficiency.value
+    for context in (2, 969, 7678):
+        core = max(4 * 128 * 128 * context / (peak * eff), context * 1152 / bandwidth)
+        assert cost.attention_core_time(context, context) == pytest.approx(core, rel=1e-12)
+        flops, nbytes = cost._block(DSV3.moe_layer_dense_params, 1)
+        kernels = KT.kernels.attention.value * (GPU.kernel_launch_overhead_s.value
+                                                + KT.dispatch_overhead_s.value)  # fmt: skip
+        block = cost.op_time(flops, nbytes, DSV3.dense_dtype, 0, 1) + kernels
+        assert cost.batch_attention_time(1, context, context) == pytest.approx(
+            block + core + KT.layer_overhead_s.value, rel=1e-12
+        )
+    # the roofline kernel is the default: a decode pass of the profile as bundled (V0.2.0's
+    # kernel, 'roofline') costs the same whether or not it is said to decode
+    assert cost.batch_attention_time(1, 7678, 7678, decoding=1) == cost.batch_attention_time(
+        1, 7678, 7678
+    )
+
+
+def test_the_split_kv_kernel_runs_on_the_sms_its_grid_fills() -> None:
+    """2 x 128 heads x (576 + 512) = 278,528 FLOPs per cached token (scores over the latent and
+    the RoPE key, values over the latent: triton_attention.py l.108, l.120, l.141), on
+    min(1, batch x 8 x 4 / 128) of the GPU; at batch 1 and 7678 tokens of context, 86 us a layer
+    on the RTX 4090 (165.2 TFLOPS x 0.6 x 1/4) where the roofline over the whole GPU takes 11
+    (reading the 8.8 MB of cached latent at 0.8 x 1,008 GB/s)."""
+    cost = CostModel(DSV3, GPU, _split_kv())
+    peak, eff = GPU.dense_bf16_flops.value, GPU.compute_efficiency.value
+    per_token = 2 * 128 * (576 + 512)
+    assert per_token == 278_528
+    for batch, share in ((1, 32 / 128), (2, 64 / 128), (4, 1.0), (8, 1.0)):
+        attended = batch * 7678
+        expected = per_token * attended / (peak * eff * share)
+        assert cost.attention_core_time(attended, attended, decoding=batch) == pytest.approx(
+            expected, rel=1e-12
+        )
+    one = cost.attention_core_time(7678, 7678, decoding=1)
+    assert one == pytest.approx(86.3e-6, rel=0.01)
+    assert CostModel(DSV3, GPU, KT).attention_core_time(7678, 7678) == pytest.approx(
+        11.0e-6, rel=0.01
+    )
+    # a pass that is not a decode pass (a prefill chunk) runs the roofline core
+    assert cost.attention_core_time(7678, 7678) == CostModel(DSV3, GPU, KT).attention_core_time(
+        7678, 7678
+    )
+
+
+def test_the_split_kv_kernel_needs_mla_and_the_gpus_sm_count() -> None:
+    mixtral = load_model("mixtral-8x7b")
+    with pytest.raises(SpecmdError, match="expected a model with MLA"):
+        CostModel(mixtral, GPU, _split_kv()).attention_core_time(10, 10, decoding=1)
+    blind = GPU.model_copy(update={"sm_count": None})
+    with pytest.raises(SpecmdError, match="expected the GPU's sm_count"):
+        CostModel(DSV3, blind, _split_kv()).attention_core_time(10, 10, decoding=1)
+
+
+def test_only_the_decode_passes_of_a_run_use_the_decode_kernel(kt_pass_durations, tmp_path) -> None:
+    """DeepSeek-V3 on kTransformers, one request of a 2-token prompt and 3 decode tokens: each
+    decode pass is longer with the split-KV kernel by its 61 layers' core time beyond the
+    roofline's at its context (hand computation from the cost model); the prefill pass is the
+    same."""
+    split = tmp_path / "kt-split-kv.yaml"
+    split.write_text(yaml.safe_dump(_split_kv().model_dump(mode="json", exclude_none=True)))
+    durations = kt_pass_durations((str(split), "ktransformers"))
+    assert durations[0][0] == pytest.approx(durations[1][0], rel=1e-12)  # the prefill pass
+    fast, plain = CostModel(DSV3, GPU, _split_kv()), CostModel(DSV3, GPU, KT)
+    all_layers = DSV3.moe_layers + DSV3.dense_layers
+    for p, context in zip((1, 2, 3), (3, 4, 5), strict=True):  # (a token attends its own)
+        extra = fast.attention_core_time(context, context, 1) - plain.attention_core_time(
+            context, context
+        )
+        assert extra > 0
+        assert durations[0][p] - durations[1][p] == pytest.approx(all_layers * extra, rel=1e-6)
