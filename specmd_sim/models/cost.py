@@ -122,7 +122,9 @@ class CostModel:
         weights = params * precision(m.dense_dtype).bytes_per_param
         return 2.0 * params * tokens, weights + 2 * tokens * m.hidden_size * ACT_BYTES
 
-    def attention_core_time(self, attended: int, kv_tokens: int, decoding: int = 0) -> float:
+    def attention_core_time(
+        self, attended: int, kv_tokens: int, decoding: int = 0, prefill_tokens: int = 0
+    ) -> float:
         """The attention core of one layer (scores and values over the cached context), a
         kernel of its own after the projections: a roofline at the KV cache's precision over
         ``4 x heads x head_dim`` FLOPs per attended token, reading each request's cache once.
@@ -130,30 +132,65 @@ class CostModel:
         ``decode_attention`` may name: ``mla-split-kv`` computes absorbed MLA, ``2 x heads x
         (2 x kv_lora_rank + the RoPE key's width)`` FLOPs per attended token, on the share of
         the GPU's SMs its grid of ``decoding x ceil(heads / heads_per_cta) x kv_splits``
-        thread blocks fills (its reads at the GPU's full bandwidth)."""
+        thread blocks fills (its reads at the GPU's full bandwidth). ``prefill_tokens``: the
+        tokens of a prefill pass (0: not one; its one request's context ends at
+        ``kv_tokens``), whose kernels the runtime's ``prefill_attention`` may name
+        (:meth:`_materialized_mla_time`)."""
         m, gpu, read = self.model, self.gpu, self.read
         flops = 4.0 * m.num_attention_heads * m.head_dim * attended
         share = 1.0
         kernel = self.runtime.decode_attention
+        prefill = self.runtime.prefill_attention
         if decoding and kernel is not None and kernel.kernel.value == "mla-split-kv":
-            if m.kv_lora_rank is None or m.kv_bytes_per_token_per_layer is None:
-                raise SpecmdError(
-                    f"runtime {self.runtime.id}: decode_attention 'mla-split-kv': expected a "
-                    f"model with MLA (kv_lora_rank), got {m.name} without"
-                )
+            latent, rank = self._mla("decode_attention 'mla-split-kv'")
             if gpu.sm_count is None:
                 raise SpecmdError(
                     f"runtime {self.runtime.id}: decode_attention 'mla-split-kv': expected the "
                     f"GPU's sm_count, got none in {gpu.name}"
                 )
-            latent = m.kv_bytes_per_token_per_layer // 2  # kv_lora_rank + the RoPE key
-            flops = 2.0 * m.num_attention_heads * (latent + m.kv_lora_rank) * attended
+            flops = 2.0 * m.num_attention_heads * (latent + rank) * attended
             groups = -(-m.num_attention_heads // int(read(kernel.heads_per_cta)))
             blocks = decoding * groups * int(read(kernel.kv_splits))
             share = min(1.0, blocks / read(gpu.sm_count))
+        elif prefill_tokens and prefill is not None and prefill.kernel.value == "mla-materialized":
+            allocated = kv_tokens + int(read(prefill.max_new_tokens))
+            return self._materialized_mla_time(prefill_tokens * allocated)
         compute = flops / (self._peak(m.kv_dtype) * read(gpu.compute_efficiency) * share)
         bandwidth = read(gpu.hbm_bandwidth_bytes_per_s) * read(gpu.memory_efficiency)
         return max(compute, kv_tokens * m.kv_bytes_per_token / bandwidth)
+
+    def _mla(self, what: str) -> tuple[int, int]:
+        """The cached latent's width (kv_lora_rank + the RoPE key's) and kv_lora_rank; an error
+        naming ``what`` for a model without MLA."""
+        m = self.model
+        if m.kv_lora_rank is None or m.kv_bytes_per_token_per_layer is None:
+            raise SpecmdError(
+                f"runtime {self.runtime.id}: {what}: expected a model with MLA (kv_lora_rank), "
+                f"got {m.name} without"
+            )
+        return m.kv_bytes_per_token_per_layer // 2, m.kv_lora_rank
+
+    def _materialized_mla_time(self, pairs: int) -> float:
+        """Absorbed MLA in eager torch over ``pairs`` (query token, allocated cache slot) pairs
+        of one layer, as kTransformers V0.2.0 runs it (``KDeepseekV2Attention.forward_chunck``,
+        ``operators/attention.py`` at 7527619): per head and pair, a batched matmul over the
+        RoPE key (2 x rope FLOPs) and one over the latent (2 x kv_lora_rank), each writing its
+        bf16 scores; the sum (reads 4 bytes, writes 2), the scale (2, 2), the mask (2, 2),
+        the softmax to fp32 (2, 4), the cast back (4, 2); the einsum with the latent
+        (2 x kv_lora_rank FLOPs, reads 2): each a kernel with its own roofline, at the model's
+        default dtype (bf16: ``torch.set_default_dtype(config.torch_dtype)`` in local_chat.py,
+        so the chunked path's mask is bf16 too)."""
+        m, gpu, read = self.model, self.gpu, self.read
+        latent, rank = self._mla("prefill_attention 'mla-materialized'")
+        elements = float(m.num_attention_heads) * pairs
+        peak = self._peak(m.kv_dtype) * read(gpu.compute_efficiency)
+        bandwidth = read(gpu.hbm_bandwidth_bytes_per_s) * read(gpu.memory_efficiency)
+        matmuls = (
+            max(2 * (latent - rank) * elements / peak, 2 * elements / bandwidth)
+            + max(2 * rank * elements / peak, 2 * elements / bandwidth)
+            + max(2 * rank * elements / peak, 2 * elements / bandwidth)
+        )
+        return matmuls + (6 + 4 + 4 + 6 + 6) * elements / bandwidth
 
     def attention_time(self, tokens: int, context_end: int) -> float:
         """Non-expert part of one MoE layer for ``tokens`` consecutive tokens of one request
@@ -167,9 +204,9 @@ class CostModel:
         ``attended`` and whose requests' contexts hold ``kv_tokens`` tokens in all: the block
         (:meth:`_block`) and the attention core (:meth:`attention_core_time`; ``decoding``: the
         requests of a decode pass, 0 for any other), one after the other; ``eager``: a prefill
-        pass (:meth:`_timed`)."""
+        pass (:meth:`_timed`; its core may run the runtime's ``prefill_attention``)."""
         flops, bytes_ = self._block(self.model.moe_layer_dense_params, tokens)
-        core = self.attention_core_time(attended, kv_tokens, decoding)
+        core = self.attention_core_time(attended, kv_tokens, decoding, tokens if eager else 0)
         fixed = self.read(self.runtime.layer_overhead_s)
         return self._timed(flops, bytes_, self.model.dense_dtype, "attention", tokens,
                            eager, core) + fixed  # fmt: skip
@@ -183,7 +220,7 @@ class CostModel:
         if not m.dense_layers:
             return 0.0
         flops, bytes_ = self._block(m.dense_layer_params, tokens)
-        core = self.attention_core_time(attended, kv_tokens, decoding)
+        core = self.attention_core_time(attended, kv_tokens, decoding, tokens if eager else 0)
         return m.dense_layers * self._timed(flops, bytes_, m.dense_dtype, "dense_layer", tokens,
                                             eager, core)  # fmt: skip
 

@@ -120,6 +120,28 @@ class DecodeAttention(InputModel):
     )
 
 
+class PrefillKernel(Setting):
+    value: Literal["roofline", "mla-materialized"] = Field(
+        description=(
+            "'roofline': a prefill pass's attention core is one roofline over the whole GPU; "
+            "'mla-materialized': absorbed MLA in eager torch over the whole allocated cache "
+            "(the prompt plus max_new_tokens), the heads x query tokens x cache tokens scores "
+            "written out and passed through add, scale, mask, softmax in fp32 and the cast back "
+            "(kTransformers V0.2.0's forward_chunck)."
+        )
+    )
+
+
+class PrefillAttention(InputModel):
+    """The kernels a prefill pass's attention core runs, where they are not one roofline."""
+
+    kernel: PrefillKernel = Field(description="The prefill attention kernel.")
+    max_new_tokens: Count = Field(
+        description="Tokens the runtime allocates the KV cache for beyond the prompt "
+        "('mla-materialized' attends to all of them, masked)."
+    )
+
+
 class Kernels(InputModel):
     """Kernels launched per operation (each pays ``dispatch_overhead_s``)."""
 
@@ -205,6 +227,11 @@ class RuntimeProfile(InputModel):
     decode_attention: DecodeAttention | None = Field(
         default=None,
         description="The kernel a decode pass's attention core runs; None: a roofline over "
+        "the whole GPU ('roofline').",
+    )
+    prefill_attention: PrefillAttention | None = Field(
+        default=None,
+        description="The kernels a prefill pass's attention core runs; None: a roofline over "
         "the whole GPU ('roofline').",
     )
     expert_call_overhead_s: Seconds = Field(

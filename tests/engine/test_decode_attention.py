@@ -105,3 +105,39 @@ def test_only_the_decode_passes_of_a_run_use_the_decode_kernel(kt_pass_durations
         )
         assert extra > 0
         assert durations[0][p] - durations[1][p] == pytest.approx(all_layers * extra, rel=1e-6)
+
+
+def test_v020_prefill_materializes_every_score_over_the_allocated_cache() -> None:
+    """kTransformers V0.2.0's prefill (the bundled profile): per head, query token and allocated
+    cache slot, two batched matmuls writing bf16 scores (2 x 64 and 2 x 512 FLOPs, 2 bytes
+    each), the sum (reads 4, writes 2), the scale (2, 2), the mask (2, 2), the softmax to fp32
+    (2, 4), the cast back (4, 2) and the einsum with the latent (2 x 512 FLOPs, reads 2), each
+    kernel its own roofline; the cache is the prompt plus max_new_tokens (1000: local_chat's
+    default). A decode pass and a runtime set to 'roofline' run the roofline core."""
+    cost = CostModel(DSV3, GPU, KT)
+    peak = GPU.dense_bf16_flops.value * GPU.compute_efficiency.value
+    bandwidth = GPU.hbm_bandwidth_bytes_per_s.value * GPU.memory_efficiency.value
+    prompt, allocated = 3846, 3846 + 1000
+    e = 128 * prompt * allocated
+    by_hand = (
+        max(128 * e / peak, 2 * e / bandwidth)  # q_pe @ k_pe^T: memory-bound
+        + 2 * (1024 * e / peak)  # q_nope @ latent^T and the einsum: compute-bound
+        + 26 * e / bandwidth  # add, scale, mask, softmax, cast
+    )
+    attended = prompt * (prompt + 1) // 2
+    assert cost.attention_core_time(attended, prompt, prefill_tokens=prompt) == pytest.approx(
+        by_hand, rel=1e-12
+    )
+    assert by_hand == pytest.approx(0.132, rel=0.01)  # a layer: 8.1 s over 61 layers
+    # on the eager path a prefill pass's core is this one
+    flops, nbytes = cost._block(DSV3.moe_layer_dense_params, prompt)
+    block = cost.op_time(flops, nbytes, DSV3.dense_dtype, KT.kernels.attention.value, prompt)
+    assert cost.batch_attention_time(prompt, attended, prompt, eager=True) == pytest.approx(
+        block + by_hand + KT.layer_overhead_s.value, rel=1e-12
+    )
+    # not a prefill pass, or V0.2.1's flash attention: the roofline core
+    data = KT.model_dump(mode="json")
+    data["prefill_attention"]["kernel"]["value"] = "roofline"
+    flash = CostModel(DSV3, GPU, RuntimeProfile.model_validate(data))
+    roofline = flash.attention_core_time(attended, prompt, prefill_tokens=prompt)
+    assert cost.attention_core_time(attended, prompt) == roofline < by_hand / 10

@@ -14,7 +14,11 @@ from specmd_sim.models import CostModel, load_model
 from specmd_sim.runtime import load_runtime
 from specmd_sim.runtime.schema import RuntimeProfile
 
-KT = load_runtime("ktransformers")
+# the bundled profile without V0.2.0's prefill attention kernels (test_decode_attention.py), so
+# that the eager path alone separates the runs compared here
+KT = RuntimeProfile.model_validate(
+    {**load_runtime("ktransformers").model_dump(mode="json"), "prefill_attention": None}
+)
 XEON = load_profile("xeon6454s-rtx4090")
 DSV3 = load_model("deepseek-v3")
 
@@ -59,11 +63,12 @@ def test_only_the_prefill_pass_of_a_run_is_eager(kt_pass_durations, tmp_path) ->
     prefill pass is longer than without the eager path by its layers' eager time beyond the
     graphed one (hand computation from the cost model); the decode passes are the same."""
     layers = DSV3.moe_layers
-    plain = tmp_path / "kt-graphed.yaml"
+    eager, plain = tmp_path / "kt-eager.yaml", tmp_path / "kt-graphed.yaml"
     data = KT.model_dump(mode="json", exclude_none=True)
+    eager.write_text(yaml.safe_dump(data))
     data.pop("eager_prefill")
     plain.write_text(yaml.safe_dump(data))
-    durations = kt_pass_durations(("ktransformers", str(plain)))
+    durations = kt_pass_durations((str(eager), str(plain)))
     cost = CostModel(DSV3, XEON.gpus[0], KT)
     attended = 1  # (positions 0 and 1)
     per_layer = (cost.batch_attention_time(2, attended, 2, eager=True)
