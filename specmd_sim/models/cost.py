@@ -16,9 +16,10 @@ Operations per pass (``n`` tokens; token ``i`` at 1-based position ``pos_i`` of 
 - ``attention`` of an MoE layer: the block, i.e. attention projections, router and shared
   experts (``2 * params * n`` FLOPs, reading the weights once), then the attention core, a
   kernel of its own with its own roofline (``4 * heads * head_dim * sum(pos_i)`` FLOPs at the
-  KV cache's precision, reading each request's KV cache once, i.e. ``kv_bytes_per_token``
+  BF16 peak, reading each request's KV cache once, i.e. ``kv_bytes_per_token``
   times the sum of the requests' context ends); a decode pass's core runs the runtime's
-  ``decode_attention`` kernel where it names one (:meth:`CostModel.attention_core_time`);
+  ``decode_attention`` kernel and a prefill pass's its ``prefill_attention`` kernels where it
+  names them for an MLA model (:meth:`CostModel.attention_core_time`);
 - ``expert``: one routed expert over the ``m`` tokens routed to it
   (``2 * expert_params * m`` FLOPs, reading its weights once);
 - ``dense layer``: a layer with a dense FFN (DeepSeek's first layers), run at the start of
@@ -53,6 +54,8 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware.schema import GPUNode, HostNode, Quantity
@@ -122,68 +125,95 @@ class CostModel:
         weights = params * precision(m.dense_dtype).bytes_per_param
         return 2.0 * params * tokens, weights + 2 * tokens * m.hidden_size * ACT_BYTES
 
+    def __post_init__(self) -> None:
+        if self.split_kv and self.gpu.sm_count is None:
+            raise SpecmdError(
+                f"runtime {self.runtime.id}: decode_attention 'mla-split-kv': expected the "
+                f"GPU's sm_count, got none in {self.gpu.name}"
+            )
+
+    @property
+    def mla(self) -> bool:
+        """Whether the model attends with MLA (a latent KV cache: ``kv_lora_rank``)."""
+        m = self.model
+        return m.kv_lora_rank is not None and m.kv_bytes_per_token_per_layer is not None
+
+    @property
+    def split_kv(self) -> bool:
+        """Whether a decode pass's core runs the runtime's ``mla-split-kv`` kernel."""
+        kernel = self.runtime.decode_attention
+        return self.mla and kernel is not None and kernel.kernel.value == "mla-split-kv"
+
+    @property
+    def materialized_new_tokens(self) -> int | None:
+        """The runtime's ``max_new_tokens`` where a prefill pass's core runs its
+        ``mla-materialized`` kernels (:meth:`materialized_pairs`), else None."""
+        prefill = self.runtime.prefill_attention
+        if not self.mla or prefill is None or prefill.kernel.value != "mla-materialized":
+            return None
+        return int(self.read(prefill.max_new_tokens))
+
     def attention_core_time(
-        self, attended: int, kv_tokens: int, decoding: int = 0, prefill_tokens: int = 0
+        self, attended: int, kv_tokens: int, decoding: int = 0, prefill_pairs: int = 0
     ) -> float:
         """The attention core of one layer (scores and values over the cached context), a
-        kernel of its own after the projections: a roofline at the KV cache's precision over
-        ``4 x heads x head_dim`` FLOPs per attended token, reading each request's cache once.
+        kernel of its own after the projections: a roofline at the BF16 peak (the kernels
+        compute in the activations' precision whatever the cache's) over ``4 x heads x
+        head_dim`` FLOPs per attended token, reading each request's cache once.
         ``decoding``: the requests of a decode pass (0: not one), whose kernel the runtime's
-        ``decode_attention`` may name: ``mla-split-kv`` computes absorbed MLA, ``2 x heads x
-        (2 x kv_lora_rank + the RoPE key's width)`` FLOPs per attended token, on the share of
-        the GPU's SMs its grid of ``decoding x ceil(heads / heads_per_cta) x kv_splits``
-        thread blocks fills (its reads at the GPU's full bandwidth). ``prefill_tokens``: the
-        tokens of a prefill pass (0: not one; its one request's context ends at
-        ``kv_tokens``), whose kernels the runtime's ``prefill_attention`` may name
-        (:meth:`_materialized_mla_time`)."""
+        ``decode_attention`` may name (:attr:`split_kv`): ``mla-split-kv`` computes absorbed
+        MLA, ``2 x heads x (2 x kv_lora_rank + the RoPE key's width)`` FLOPs per attended
+        token, on the share of the GPU's SMs its grid of ``decoding x ceil(heads /
+        heads_per_cta) x kv_splits`` thread blocks fills (its reads at the GPU's full
+        bandwidth). ``prefill_pairs``: where the runtime's ``prefill_attention`` runs its
+        ``mla-materialized`` kernels, a prefill pass's (query token, allocated cache slot)
+        pairs (:meth:`_materialized_mla_time`; 0: the roofline)."""
         m, gpu, read = self.model, self.gpu, self.read
+        if prefill_pairs:
+            return self._materialized_mla_time(prefill_pairs)
         flops = 4.0 * m.num_attention_heads * m.head_dim * attended
         share = 1.0
         kernel = self.runtime.decode_attention
-        prefill = self.runtime.prefill_attention
-        if decoding and kernel is not None and kernel.kernel.value == "mla-split-kv":
-            latent, rank = self._mla("decode_attention 'mla-split-kv'")
-            if gpu.sm_count is None:
-                raise SpecmdError(
-                    f"runtime {self.runtime.id}: decode_attention 'mla-split-kv': expected the "
-                    f"GPU's sm_count, got none in {gpu.name}"
-                )
+        if decoding and kernel is not None and self.split_kv:
+            latent, rank = self._mla()
             flops = 2.0 * m.num_attention_heads * (latent + rank) * attended
-            groups = -(-m.num_attention_heads // int(read(kernel.heads_per_cta)))
-            blocks = decoding * groups * int(read(kernel.kv_splits))
-            share = min(1.0, blocks / read(gpu.sm_count))
-        elif prefill_tokens and prefill is not None and prefill.kernel.value == "mla-materialized":
-            allocated = kv_tokens + int(read(prefill.max_new_tokens))
-            return self._materialized_mla_time(prefill_tokens * allocated)
-        compute = flops / (self._peak(m.kv_dtype) * read(gpu.compute_efficiency) * share)
+            heads, splits, sms = kernel.heads_per_cta, kernel.kv_splits, gpu.sm_count
+            assert heads is not None and splits is not None and sms is not None  # (validated)
+            groups = -(-m.num_attention_heads // int(read(heads)))
+            share = min(1.0, decoding * groups * int(read(splits)) / read(sms))
+        compute = flops / (self._peak("bf16") * read(gpu.compute_efficiency) * share)
         bandwidth = read(gpu.hbm_bandwidth_bytes_per_s) * read(gpu.memory_efficiency)
         return max(compute, kv_tokens * m.kv_bytes_per_token / bandwidth)
 
-    def _mla(self, what: str) -> tuple[int, int]:
-        """The cached latent's width (kv_lora_rank + the RoPE key's) and kv_lora_rank; an error
-        naming ``what`` for a model without MLA."""
+    def _mla(self) -> tuple[int, int]:
+        """The cached latent's width (kv_lora_rank + the RoPE key's) and kv_lora_rank."""
         m = self.model
-        if m.kv_lora_rank is None or m.kv_bytes_per_token_per_layer is None:
-            raise SpecmdError(
-                f"runtime {self.runtime.id}: {what}: expected a model with MLA (kv_lora_rank), "
-                f"got {m.name} without"
-            )
+        assert m.kv_lora_rank is not None and m.kv_bytes_per_token_per_layer is not None
         return m.kv_bytes_per_token_per_layer // 2, m.kv_lora_rank
+
+    def materialized_pairs(self, query_tokens: np.ndarray, prompts: np.ndarray) -> int:
+        """The (query token, allocated cache slot) pairs of a prefill pass whose requests run
+        ``query_tokens`` of prompts of ``prompts`` tokens: each request's cache is allocated
+        for its prompt plus :attr:`materialized_new_tokens`."""
+        new = self.materialized_new_tokens
+        assert new is not None
+        return int(np.dot(query_tokens, prompts + new))
 
     def _materialized_mla_time(self, pairs: int) -> float:
         """Absorbed MLA in eager torch over ``pairs`` (query token, allocated cache slot) pairs
         of one layer, as kTransformers V0.2.0 runs it (``KDeepseekV2Attention.forward_chunck``,
         ``operators/attention.py`` at 7527619): per head and pair, a batched matmul over the
         RoPE key (2 x rope FLOPs) and one over the latent (2 x kv_lora_rank), each writing its
-        bf16 scores; the sum (reads 4 bytes, writes 2), the scale (2, 2), the mask (2, 2),
-        the softmax to fp32 (2, 4), the cast back (4, 2); the einsum with the latent
-        (2 x kv_lora_rank FLOPs, reads 2): each a kernel with its own roofline, at the model's
-        default dtype (bf16: ``torch.set_default_dtype(config.torch_dtype)`` in local_chat.py,
-        so the chunked path's mask is bf16 too)."""
-        m, gpu, read = self.model, self.gpu, self.read
-        latent, rank = self._mla("prefill_attention 'mla-materialized'")
-        elements = float(m.num_attention_heads) * pairs
-        peak = self._peak(m.kv_dtype) * read(gpu.compute_efficiency)
+        bf16 scores; the sum (reads 4 bytes, writes 2), the scale (2, 2), the causal mask
+        (2, 2), the softmax to fp32 (2, 4), the cast back (4, 2); the einsum with the latent
+        (2 x kv_lora_rank FLOPs, reads 2): each a kernel with its own roofline. Every tensor
+        but the softmax's output is bf16: local_chat.py sets torch's default dtype to bf16
+        before generating (l.269-271), and the model builds its causal mask in the
+        embeddings' dtype (``_update_causal_mask``)."""
+        gpu, read = self.gpu, self.read
+        latent, rank = self._mla()
+        elements = float(self.model.num_attention_heads) * pairs
+        peak = self._peak("bf16") * read(gpu.compute_efficiency)
         bandwidth = read(gpu.hbm_bandwidth_bytes_per_s) * read(gpu.memory_efficiency)
         matmuls = (
             max(2 * (latent - rank) * elements / peak, 2 * elements / bandwidth)
@@ -198,21 +228,34 @@ class CostModel:
         return self.batch_attention_time(tokens, *_one_request(tokens, context_end))
 
     def batch_attention_time(
-        self, tokens: int, attended: int, kv_tokens: int, eager: bool = False, decoding: int = 0
+        self,
+        tokens: int,
+        attended: int,
+        kv_tokens: int,
+        eager: bool = False,
+        decoding: int = 0,
+        prefill_pairs: int = 0,
     ) -> float:
         """Non-expert part of one MoE layer for a pass whose tokens' positions sum to
         ``attended`` and whose requests' contexts hold ``kv_tokens`` tokens in all: the block
         (:meth:`_block`) and the attention core (:meth:`attention_core_time`; ``decoding``: the
-        requests of a decode pass, 0 for any other), one after the other; ``eager``: a prefill
-        pass (:meth:`_timed`; its core may run the runtime's ``prefill_attention``)."""
+        requests of a decode pass, 0 for any other; ``prefill_pairs``: a prefill pass's pairs
+        for the runtime's ``prefill_attention``, 0 for the roofline), one after the other;
+        ``eager``: a prefill pass (:meth:`_timed`)."""
         flops, bytes_ = self._block(self.model.moe_layer_dense_params, tokens)
-        core = self.attention_core_time(attended, kv_tokens, decoding, tokens if eager else 0)
+        core = self.attention_core_time(attended, kv_tokens, decoding, prefill_pairs)
         fixed = self.read(self.runtime.layer_overhead_s)
         return self._timed(flops, bytes_, self.model.dense_dtype, "attention", tokens,
                            eager, core) + fixed  # fmt: skip
 
     def dense_layers_time(
-        self, tokens: int, attended: int, kv_tokens: int, eager: bool = False, decoding: int = 0
+        self,
+        tokens: int,
+        attended: int,
+        kv_tokens: int,
+        eager: bool = False,
+        decoding: int = 0,
+        prefill_pairs: int = 0,
     ) -> float:
         """All dense-FFN layers of a pass (DeepSeek's first layers), each its block and its
         attention core as in :meth:`batch_attention_time`; 0 for models without."""
@@ -220,7 +263,7 @@ class CostModel:
         if not m.dense_layers:
             return 0.0
         flops, bytes_ = self._block(m.dense_layer_params, tokens)
-        core = self.attention_core_time(attended, kv_tokens, decoding, tokens if eager else 0)
+        core = self.attention_core_time(attended, kv_tokens, decoding, prefill_pairs)
         return m.dense_layers * self._timed(flops, bytes_, m.dense_dtype, "dense_layer", tokens,
                                             eager, core)  # fmt: skip
 

@@ -101,7 +101,7 @@ class DecodeKernel(Setting):
             "(2 x kv_lora_rank + the RoPE key's width) FLOPs per attended token, in one grid of "
             "requests x ceil(heads / heads_per_cta) x kv_splits thread blocks, which runs on "
             "that many of the GPU's SMs (SGLang's decode_attention_fwd_grouped, as kTransformers "
-            "V0.2.1 runs it)."
+            "V0.2.1 runs it); a model without MLA runs 'roofline'."
         )
     )
 
@@ -111,13 +111,30 @@ class DecodeAttention(InputModel):
     whole GPU, its grid of thread blocks decides how much of the GPU it uses."""
 
     kernel: DecodeKernel = Field(description="The decode attention kernel.")
-    heads_per_cta: Count = Field(
-        description="Query heads one thread block computes ('mla-split-kv')."
+    heads_per_cta: Count | None = Field(
+        default=None, description="Query heads one thread block computes ('mla-split-kv')."
     )
-    kv_splits: Count = Field(
+    kv_splits: Count | None = Field(
+        default=None,
         description="Thread blocks the cached context of one request's head group is split "
-        "over ('mla-split-kv')."
+        "over ('mla-split-kv').",
     )
+
+    @model_validator(mode="after")
+    def _split_kv_has_its_grid(self) -> DecodeAttention:
+        if self.kernel.value == "mla-split-kv" and (
+            self.heads_per_cta is None or self.kv_splits is None
+        ):
+            raise ValueError(
+                "decode_attention: expected heads_per_cta and kv_splits, which kernel "
+                "'mla-split-kv' needs, got "
+                f"heads_per_cta {_value(self.heads_per_cta)}, kv_splits {_value(self.kv_splits)}"
+            )
+        return self
+
+
+def _value(quantity: Quantity | None) -> object:
+    return None if quantity is None else quantity.value
 
 
 class PrefillKernel(Setting):
@@ -127,7 +144,7 @@ class PrefillKernel(Setting):
             "'mla-materialized': absorbed MLA in eager torch over the whole allocated cache "
             "(the prompt plus max_new_tokens), the heads x query tokens x cache tokens scores "
             "written out and passed through add, scale, mask, softmax in fp32 and the cast back "
-            "(kTransformers V0.2.0's forward_chunck)."
+            "(kTransformers V0.2.0's forward_chunck); a model without MLA runs 'roofline'."
         )
     )
 

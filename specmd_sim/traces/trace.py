@@ -67,6 +67,12 @@ class Trace:
         return str(self.meta["model"])
 
     @cached_property
+    def prompt_tokens(self) -> np.ndarray:
+        """int64 [highest request id + 1]: each request's prompt tokens (its prefill rows)."""
+        prompts = self.request[self.phase == PREFILL]
+        return np.bincount(prompts, minlength=int(self.request.max(initial=-1)) + 1)
+
+    @cached_property
     def padded(self) -> bool:
         """Whether some token's layer routes fewer than ``top_k`` experts (ids -1 pad the
         rest); known from the validation of a trace loaded or made."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
+import numpy as np
 import simpy
 
 from specmd_sim.engine.layer import (
@@ -65,20 +66,27 @@ def pass_kernel_times(
 ) -> tuple[float, float | None, float | None]:
     """The stream's kernels of pass ``p`` outside the experts: attention (each MoE layer), the
     dense layers (None without them) and the LM head (None where the pass gives no token). A
-    prefill pass runs on the runtime's eager path where it has one (``eager_prefill``); a pass
-    whose every token decodes, on the runtime's decode attention kernel (``decode_attention``)."""
+    prefill pass runs on the runtime's eager path where it has one (``eager_prefill``) and its
+    attention core on the runtime's prefill kernels (``prefill_attention``: its requests'
+    query tokens against their prompts plus the tokens allocated beyond); a pass whose every
+    token decodes, on the runtime's decode attention kernel (``decode_attention``)."""
     passes = sc.passes
     tokens = passes.tokens(p)
     attended, kv_tokens = int(passes.attended[p]), int(passes.kv_tokens[p])
     eager = int(passes.phase[p]) == PREFILL
-    decoding = 0
-    if cost.runtime.decode_attention is not None and not eager:
+    decoding = pairs = 0
+    if cost.split_kv and not eager:
         decoders = len(passes.decoders_of(p))
         decoding = decoders if decoders == tokens else 0
-    t_attn = cost.batch_attention_time(tokens, attended, kv_tokens, eager, decoding)
+    if eager and cost.materialized_new_tokens is not None:
+        lo, hi = passes.start[p], passes.start[p + 1]
+        prompt_rows = passes.row_request[lo:hi][passes.row_phase[lo:hi] == PREFILL]
+        requests, queries = np.unique(prompt_rows, return_counts=True)
+        pairs = cost.materialized_pairs(queries, sc.trace.prompt_tokens[requests])
+    t_attn = cost.batch_attention_time(tokens, attended, kv_tokens, eager, decoding, pairs)
     t_dense = None
     if sc.model.dense_layers:
-        t_dense = cost.dense_layers_time(tokens, attended, kv_tokens, eager, decoding)
+        t_dense = cost.dense_layers_time(tokens, attended, kv_tokens, eager, decoding, pairs)
     t_head = None
     if not eager or passes.first_token[p]:
         t_head = cost.lm_head_time(passes.outputs(p), eager)

@@ -24,6 +24,7 @@ from specmd_sim.policies.predictors.base import ScoreSource
 from specmd_sim.policies.prefetch.base import PrefetchPolicy, needs
 from specmd_sim.policies.registry import PREFETCH
 from specmd_sim.policies.scores import as_probabilities
+from specmd_sim.traces.trace import PREFILL
 
 
 class BandwidthBudgetConfig(PluginConfig):
@@ -51,7 +52,17 @@ class BandwidthBudgetPrefetch(PrefetchPolicy[BandwidthBudgetConfig]):
             for key, n in zip(chosen.keys, chosen.tokens, strict=True)
         )
         this = history.pass_info(pass_index)
-        return seconds + cost.batch_attention_time(this.tokens, this.attended, this.kv_tokens)
+        # the pass's kernels as the engine times them, from what is known when it starts: a
+        # prefill pass on the runtime's eager path and prefill kernels (its request's context
+        # so far taken for its prompt), a decode pass on its decode kernel
+        prefill = this.phase == PREFILL
+        pairs = 0
+        if prefill and cost.materialized_new_tokens is not None:
+            pairs = cost.materialized_pairs(np.array([this.tokens]), np.array([this.context_end]))
+        decoding = 0 if prefill else this.tokens
+        return seconds + cost.batch_attention_time(
+            this.tokens, this.attended, this.kv_tokens, prefill, decoding, pairs
+        )
 
     def _transfer_time(self, key: int) -> float:
         ctx = self.ctx
