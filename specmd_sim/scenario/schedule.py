@@ -913,7 +913,9 @@ class OnlineSchedule:
             arrivals = np.full(self.requests.ids.size, np.inf)
         self.stepper = make_stepper(self.requests, workload, kv_pool_tokens)
         self.arrivals = np.asarray(arrivals, np.float64)
-        self.arrival_list = self.arrivals.tolist()  # (without a router: read step by step)
+        # the arrivals as a list, read step by step; None with a router, which writes arrivals
+        # as it routes (a list copied now would go stale)
+        self.arrival_list: list[float] | None = self.arrivals.tolist() if router is None else None
         rows = int(self.requests.by_request.size)
         self.passes = FormingPasses.empty(rows * room)
         self.demand = FormingDemand(trace, self.passes)
@@ -988,14 +990,16 @@ class OnlineSchedule:
         p0 = self.passes.num_passes
         elapsed = self._elapsed(taken, steps, pace)
         count = arrived  # (the requests a step formed ahead takes)
+        listed = self.arrival_list
         for _ in range(ahead):
             if pace is not None:  # (when the step is expected to start, and how surely)
                 at, band = start + elapsed, elapsed * AHEAD_MARGIN
                 if router is not None and at - band >= router.wake:
                     break
                 if router is None:
-                    last = bisect_right(self.arrival_list, at + band)
-                    if bisect_right(self.arrival_list, at - band) != last:
+                    assert listed is not None
+                    last = bisect_right(listed, at + band)
+                    if bisect_right(listed, at - band) != last:
                         break
                     count = max(count, last)
             if stepper.finished or stepper.idle(count):
@@ -1026,6 +1030,7 @@ class OnlineSchedule:
             before.append(self.router.wake)
             return
         arrivals = self.arrival_list
+        assert arrivals is not None
         not_before.append(arrivals[count - 1] if count > arrived else -np.inf)
         before.append(arrivals[count] if count < len(arrivals) else np.inf)
 
