@@ -89,6 +89,11 @@ class CostModel:
             return self.read(self.gpu.dense_fp8_flops)
         return self.read(self.gpu.dense_bf16_flops)
 
+    def _bandwidth(self) -> float:
+        """The GPU memory's achieved bandwidth: its peak times ``memory_efficiency``."""
+        gpu, read = self.gpu, self.read
+        return read(gpu.hbm_bandwidth_bytes_per_s) * read(gpu.memory_efficiency)
+
     def op_time(
         self, flops: float, bytes_: float, dtype: str = "bf16", kernels: int = 1, tokens: int = 0
     ) -> float:
@@ -96,7 +101,7 @@ class CostModel:
         over ``tokens`` tokens (0: unknown), plus their dispatch."""
         gpu, read = self.gpu, self.read
         compute = flops / (self._peak(dtype) * read(gpu.compute_efficiency))
-        bandwidth = read(gpu.hbm_bandwidth_bytes_per_s) * read(gpu.memory_efficiency)
+        bandwidth = self._bandwidth()
         if tokens and gpu.memory_efficiency_by_tokens is not None:
             bandwidth *= gpu.memory_efficiency_by_tokens.at(tokens)
         memory = bytes_ / bandwidth
@@ -133,23 +138,18 @@ class CostModel:
             )
 
     @property
-    def mla(self) -> bool:
-        """Whether the model attends with MLA (a latent KV cache: ``kv_lora_rank``)."""
-        m = self.model
-        return m.kv_lora_rank is not None and m.kv_bytes_per_token_per_layer is not None
-
-    @property
     def split_kv(self) -> bool:
         """Whether a decode pass's core runs the runtime's ``mla-split-kv`` kernel."""
         kernel = self.runtime.decode_attention
-        return self.mla and kernel is not None and kernel.kernel.value == "mla-split-kv"
+        mla = self.model.mla is not None
+        return mla and kernel is not None and kernel.kernel.value == "mla-split-kv"
 
     @property
     def materialized_new_tokens(self) -> int | None:
         """The runtime's ``max_new_tokens`` where a prefill pass's core runs its
         ``mla-materialized`` kernels (:meth:`materialized_pairs`), else None."""
         prefill = self.runtime.prefill_attention
-        if not self.mla or prefill is None or prefill.kernel.value != "mla-materialized":
+        if self.model.mla is None or prefill is None or prefill.kernel.value != "mla-materialized":
             return None
         return int(self.read(prefill.max_new_tokens))
 
@@ -174,22 +174,16 @@ class CostModel:
         flops = 4.0 * m.num_attention_heads * m.head_dim * attended
         share = 1.0
         kernel = self.runtime.decode_attention
-        if decoding and kernel is not None and self.split_kv:
-            latent, rank = self._mla()
+        if decoding and kernel is not None and m.mla is not None and self.split_kv:
+            latent, rank = m.mla
             flops = 2.0 * m.num_attention_heads * (latent + rank) * attended
             heads, splits, sms = kernel.heads_per_cta, kernel.kv_splits, gpu.sm_count
             assert heads is not None and splits is not None and sms is not None  # (validated)
             groups = -(-m.num_attention_heads // int(read(heads)))
             share = min(1.0, decoding * groups * int(read(splits)) / read(sms))
         compute = flops / (self._peak("bf16") * read(gpu.compute_efficiency) * share)
-        bandwidth = read(gpu.hbm_bandwidth_bytes_per_s) * read(gpu.memory_efficiency)
+        bandwidth = self._bandwidth()
         return max(compute, kv_tokens * m.kv_bytes_per_token / bandwidth)
-
-    def _mla(self) -> tuple[int, int]:
-        """The cached latent's width (kv_lora_rank + the RoPE key's) and kv_lora_rank."""
-        m = self.model
-        assert m.kv_lora_rank is not None and m.kv_bytes_per_token_per_layer is not None
-        return m.kv_bytes_per_token_per_layer // 2, m.kv_lora_rank
 
     def materialized_pairs(self, query_tokens: np.ndarray, prompts: np.ndarray) -> int:
         """The (query token, allocated cache slot) pairs of a prefill pass whose requests run
@@ -211,10 +205,11 @@ class CostModel:
         before generating (l.269-271), and the model builds its causal mask in the
         embeddings' dtype (``_update_causal_mask``)."""
         gpu, read = self.gpu, self.read
-        latent, rank = self._mla()
+        assert self.model.mla is not None  # (callers: materialized_new_tokens)
+        latent, rank = self.model.mla
         elements = float(self.model.num_attention_heads) * pairs
         peak = self._peak("bf16") * read(gpu.compute_efficiency)
-        bandwidth = read(gpu.hbm_bandwidth_bytes_per_s) * read(gpu.memory_efficiency)
+        bandwidth = self._bandwidth()
         matmuls = (
             max(2 * (latent - rank) * elements / peak, 2 * elements / bandwidth)
             + max(2 * rank * elements / peak, 2 * elements / bandwidth)

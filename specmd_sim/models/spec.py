@@ -167,6 +167,14 @@ class ModelSpec(InputModel):
         return self.hidden_size * (2 * q + 2 * kv)
 
     @property
+    def mla(self) -> tuple[int, int] | None:
+        """MLA's cached latent: its width in values (``kv_lora_rank`` plus the shared RoPE
+        key's) and ``kv_lora_rank``; None for a model without MLA."""
+        if self.kv_lora_rank is None or self.kv_bytes_per_token_per_layer is None:
+            return None  # (the validator gives kv_lora_rank only with the bytes)
+        return self.kv_bytes_per_token_per_layer // 2, self.kv_lora_rank
+
+    @property
     def kv_bytes_per_token(self) -> int:
         """KV-cache bytes one token adds per layer: keys and values of every KV head (or the
         override), at ``kv_dtype``."""

@@ -41,8 +41,10 @@ def kt_pass_durations(write_trace):
     durations of DeepSeek-V3 on kTransformers' machine (xeon6454s-rtx4090, every routed expert
     on the CPU), one request of a 2-token prompt and 3 decode tokens (random routing, seed 0)."""
     from specmd_sim import SimConfig, simulate
+    from specmd_sim.models import load_model
 
-    layers, experts, k = 61 - 3, 256, 8  # DeepSeek-V3's MoE layers
+    model = load_model("deepseek-v3")
+    layers, experts, k = model.moe_layers, model.num_experts, model.top_k
     rng = np.random.default_rng(0)
     ids = np.stack([[rng.choice(experts, k, replace=False) for _ in range(layers)]
                     for _ in range(5)])  # fmt: skip
