@@ -43,7 +43,7 @@ from settings import stated
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from support.browser import Browser, find_chromium  # the tests' harness
 
-from specmd_sim import SimConfig, simulate
+from specmd_sim import SimConfig, gz, simulate
 from specmd_sim.perfetto import write_perfetto_trace
 from specmd_sim.report import RunData, write_timeline
 from specmd_sim.runs import (
@@ -160,6 +160,7 @@ def measure(tokens: int, repeat: int, folder: Path) -> dict[str, Any]:
         "trace_bytes_per_access": outputs[TRACE_FILE]["bytes_per_access"],
         "page_bytes": outputs[TIMELINE_FILE]["bytes"],
         "page_drawn_s": page_drawn_s,
+        "compressor": gz.compressor()[0],
     }
     res["verdicts"] = {
         name: "not measured (no Chromium)"
@@ -175,7 +176,8 @@ def measure(tokens: int, repeat: int, folder: Path) -> dict[str, Any]:
 def report(res: dict[str, Any]) -> str:
     lines = [
         f"{res['tokens']:,} tokens ({res['accesses']:,} accesses, {res['spans']:,} spans); "
-        f"settings: {json.dumps(res['settings'], sort_keys=True)}",
+        f"settings: {json.dumps(res['settings'], sort_keys=True)}; the trace compressed by "
+        f"{res['compressor']}",
         f"  whole process (specmd run)  {res['whole_s']:7.2f} s  "
         f"{res['whole_accesses_per_s']:>10,.0f} accesses/s",
         f"  engine (simulate)           {res['engine_s']:7.2f} s  "

@@ -27,19 +27,18 @@ order, a chunk of :data:`CHUNK` spans at a time.
 
 from __future__ import annotations
 
-import gzip
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from specmd_sim import protowire as pw
-from specmd_sim.atomic import atomic_file
 from specmd_sim.cache.states import AccessClass
 from specmd_sim.engine import jit
+from specmd_sim.gz import write_gzip
 from specmd_sim.timeline import KIND as _KIND
 from specmd_sim.timeline import (
     KINDS,
@@ -56,15 +55,14 @@ from specmd_sim.timeline import (
     track_rows,
 )
 
-if TYPE_CHECKING:
-    from concurrent.futures import Future
-
 CHUNK = 1 << 16
 """Spans (or counter samples) encoded at a time: ~15 MB of numpy arrays in flight."""
 GZIP_LEVEL = 5
-"""The default job's trace at 4,000 tokens (123 MB of protobuf) is 10.7 MB at level 3 in 0.44 s,
-9.8 MB at 5 in 0.61 s, 9.5 MB at 6 in 1.03 s (zlib alone, on a 2-core machine): level 5,
-compressing in a thread while the page is built, keeps the trace under 20 bytes an access."""
+"""The default job's trace at 4,000 tokens (123 MB of protobuf) by zlib-ng (:mod:`specmd_sim.gz`):
+10.8 MB at level 3 in 0.31 s, 10.1 MB at 4 in 0.48 s, 9.5 MB at 5 in 0.51 s, 9.3 MB at 6 in
+0.94 s; by zlib: 10.7 MB at 3 in 0.68 s, 9.8 MB at 5 in 1.02 s (2 cores, 2026-12-06). Level 5
+keeps the trace under 20 bytes an access with either, compressing in a thread while the page
+is built."""
 
 # TrackEvent.Type; TracePacket.sequence_flags
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
@@ -642,21 +640,7 @@ def _metadata_packet(metadata: dict[str, Any], interned: bytes, sequence: int) -
 def write_perfetto_trace(
     path: Path, spans: np.ndarray, lanes: list[str], level: int = GZIP_LEVEL, **kwargs: Any
 ) -> None:
-    """Write :func:`perfetto_chunks` (same arguments) gzip-compressed at ``level``, a chunk at
-    a time, compressing one chunk while the next is built. The gzip header names no file and
-    no time, so the same inputs give the same bytes."""
-    from concurrent.futures import ThreadPoolExecutor  # (here: a replay writes no trace)
-
-    with (
-        atomic_file(path) as tmp,
-        open(tmp, "wb") as raw,
-        gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=level, mtime=0) as out,
-        ThreadPoolExecutor(1) as compressor,
-    ):
-        writing: Future[int] | None = None
-        for piece in perfetto_chunks(spans, lanes, **kwargs):
-            if writing is not None:
-                writing.result()
-            writing = compressor.submit(out.write, piece)
-        if writing is not None:
-            writing.result()
+    """Write :func:`perfetto_chunks` (same arguments) gzip-compressed at ``level``
+    (:func:`specmd_sim.gz.write_gzip`: one chunk compressed while the next is built; the same
+    inputs give the same bytes)."""
+    write_gzip(path, perfetto_chunks(spans, lanes, **kwargs), level)

@@ -29,23 +29,19 @@ spans: as pieces of text (:func:`chrome_trace_chunks`), into a ``.json.gz`` a ch
 from __future__ import annotations
 
 import functools
-import gzip
 import itertools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from specmd_sim.atomic import atomic_file
 from specmd_sim.cache.states import AccessClass
+from specmd_sim.gz import write_gzip
 from specmd_sim.packed_rows import SPILL_BYTES, PackedRows, SpillBudget
-
-if TYPE_CHECKING:
-    from concurrent.futures import Future
 
 KINDS = (
     "attention", "expert", "lm_head", "stall", "demand_fetch", "prefetch", "cpu_expert",
@@ -916,22 +912,9 @@ def write_chrome_trace(
     path: Path, spans: np.ndarray, lanes: list[str], level: int = TRACE_GZIP_LEVEL, **kwargs: Any
 ) -> None:
     """Write :func:`chrome_trace_chunks` (same arguments) gzip-compressed at ``level``, a chunk
-    at a time: a ``.json.gz`` that ui.perfetto.dev and chrome://tracing open as it is, and whose
-    writing holds one chunk's text, not the trace's (a long run's is hundreds of MB). The gzip
-    header names no file and no time, so the same inputs give the same bytes."""
-    from concurrent.futures import ThreadPoolExecutor  # (here: a replay writes no trace)
-
-    with (
-        atomic_file(path) as tmp,
-        open(tmp, "wb") as raw,
-        gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=level, mtime=0) as out,
-        ThreadPoolExecutor(1) as compressor,
-    ):
-        writing: Future[int] | None = None
-        for piece in chrome_trace_chunks(spans, lanes, **kwargs):
-            data = piece.encode()
-            if writing is not None:
-                writing.result()
-            writing = compressor.submit(out.write, data)
-        if writing is not None:
-            writing.result()
+    at a time (:func:`specmd_sim.gz.write_gzip`): a ``.json.gz`` that ui.perfetto.dev and
+    chrome://tracing open as it is, and whose writing holds one chunk's text, not the trace's
+    (a long run's is hundreds of MB). The same inputs give the same bytes."""
+    write_gzip(
+        path, (piece.encode() for piece in chrome_trace_chunks(spans, lanes, **kwargs)), level
+    )

@@ -16,8 +16,8 @@ Layer order, lowest first; a module may import modules of its own layer and of t
 - ``errors``, ``units``, ``_data``, ``schema_base`` — vocabulary every layer may use: the error
   type, the time unit and byte helpers, where bundled data lies, the base of every input
   schema; ``atomic`` (files written whole), ``packed_rows`` (rows packed into arrays,
-  spilled to disk past a bound) and ``protowire`` (protobuf messages written a column at a
-  time), tools of the same kind.
+  spilled to disk past a bound), ``protowire`` (protobuf messages written a column at a
+  time) and ``gz`` (gzip files written a chunk at a time), tools of the same kind.
 - ``hardware`` < ``models`` < ``traces`` — the inputs: the cost model of ``models`` reads the
   hardware schema; the synthetic trace generator reads a model's shape.
 - ``cache`` — the state machine; it knows an eviction policy only as an object with hooks.
@@ -70,7 +70,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCE = ROOT / PACKAGE
 
 LAYERS = (
-    "errors", "units", "_data", "schema_base", "atomic", "packed_rows", "protowire",
+    "errors", "units", "_data", "schema_base", "atomic", "packed_rows", "protowire", "gz",
     "hardware", "runtime", "models", "traces",
     "cache", "policies", "config", "scenario",
     "metric_spec", "timeline", "metrics", "metric_docs",

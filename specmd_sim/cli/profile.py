@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 T = TypeVar("T")
@@ -63,13 +64,21 @@ class RunProfile:
     def add(self, name: str, seconds: float) -> None:
         self.phases.append((name, seconds))
 
-    def print(self, console: Console, engine_path: str) -> None:
+    def print(
+        self, console: Console, engine_path: str, compressor: tuple[str, str | None] | None = None
+    ) -> None:
         """The phases and the engine's parts, with the path the engine took (``engine_path``:
-        ``RunResult.engine_path``) under the table."""
+        ``RunResult.engine_path``) and, where a trace was written, its compressor
+        (:func:`specmd_sim.gz.compressor`) under the table."""
+        caption = f"engine path: {engine_path}"
+        if compressor is not None:
+            packer, why_not = compressor
+            caption += f"\ntrace compressed by {packer}" + (f": {why_not}" if why_not else "")
+        caption = escape(caption)  # (the text names an extra in brackets: not rich's markup)
         total = sum(seconds for _, seconds in self.phases) or 1.0
         table = Table(
             "where", "seconds", "share", title="wall time of the run (--profile)",
-            caption=f"engine path: {engine_path}", caption_justify="left",
+            caption=caption, caption_justify="left",
         )  # fmt: skip
         for name, seconds in self.phases:
             table.add_row(name, f"{seconds:.3f}", f"{seconds / total:.1%}")

@@ -15,6 +15,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from specmd_sim import gz
 from specmd_sim.cli.app import app
 from specmd_sim.cli.common import (
     CacheOpt,
@@ -98,7 +99,8 @@ def _execute(
     prof.add(FOLDER_PHASE, time.perf_counter() - started - page)
     _summary(out_console, result)
     if profile:  # on stderr: --json keeps stdout for the metrics
-        prof.print(console(True), result.engine_path)
+        written = None if result.spans is None else gz.compressor()
+        prof.print(console(True), result.engine_path, written)
     out_console.print(f"run folder: {run_dir}  ({', '.join(p.name for p in files.values())})")
     if json_mode:
         sys.stdout.write(json.dumps(result.to_dict()["metrics"], sort_keys=True) + "\n")
@@ -205,6 +207,9 @@ def _summary(out: Console, result: Any) -> None:
     out.print(setup_line(cfg, inputs), highlight=False)
     out.print(table)
     out.print(f"engine path: {result.engine_path}", highlight=False)
+    compressor, why_not = gz.compressor()
+    if result.spans is not None and why_not is not None:
+        out.print(f"trace compressed by {compressor}: {why_not}", highlight=False, markup=False)
     for section in ("hardware", "runtime"):
         changed = cfg.get(f"{section}_set") or {}
         if changed:

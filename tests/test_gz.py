@@ -1,0 +1,68 @@
+"""The run folder's gzip files (:mod:`specmd_sim.gz`): zlib-ng where it is installed, the
+standard library's zlib otherwise; either way standard gzip that unpacks to the chunks written,
+the same bytes for the same chunks, and the choice said (the summary, ``--profile``)."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+
+import pytest
+from support.cli import cli
+
+from specmd_sim import gz
+
+# compressible and not: a trace's packets repeat, its timestamps do not
+CHUNKS = [bytes(range(256)) * 400, b"", zlib.compress(bytes(range(256)) * 50), b"end" * 9]
+
+
+def _without_zlib_ng(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gz, "_zlib_ng", lambda: None)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["zlib-ng", "zlib"])
+def test_written_gzip_unpacks_to_the_chunks(tmp_path: Path, monkeypatch, fast: bool) -> None:
+    if fast:
+        pytest.importorskip("zlib_ng")
+    else:
+        _without_zlib_ng(monkeypatch)
+    gz.write_gzip(tmp_path / "a.gz", iter(CHUNKS), 5)
+    gz.write_gzip(tmp_path / "b.gz", iter(CHUNKS), 5)
+    data = (tmp_path / "a.gz").read_bytes()
+    assert gzip.decompress(data) == b"".join(CHUNKS)  # (the standard library reads it back)
+    assert data[4:8] == b"\0\0\0\0"  # no time in the header ...
+    assert data == (tmp_path / "b.gz").read_bytes()  # ... so the same chunks, the same bytes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gz", "b.gz"]  # no temporary left
+
+
+def test_the_compressor_is_named_and_why_not_the_fast_one(monkeypatch) -> None:
+    if gz._zlib_ng() is not None:
+        assert gz.compressor() == ("zlib-ng", None)
+    _without_zlib_ng(monkeypatch)
+    assert gz.compressor() == ("zlib", "zlib-ng is not installed (pip install 'specmd-sim[fast]')")
+
+
+def test_a_failed_chunk_leaves_no_file(tmp_path: Path) -> None:
+    def chunks():
+        yield b"start"
+        raise RuntimeError("the trace's encoder failed")
+
+    with pytest.raises(RuntimeError, match="encoder failed"):
+        gz.write_gzip(tmp_path / "t.gz", chunks(), 5)
+    assert list(tmp_path.iterdir()) == []
+
+
+SMALL = ["--trace", "mixtral-synthetic", "--cache", "16", "--set", "workload.max_requests=1"]
+
+
+def test_run_says_when_the_trace_is_not_compressed_by_zlib_ng(tmp_path, monkeypatch, capsys):
+    _without_zlib_ng(monkeypatch)
+    code, out, err = cli(monkeypatch, capsys, "run", *SMALL, "--out", str(tmp_path / "run"),
+                         "--profile")  # fmt: skip
+    assert code == 0, err
+    line = "trace compressed by zlib: zlib-ng is not installed (pip install 'specmd-sim[fast]')"
+    assert line in " ".join(out.split())  # the summary
+    assert line in " ".join(err[err.index("wall time of the run") :].split())  # --profile
+    trace = tmp_path / "run" / "trace.pftrace.gz"
+    assert gzip.decompress(trace.read_bytes())  # the run folder's trace is read back
