@@ -59,6 +59,7 @@ import numpy as np
 
 from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware.schema import GPUNode, HostNode, Quantity
+from specmd_sim.hardware.topology import TransferPath
 from specmd_sim.models.precision import precision
 from specmd_sim.models.spec import ModelSpec
 from specmd_sim.runtime.schema import RuntimeProfile
@@ -143,6 +144,12 @@ class CostModel:
         kernel = self.runtime.decode_attention
         mla = self.model.mla is not None
         return mla and kernel is not None and kernel.kernel.value == "mla-split-kv"
+
+    @property
+    def hands_off(self) -> bool:
+        """Whether an eager pass's MoE layers wait for blocking copies (:meth:`handoff_time`)."""
+        eager = self.runtime.eager_prefill
+        return eager is not None and eager.blocking_copies is not None
 
     @property
     def materialized_new_tokens(self) -> int | None:
@@ -242,6 +249,18 @@ class CostModel:
         fixed = self.read(self.runtime.layer_overhead_s)
         return self._timed(flops, bytes_, self.model.dense_dtype, "attention", tokens,
                            eager, core) + fixed  # fmt: skip
+
+    def handoff_time(self, link: TransferPath) -> float:
+        """Seconds one MoE layer of an eager pass waits for its blocking copies (the runtime's
+        ``eager_prefill.blocking_copies``; 0 where it states none): a few bytes each between
+        the host and the GPU, so each takes ``link``'s latency (the GPU's path from the host,
+        whose numbers are recorded as used)."""
+        eager = self.runtime.eager_prefill
+        if eager is None or eager.blocking_copies is None:  # (hands_off)
+            return 0.0
+        for quantity in link.quantities:
+            self.used[id(quantity)] = quantity
+        return self.read(eager.blocking_copies) * link.latency_s
 
     def dense_layers_time(
         self,

@@ -184,6 +184,14 @@ class EagerPasses(InputModel):
         description="Host time to issue one op eagerly (Python, dispatcher and launch), s."
     )
     kernels: Kernels = Field(description="Ops per operation on the eager path.")
+    blocking_copies: Count | None = Field(
+        default=None,
+        description=(
+            "Copies of a few bytes between host and GPU that each MoE layer of an eager pass "
+            "waits for (tensor.cpu(), .to(device) from pageable memory: a hand-off to CPU "
+            "experts), each taking the latency of the GPU's link to the host. None: none."
+        ),
+    )
 
 
 # A kernel at most 101 times as long beside a copy: every time it lengthens stays finite, and the

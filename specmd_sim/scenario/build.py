@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from pydantic import ValidationError
@@ -14,6 +15,7 @@ from specmd_sim.errors import SpecmdError, from_validation_error
 from specmd_sim.hardware import HardwareProfile, load_profile
 from specmd_sim.hardware.overrides import override_profile
 from specmd_sim.hardware.schema import GPUNode
+from specmd_sim.hardware.topology import TransferPath, host_path
 from specmd_sim.models import ModelSpec, load_model
 from specmd_sim.policies.fit import TrainingRoutes
 from specmd_sim.runtime import RuntimeProfile, load_runtime
@@ -61,6 +63,11 @@ class Scenario:
     # ids and arrivals in admission order, with the passes it formed (formed_schedule); None:
     # routed before the run (round robin)
     routed: tuple[tuple[np.ndarray, np.ndarray], ...] | None = None
+
+    @cached_property
+    def host_links(self) -> dict[str, TransferPath]:
+        """Each GPU's path from the first host's DRAM (:func:`host_path`), by GPU id."""
+        return {gpu.id: host_path(self.profile, gpu.id) for gpu in self.gpus}
 
     @property
     def num_passes(self) -> int:

@@ -43,3 +43,32 @@ def test_smaller_experts_mean_more_of_them() -> None:
     bf16 = [len(plan) for _, _, plan, _ in planned(None)]
     int4 = [len(plan) for _, _, plan, _ in planned("int4")]
     assert all(i >= 2 * b > 0 for b, i in zip(bf16, int4, strict=True))
+
+
+def test_a_prefill_budget_counts_the_eager_paths_blocking_copies(tmp_path) -> None:
+    """On a runtime whose eager prefill waits for blocking copies in each MoE layer
+    (``eager_prefill.blocking_copies``: kTransformers' hand-off), a prefill layer's budget is
+    longer by that wait, as the engine times the pass: copies x the host link's latency."""
+    import yaml
+
+    from specmd_sim.hardware.topology import host_path
+    from specmd_sim.runtime import load_runtime
+
+    base = load_runtime("fused-kernels").model_dump(mode="json", exclude_none=True)
+    eager = load_runtime("ktransformers").model_dump(mode="json", exclude_none=True)
+    budgets = []
+    for copies in (4, None):
+        data = {**base, "eager_prefill": {**eager["eager_prefill"]}}
+        if copies is None:
+            del data["eager_prefill"]["blocking_copies"]
+        path = tmp_path / f"runtime-{copies}.yaml"
+        path.write_text(yaml.safe_dump(data))
+        config = SimConfig(runtime=str(path), prefetch={"kind": "bandwidth-budget"},
+                           workload={"max_requests": 1, "prefill_chunk_tokens": 0})  # fmt: skip
+        run = build_run(build_scenario(config))
+        run.cache.begin_pass(0)  # (pass 0: the prompt's prefill)
+        run.cache.begin_layer(0)
+        budgets.append(run.prefetch.budget(0, 0))
+        latency = host_path(run.ctx.profile, run.ctx.cost.gpu.id).latency_s
+    assert latency > 0
+    assert budgets[0] - budgets[1] == pytest.approx(4 * latency, rel=1e-9)

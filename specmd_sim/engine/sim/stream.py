@@ -68,8 +68,9 @@ def pass_kernel_times(
     dense layers (None without them) and the LM head (None where the pass gives no token). A
     prefill pass runs on the runtime's eager path where it has one (``eager_prefill``) and its
     attention core on the runtime's prefill kernels (``prefill_attention``: its requests'
-    query tokens against their prompts plus the tokens allocated beyond); a pass whose every
-    token decodes, on the runtime's decode attention kernel (``decode_attention``)."""
+    query tokens against their prompts plus the tokens allocated beyond), each MoE layer
+    waiting for the eager path's blocking copies (:meth:`CostModel.handoff_time`); a pass whose
+    every token decodes, on the runtime's decode attention kernel (``decode_attention``)."""
     passes = sc.passes
     tokens = passes.tokens(p)
     attended, kv_tokens = int(passes.attended[p]), int(passes.kv_tokens[p])
@@ -84,6 +85,8 @@ def pass_kernel_times(
         requests, queries = np.unique(prompt_rows, return_counts=True)
         pairs = cost.materialized_pairs(queries, sc.trace.prompt_tokens[requests])
     t_attn = cost.batch_attention_time(tokens, attended, kv_tokens, eager, decoding, pairs)
+    if eager and cost.hands_off:
+        t_attn += cost.handoff_time(sc.host_links[cost.gpu.id])
     t_dense = None
     if sc.model.dense_layers:
         t_dense = cost.dense_layers_time(tokens, attended, kv_tokens, eager, decoding, pairs)

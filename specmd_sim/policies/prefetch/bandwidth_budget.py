@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import Field
 
 from specmd_sim.cache import ExpertCache
+from specmd_sim.hardware.topology import host_path
 from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.predictors.base import ScoreSource
 from specmd_sim.policies.prefetch.base import PrefetchPolicy, needs
@@ -53,16 +54,30 @@ class BandwidthBudgetPrefetch(PrefetchPolicy[BandwidthBudgetConfig]):
         )
         this = history.pass_info(pass_index)
         # the pass's kernels as the engine times them, from what is known when it starts: a
-        # prefill pass on the runtime's eager path and prefill kernels (its request's context
-        # so far taken for its prompt), a decode pass on its decode kernel
+        # prefill pass on the runtime's eager path (its blocking copies included) and prefill
+        # kernels (its request's context so far taken for its prompt), a decode pass on its
+        # decode kernel
         prefill = this.phase == PREFILL
         pairs = 0
         if prefill and cost.materialized_new_tokens is not None:
             pairs = cost.materialized_pairs(np.array([this.tokens]), np.array([this.context_end]))
         decoding = 0 if prefill else this.tokens
-        return seconds + cost.batch_attention_time(
-            this.tokens, this.attended, this.kv_tokens, prefill, decoding, pairs
+        return (
+            seconds
+            + cost.batch_attention_time(
+                this.tokens, this.attended, this.kv_tokens, prefill, decoding, pairs
+            )
+            + (self._handoff if prefill else 0.0)
         )
+
+    @cached_property
+    def _handoff(self) -> float:
+        """A MoE layer's wait on the eager path for its blocking copies (a prefill pass's;
+        :meth:`~specmd_sim.models.CostModel.handoff_time`), over the GPU's host link."""
+        cost = self.ctx.cost
+        if not cost.hands_off:
+            return 0.0
+        return cost.handoff_time(host_path(self.ctx.profile, cost.gpu.id))
 
     def _transfer_time(self, key: int) -> float:
         ctx = self.ctx
