@@ -5,10 +5,11 @@ Both write standard gzip (RFC 1952) that every reader opens (``gzip``, ``trace_p
 ui.perfetto.dev); zlib-ng (https://github.com/zlib-ng/zlib-ng, through the ``zlib-ng`` package)
 finds its matches faster. The default run's Perfetto trace at 4,000 tokens, 123 MB of protobuf,
 takes it ~0.5 s at level 5 for 9.5 MB, where zlib takes ~1.0 s for 9.8 MB (2 cores,
-2026-12-06; ``benchmarks/outputs_size.py``). The compressed bytes differ between the two (and
-may between versions of either); what they unpack to does not. :func:`compressor` is the one
-check that picks it, and says why the fast one is not taken (``specmd run --profile`` prints
-it).
+2026-12-06; ``benchmarks/outputs_size.py``). The compressed bytes differ between the two,
+and zlib-ng does not promise the same bytes across its versions or CPU architectures (its
+issue #795): the same inputs give the same bytes with one compressor on one machine; what
+they unpack to is the same everywhere. :func:`compressor` is the one check that picks it, and
+says why the fast one is not taken (``specmd run`` and its ``--profile`` print it).
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def compressor() -> tuple[str, str | None]:
 def write_gzip(path: Path, chunks: Iterable[bytes], level: int) -> None:
     """Write ``chunks`` gzip-compressed at ``level`` to ``path`` (atomically), compressing one
     chunk in a thread while the next is made (the compressors release the GIL). The header
-    names no file and no time, so the same chunks give the same bytes with one compressor."""
+    names no file and no time, so the same chunks give the same bytes with one compressor
+    (on one machine)."""
     module = _zlib_ng() or gzip
     with (
         atomic_file(path) as tmp,

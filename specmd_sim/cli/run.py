@@ -207,9 +207,10 @@ def _summary(out: Console, result: Any) -> None:
     out.print(setup_line(cfg, inputs), highlight=False)
     out.print(table)
     out.print(f"engine path: {result.engine_path}", highlight=False)
-    compressor, why_not = gz.compressor()
-    if result.spans is not None and why_not is not None:
-        out.print(f"trace compressed by {compressor}: {why_not}", highlight=False, markup=False)
+    if result.spans is not None:  # (a run that wrote a trace)
+        compressor, why_not = gz.compressor()
+        if why_not is not None:
+            out.print(f"trace compressed by {compressor}: {why_not}", highlight=False, markup=False)
     for section in ("hardware", "runtime"):
         changed = cfg.get(f"{section}_set") or {}
         if changed:

@@ -250,17 +250,23 @@ class CostModel:
         return self._timed(flops, bytes_, self.model.dense_dtype, "attention", tokens,
                            eager, core) + fixed  # fmt: skip
 
-    def handoff_time(self, link: TransferPath) -> float:
-        """Seconds one MoE layer of an eager pass waits for its blocking copies (the runtime's
-        ``eager_prefill.blocking_copies``; 0 where it states none): a few bytes each between
-        the host and the GPU, so each takes ``link``'s latency (the GPU's path from the host,
-        whose numbers are recorded as used)."""
+    def handoff_time(self, link: TransferPath, tokens: int) -> float:
+        """Seconds one MoE layer of an eager pass of ``tokens`` tokens waits for its hand-off
+        to CPU experts (the runtime's ``eager_prefill.blocking_copies``; 0 where it states
+        none): that many copies the host waits for, each taking ``link``'s latency (the GPU's
+        path from the host), moving the tokens' hidden states to the host and back and their
+        experts' ids (int64) and weights (fp32, the model's ``top_k`` a token) to the host at
+        ``link``'s bandwidth (a pinned copy's: from pageable memory it may be slower). The
+        links' latencies and bandwidths are recorded as used."""
         eager = self.runtime.eager_prefill
         if eager is None or eager.blocking_copies is None:  # (hands_off)
             return 0.0
-        for quantity in link.quantities:
-            self.used[id(quantity)] = quantity
-        return self.read(eager.blocking_copies) * link.latency_s
+        for hop in link.hops:
+            for quantity in (hop.link.latency_s, hop.link.bandwidth_bytes_per_s):
+                self.used[id(quantity)] = quantity
+        m = self.model
+        nbytes = tokens * (2 * m.hidden_size * ACT_BYTES + m.top_k * (8 + 4))
+        return self.read(eager.blocking_copies) * link.latency_s + nbytes / link.bandwidth
 
     def dense_layers_time(
         self,

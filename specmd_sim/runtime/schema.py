@@ -187,9 +187,11 @@ class EagerPasses(InputModel):
     blocking_copies: Count | None = Field(
         default=None,
         description=(
-            "Copies of a few bytes between host and GPU that each MoE layer of an eager pass "
-            "waits for (tensor.cpu(), .to(device) from pageable memory: a hand-off to CPU "
-            "experts), each taking the latency of the GPU's link to the host. None: none."
+            "Copies each MoE layer of an eager pass waits for to hand its tokens to CPU "
+            "experts and back (tensor.cpu(), .to(device) from pageable memory): each takes "
+            "the latency of the GPU's link to the host, and together they move the tokens' "
+            "hidden states both ways and their experts' ids and weights at its bandwidth. "
+            "None: none."
         ),
     )
 

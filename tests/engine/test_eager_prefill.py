@@ -78,7 +78,7 @@ def test_only_the_prefill_pass_of_a_run_is_eager(kt_pass_durations, tmp_path) ->
         2, attended, 2
     )
     head = cost.lm_head_time(1, eager=True) - cost.lm_head_time(1)
-    handoff = cost.handoff_time(host_path(XEON, XEON.gpus[0].id))  # (test_the_hand_off_...)
+    handoff = cost.handoff_time(host_path(XEON, XEON.gpus[0].id), 2)  # (test_the_hand_off...)
     assert per_layer > 0 and dense >= 0
     assert durations[0][0] - durations[1][0] == pytest.approx(
         layers * (per_layer + handoff) + dense + head, rel=1e-6
@@ -90,26 +90,36 @@ def test_the_hand_off_to_cpu_experts_waits_for_its_copies(kt_pass_durations, tmp
     """kTransformers' eager MoE layer hands its tokens to the CPU experts with copies the host
     waits for (``eager_prefill.blocking_copies``: KExpertsCPU.forward's three ``.cpu()`` and
     one ``.to(device)`` from pageable memory, operators/experts.py l.215-222 at 65d73ea): each
-    a few bytes, so each takes the host link's latency. By hand: the prefill pass of a 2-token
-    prompt is longer than without them by MoE layers x 4 x the latency of xeon6454s-rtx4090's
-    PCIe link (10 us): 58 x 4 x 10 us = 2.32 ms; the decode steps (a CUDA graph whose copies
-    go asynchronously into pinned buffers) are the same."""
+    takes the host link's latency, and they move the tokens' hidden states both ways and their
+    experts' ids and weights at its bandwidth. By hand, on xeon6454s-rtx4090 (PCIe 10 us,
+    25 GB/s) for DeepSeek-V3's 2-token prefill: a MoE layer waits 4 x 10 us + 2 x (2 x 7168 x 2
+    + 8 x (8 + 4)) B / 25 GB/s = 42.30 us, the pass 58 of them longer than without (2.45 ms);
+    the decode steps (a CUDA graph whose copies go asynchronously into pinned buffers) are the
+    same."""
     eager = KT.eager_prefill
     assert eager is not None and eager.blocking_copies is not None
     link = host_path(XEON, XEON.gpus[0].id)
-    latency = XEON.links[0].latency_s.value
-    assert link.latency_s == latency == 10e-6 and eager.blocking_copies.value == 4
+    pcie = XEON.links[0]
+    assert (
+        (link.latency_s, link.bandwidth)
+        == (10e-6, 25e9)
+        == (pcie.latency_s.value, pcie.bandwidth_bytes_per_s.value)
+    )
+    assert eager.blocking_copies.value == 4 and (DSV3.hidden_size, DSV3.top_k) == (7168, 8)
     cost = CostModel(DSV3, XEON.gpus[0], KT)
-    assert cost.handoff_time(link) == 4 * latency
-    assert any(q is XEON.links[0].latency_s for q in cost.used.values())  # (its grade counts)
+    per_layer = 4 * 10e-6 + 2 * (2 * 7168 * 2 + 8 * 12) / 25e9
+    assert cost.handoff_time(link, 2) == pytest.approx(per_layer, rel=1e-12)
+    used = [id(q) for q in cost.used.values()]
+    assert id(pcie.latency_s) in used and id(pcie.bandwidth_bytes_per_s) in used  # (grades)
+    assert id(XEON.hosts[0].dram_bandwidth_bytes_per_s) not in used  # (not read)
     with_copies, without = tmp_path / "kt.yaml", tmp_path / "kt-no-copies.yaml"
     data = KT.model_dump(mode="json", exclude_none=True)
     with_copies.write_text(yaml.safe_dump(data))
     del data["eager_prefill"]["blocking_copies"]
     without.write_text(yaml.safe_dump(data))
     durations = kt_pass_durations((str(with_copies), str(without)))
-    assert durations[0][0] - durations[1][0] == pytest.approx(58 * 4 * 10e-6, rel=1e-6)
     assert DSV3.moe_layers == 58
+    assert durations[0][0] - durations[1][0] == pytest.approx(58 * per_layer, rel=1e-6)
     assert durations[0][1:] == pytest.approx(durations[1][1:], rel=1e-12)
     # a runtime that states none waits for none
-    assert CostModel(DSV3, XEON.gpus[0], load_runtime("hf-eager")).handoff_time(link) == 0.0
+    assert CostModel(DSV3, XEON.gpus[0], load_runtime("hf-eager")).handoff_time(link, 2) == 0.0

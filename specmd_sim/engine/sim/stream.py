@@ -86,7 +86,7 @@ def pass_kernel_times(
         pairs = cost.materialized_pairs(queries, sc.trace.prompt_tokens[requests])
     t_attn = cost.batch_attention_time(tokens, attended, kv_tokens, eager, decoding, pairs)
     if eager and cost.hands_off:
-        t_attn += cost.handoff_time(sc.host_links[cost.gpu.id])
+        t_attn += cost.handoff_time(sc.host_links[cost.gpu.id], tokens)
     t_dense = None
     if sc.model.dense_layers:
         t_dense = cost.dense_layers_time(tokens, attended, kv_tokens, eager, decoding, pairs)

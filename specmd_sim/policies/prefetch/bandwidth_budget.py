@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import Field
 
 from specmd_sim.cache import ExpertCache
-from specmd_sim.hardware.topology import host_path
+from specmd_sim.hardware.topology import TransferPath, host_path
 from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.predictors.base import ScoreSource
 from specmd_sim.policies.prefetch.base import PrefetchPolicy, needs
@@ -67,17 +67,14 @@ class BandwidthBudgetPrefetch(PrefetchPolicy[BandwidthBudgetConfig]):
             + cost.batch_attention_time(
                 this.tokens, this.attended, this.kv_tokens, prefill, decoding, pairs
             )
-            + (self._handoff if prefill else 0.0)
+            + (cost.handoff_time(self._host_link, this.tokens) if prefill else 0.0)
         )
 
     @cached_property
-    def _handoff(self) -> float:
-        """A MoE layer's wait on the eager path for its blocking copies (a prefill pass's;
-        :meth:`~specmd_sim.models.CostModel.handoff_time`), over the GPU's host link."""
-        cost = self.ctx.cost
-        if not cost.hands_off:
-            return 0.0
-        return cost.handoff_time(host_path(self.ctx.profile, cost.gpu.id))
+    def _host_link(self) -> TransferPath:
+        """The GPU's path from the host, over which an eager prefill layer hands off to CPU
+        experts (:meth:`~specmd_sim.models.CostModel.handoff_time`; 0 s where it does not)."""
+        return host_path(self.ctx.profile, self.ctx.cost.gpu.id)
 
     def _transfer_time(self, key: int) -> float:
         ctx = self.ctx
