@@ -66,7 +66,8 @@ class Scenario:
 
     @cached_property
     def host_links(self) -> dict[str, TransferPath]:
-        """Each GPU's path from the first host's DRAM (:func:`host_path`), by GPU id."""
+        """Each GPU's path from the first host's DRAM (:func:`host_path`), by GPU id, found
+        once: its experts' first path (as copied: ``expert_sources``) and its eager hand-offs'."""
         return {gpu.id: host_path(self.profile, gpu.id) for gpu in self.gpus}
 
     @property

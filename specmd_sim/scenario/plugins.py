@@ -18,7 +18,7 @@ import numpy as np
 
 from specmd_sim.cache import ExpertCache
 from specmd_sim.errors import SpecmdError
-from specmd_sim.hardware import TransferPath, host_path, transfer_path
+from specmd_sim.hardware import TransferPath, transfer_path
 from specmd_sim.models import CostModel
 from specmd_sim.policies.context import (
     AccessSequence,
@@ -185,7 +185,7 @@ def expert_sources(scenario: Scenario, g: int) -> tuple[tuple[TransferPath, ...]
     profile, placement, gpus = scenario.profile, scenario.placement, scenario.gpus
     rt = scenario.runtime
     gpu_id = gpus[g].id
-    paths = [host_path(profile, gpu_id)]
+    paths = [scenario.host_links[gpu_id]]
     source = np.zeros(placement.nbytes.size, np.int32)
     if placement.nvme is not None and not placement.dram_cache_bytes:  # else all via DRAM
         paths.append(transfer_path(profile, placement.nvme.id, gpu_id))

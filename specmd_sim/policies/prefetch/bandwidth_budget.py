@@ -67,13 +67,13 @@ class BandwidthBudgetPrefetch(PrefetchPolicy[BandwidthBudgetConfig]):
             + cost.batch_attention_time(
                 this.tokens, this.attended, this.kv_tokens, prefill, decoding, pairs
             )
-            + (cost.handoff_time(self._host_link, this.tokens) if prefill else 0.0)
+            + (cost.handoff_time(self._host_link, this.tokens) if prefill and cost.hands_off else 0)
         )
 
     @cached_property
     def _host_link(self) -> TransferPath:
         """The GPU's path from the host, over which an eager prefill layer hands off to CPU
-        experts (:meth:`~specmd_sim.models.CostModel.handoff_time`; 0 s where it does not)."""
+        experts (:meth:`~specmd_sim.models.CostModel.handoff_time`), where the runtime does."""
         return host_path(self.ctx.profile, self.ctx.cost.gpu.id)
 
     def _transfer_time(self, key: int) -> float:
