@@ -25,6 +25,9 @@ from specmd_sim.cli.app import app
 from specmd_sim.cli.common import PluginOpt, console
 from specmd_sim.errors import SpecmdError
 
+AGAIN_S = 0.001
+"""How long after a finalizer swallowed an interrupt its signal is sent again."""
+
 
 @app.command(
     "sweep",
@@ -172,10 +175,20 @@ def sweep(
 def _stop_on_signals(received: list[int]) -> Iterator[None]:
     """While the block runs, SIGTERM (and SIGINT, unless it is ignored, as in a background job)
     raises ``KeyboardInterrupt`` in the main thread, as Ctrl-C does, and is appended to
-    ``received``. A second signal exits at once."""
+    ``received``. A second signal exits at once.
+
+    A signal can land while the main thread runs a finalizer (a ``weakref`` callback or a
+    ``__del__``: the process pool and its queues clean up in such), where Python does not let
+    the exception propagate: it would print it ("Exception ignored in ...") and carry on. Such
+    a swallowed interrupt is not printed; its signal is sent to the main thread again
+    ``AGAIN_S`` later, from a thread of its own, to arrive once the finalizer has returned
+    (and again if it lands in another one)."""
     if threading.current_thread() is not threading.main_thread():  # signals go to the main one
         yield
         return
+    main = threading.main_thread().ident
+    assert main is not None
+    lock, live = threading.Lock(), [True]
 
     def stop(signum: int, frame: Any) -> None:
         if received:
@@ -183,13 +196,30 @@ def _stop_on_signals(received: list[int]) -> Iterator[None]:
         received.append(signum)
         raise KeyboardInterrupt
 
+    def again(signum: int) -> None:
+        with lock:
+            if live[0]:
+                signal.pthread_kill(main, signum)
+
+    def swallowed(info: Any) -> None:  # (sys.UnraisableHookArgs)
+        if isinstance(info.exc_value, KeyboardInterrupt) and received:
+            timer = threading.Timer(AGAIN_S, again, (received.pop(),))
+            timer.daemon = True
+            timer.start()
+        else:
+            hook(info)
+
     handled = [signal.SIGTERM]
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
         handled.append(signal.SIGINT)
     previous = {number: signal.signal(number, stop) for number in handled}
+    hook, sys.unraisablehook = sys.unraisablehook, swallowed
     try:
         yield
     finally:
+        with lock:  # a signal swallowed at the very end is not sent again: the block is done
+            live[0] = False
+        sys.unraisablehook = hook
         for number, handler in previous.items():
             signal.signal(number, handler)
 
