@@ -47,6 +47,7 @@ from specmd_sim.timeline import (
     class_name,
     counter_label,
     flow_pairs,
+    match_keys,
     served_class,
     served_gpu,
     step_changes,
@@ -183,7 +184,8 @@ def perfetto_chunks(
     counters = counters or {}
     per_pass, per_request = per_pass or {}, per_request or {}
     # the flows first: deriving them holds the most per span, the layout after them the rest
-    flows = _flow_columns(flow_pairs(spans, lanes), spans.size)
+    match = match_compiled if jit.available() else match_keys
+    flows = _flow_columns(flow_pairs(spans, lanes, match), spans.size)
     layout = trace_layout(spans, lanes, counters, per_pass, per_request)
     requests = _request_tracks(per_request, layout)
     interned = _interned()
@@ -259,7 +261,7 @@ def _span_packets(
         for lo in range(0, mine.size, CHUNK):
             part = slice(lo, lo + CHUNK)
             i = mine[part]
-            s = spans[i]
+            s = {k: spans[k][i] for k in _SPAN_FIELDS}  # (columns: a row's other fields unread)
             kind, expert, k = s["kind"].astype(np.int64), s["expert"].astype(np.int64), klass[i]
             columns = _SpanColumns(  # (int64 columns: what the compiled loop is typed for)
                 ts=ts[part], te=te[part], sequence=track, name=kind + 1,
@@ -274,6 +276,9 @@ def _span_packets(
                 else np.zeros((i.size, 0), np.int64),
             )  # fmt: skip
             yield encode(columns)
+
+
+_SPAN_FIELDS = ("kind", "expert", "pass_", "request", "layer", "bytes")
 
 
 @dataclass
@@ -439,6 +444,69 @@ def _span_bytes(ts, te, sequence, name, category, pass_, request, gpu, gpu_text,
         out[at], out[at + 1] = 0x68, 2
         at += 2
     return at
+
+
+def match_compiled(sources: Sequence[np.ndarray], targets: Sequence[np.ndarray]) -> np.ndarray:
+    """:func:`~specmd_sim.timeline.match_keys` by a compiled hash join (:func:`_last_equal`):
+    each key column as 64-bit integers (a float's bits: times are joined by equality, -0.0
+    taken as 0.0), the targets' rows in a hash table, the sources' looked up."""
+
+    def keys(columns: Sequence[np.ndarray]) -> np.ndarray:
+        out = np.empty((len(columns), len(columns[0])), np.int64)
+        for row, column in zip(out, columns, strict=True):
+            if column.dtype.kind == "f":
+                row[:] = (column.astype(np.float64) + 0.0).view(np.int64)
+            else:
+                row[:] = column
+        return out
+
+    return _last_equal(keys(sources), keys(targets))
+
+
+@jit.compiled
+def _last_equal(sources: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """For each column of ``sources`` (a key per column, its parts in the rows), the last
+    column of ``targets`` with the same key; -1 where none has it. Open addressing, linear
+    probing, at most half full; a target overwrites an equal key's slot, so the last stays."""
+    parts, n, m = sources.shape[0], sources.shape[1], targets.shape[1]
+    out = np.full(n, -1, np.int64)
+    size = 2
+    while size < 2 * m:
+        size *= 2
+    mask = size - 1
+    table = np.full(size, -1, np.int64)
+    for j in range(m):
+        at = _slot(targets, j, parts, mask)
+        while table[at] >= 0 and not _same(targets, table[at], targets, j, parts):
+            at = (at + 1) & mask
+        table[at] = j
+    for i in range(n):
+        at = _slot(sources, i, parts, mask)
+        while table[at] >= 0:
+            if _same(sources, i, targets, table[at], parts):
+                out[i] = table[at]
+                break
+            at = (at + 1) & mask
+    return out
+
+
+@jit.compiled_inline
+def _slot(keys: np.ndarray, i: int, parts: int, mask: int) -> int:
+    """The key's home slot: its parts mixed by multiplication (the golden ratio's 64 bits, as a
+    signed integer; compiled, the products wrap)."""
+    h = 0
+    for p in range(parts):
+        h = (h ^ keys[p, i]) * -7046029254386353131
+    return (h ^ (h >> 29)) & mask
+
+
+@jit.compiled_inline
+def _same(a: np.ndarray, i: int, b: np.ndarray, j: int, parts: int) -> bool:
+    """Whether key ``i`` of ``a`` is key ``j`` of ``b`` (a loop: numba compiles no generator)."""
+    for p in range(parts):  # noqa: SIM110
+        if a[p, i] != b[p, j]:
+            return False
+    return True
 
 
 def _flow_columns(pairs: list[tuple[str, np.ndarray, np.ndarray]], n: int) -> list[np.ndarray]:
@@ -614,12 +682,61 @@ def _counter_packets(
         yield _sequence_start(base + c, interned, c + _COUNTER_UUID)
         whole = bool(np.all((values == np.round(values)) & (values >= 0) & (values < 2**63)))
         delta = np.diff(times, prepend=0)
+        encode = _counter_compiled if jit.available() else _counter_columns
         for lo in range(0, times.size, CHUNK):
-            v = values[lo : lo + CHUNK]
-            n = v.size
-            value = pw.field_varint(30, v.astype(np.int64)) if whole else pw.field_double(44, v)
-            event = pw.const_varint(9, COUNTER) + value
-            yield _packets(_timed(delta[lo : lo + CHUNK], event, n, base + c), n)
+            yield encode(delta[lo : lo + CHUNK], values[lo : lo + CHUNK], whole, base + c)
+
+
+def _counter_columns(delta: np.ndarray, values: np.ndarray, whole: bool, sequence: int) -> bytes:
+    """Counter samples' packets (``delta``: their times as deltas; ``values``: as varints if
+    ``whole``, else doubles), a column at a time: the specification of
+    :func:`_counter_compiled`."""
+    n = values.size
+    value = pw.field_varint(30, values.astype(np.int64)) if whole else pw.field_double(44, values)
+    event = pw.const_varint(9, COUNTER) + value
+    return _packets(_timed(delta, event, n, sequence), n)
+
+
+def _counter_compiled(delta: np.ndarray, values: np.ndarray, whole: bool, sequence: int) -> bytes:
+    """:func:`_counter_columns`, by a compiled loop over the samples (:func:`_counter_bytes`)."""
+    out = np.empty(values.size * 48 + 16, np.uint8)  # a packet: at most 4 + 10 + 2 + 21 + 11 + 2
+    ints = values.astype(np.int64) if whole else np.zeros(0, np.int64)
+    doubles = np.zeros((0, 8), np.uint8) if whole else values.astype("<f8").view(np.uint8)
+    end = _counter_bytes(delta.astype(np.int64), ints, doubles.reshape(-1, 8), whole, sequence, out)
+    return out[:end].tobytes()
+
+
+@jit.compiled
+def _counter_bytes(delta, ints, doubles, whole, sequence, out):  # type: ignore[no-untyped-def]
+    """Each sample's ``TracePacket`` (a field of the ``Trace``) into ``out``; the bytes written:
+    its time, the ``COUNTER`` event with its value (``ints`` if ``whole``, else the 8 bytes of
+    each of ``doubles``), its sequence, ``NEEDS_STATE``."""
+    at = 0
+    for i in range(delta.size):
+        value = 2 + _varint_size(ints[i]) if whole else 2 + 8
+        event = 2 + value
+        inner = 1 + _varint_size(delta[i]) + 1 + _varint_size(event) + event
+        inner += 1 + _varint_size(sequence) + 2
+        out[at] = 0x0A  # Trace.packet
+        at = _put_varint(out, at + 1, inner)
+        out[at] = 0x40  # .timestamp
+        at = _put_varint(out, at + 1, delta[i])
+        out[at] = 0x5A  # .track_event
+        at = _put_varint(out, at + 1, event)
+        out[at], out[at + 1] = 0x48, 4  # .type = COUNTER
+        if whole:
+            out[at + 2], out[at + 3] = 0xF0, 0x01  # .counter_value
+            at = _put_varint(out, at + 4, ints[i])
+        else:
+            out[at + 2], out[at + 3] = 0xE1, 0x02  # .double_counter_value
+            for b in range(8):
+                out[at + 4 + b] = doubles[i, b]
+            at += 12
+        out[at] = 0x50  # .trusted_packet_sequence_id
+        at = _put_varint(out, at + 1, sequence)
+        out[at], out[at + 1] = 0x68, 2  # .sequence_flags = NEEDS_STATE
+        at += 2
+    return at
 
 
 def _metadata_packet(metadata: dict[str, Any], interned: bytes, sequence: int) -> bytes:

@@ -341,9 +341,14 @@ def served_class(spans: np.ndarray) -> np.ndarray:
     return out
 
 
-def _match(sources: Sequence[np.ndarray], targets: Sequence[np.ndarray]) -> np.ndarray:
+Match = Callable[[Sequence[np.ndarray], Sequence[np.ndarray]], np.ndarray]
+"""A join of key columns, as :func:`match_keys`."""
+
+
+def match_keys(sources: Sequence[np.ndarray], targets: Sequence[np.ndarray]) -> np.ndarray:
     """For each row of the key columns ``sources``, the index of the last row (by position) of
-    the key columns ``targets`` with equal keys; -1 where none has them."""
+    the key columns ``targets`` with equal keys; -1 where none has them. (By sorting: the
+    specification of the compiled join the Perfetto trace uses, ``perfetto.match_compiled``.)"""
     n = len(sources[0])
     if not n or not len(targets[0]):
         return np.full(n, -1, np.int64)
@@ -368,7 +373,7 @@ def _take(rows: np.ndarray, matched: np.ndarray) -> np.ndarray:
     return np.where(matched >= 0, rows[np.maximum(matched, 0)], -1)
 
 
-def stall_causes(spans: np.ndarray, lanes: Sequence[str]) -> np.ndarray:
+def stall_causes(spans: np.ndarray, lanes: Sequence[str], match: Match = match_keys) -> np.ndarray:
     """For each stall span, the index of the span whose end ended it; -1 for other spans.
 
     A stall ends when what it waited for ends, at the same instant: the transfer of its expert
@@ -389,21 +394,21 @@ def stall_causes(spans: np.ndarray, lanes: Sequence[str]) -> np.ndarray:
     copies = np.flatnonzero(np.isin(kind, [*_TRANSFER_IDS, KIND["write_back"]]))
     cpu = np.flatnonzero(kind == KIND["cpu_expert"])
     waits = stall[expert[stall] >= 0]
-    by_transfer = _match(
+    by_transfer = match(
         (dev[waits], expert[waits], end[waits]),
         (dev[transfer], expert[transfer], end[transfer]),
     )
     found = by_transfer >= 0
     out[waits[found]] = transfer[by_transfer[found]]
     waits = waits[~found]
-    by_cpu = _match((pass_[waits], expert[waits], end[waits]), (pass_[cpu], expert[cpu], end[cpu]))
+    by_cpu = match((pass_[waits], expert[waits], end[waits]), (pass_[cpu], expert[cpu], end[cpu]))
     out[waits] = _take(cpu, by_cpu)
     drains = stall[expert[stall] < 0]
-    out[drains] = _take(copies, _match((dev[drains], end[drains]), (dev[copies], end[copies])))
+    out[drains] = _take(copies, match((dev[drains], end[drains]), (dev[copies], end[copies])))
     return out
 
 
-def prefetch_uses(spans: np.ndarray) -> np.ndarray:
+def prefetch_uses(spans: np.ndarray, match: Match = match_keys) -> np.ndarray:
     """For each prefetch span (promoted ones included), the index of the expert span of the
     access it served: its target (pass, expert) run on the GPU once it had arrived; -1 for
     other spans, and for a prefetch that nothing used (its expert did not run in its target
@@ -412,7 +417,7 @@ def prefetch_uses(spans: np.ndarray) -> np.ndarray:
     prefetch = np.flatnonzero(np.isin(spans["kind"], [KIND["prefetch"], KIND["promoted_prefetch"]]))
     runs = np.flatnonzero((spans["kind"] == KIND["expert"]) & (spans["pass_"] >= 0))
     key = ("pass_", "expert")
-    target = _take(runs, _match([spans[k][prefetch] for k in key], [spans[k][runs] for k in key]))
+    target = _take(runs, match([spans[k][prefetch] for k in key], [spans[k][runs] for k in key]))
     after = spans["start"][np.maximum(target, 0)] >= spans["end"][prefetch]
     out[prefetch] = np.where((target >= 0) & after, target, -1)
     return out
@@ -722,15 +727,18 @@ FLOWS = ("stall ended by", "prefetch used by")
 (:func:`prefetch_uses`)."""
 
 
-def flow_pairs(spans: np.ndarray, lanes: list[str]) -> list[tuple[str, np.ndarray, np.ndarray]]:
+def flow_pairs(
+    spans: np.ndarray, lanes: list[str], match: Match = match_keys
+) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """The flows of :data:`FLOWS` between spans on a lane of ``lanes`` (those a trace draws), as
     ``(name, sources, targets)`` span indices: from each stall to the span that ended it
     (:func:`stall_causes`), from each prefetch to the expert span that used it
-    (:func:`prefetch_uses`), by span. Numbered 1, 2, ... in that order, they are the flow ids
-    of every trace format."""
+    (:func:`prefetch_uses`), by span, their keys joined by ``match``. Numbered 1, 2, ... in
+    that order, they are the flow ids of every trace format."""
     drawn = (spans["lane"] >= 0) & (spans["lane"] < len(lanes))
     pairs = []
-    for name, target in zip(FLOWS, (stall_causes(spans, lanes), prefetch_uses(spans)), strict=True):
+    targets = (stall_causes(spans, lanes, match), prefetch_uses(spans, match))
+    for name, target in zip(FLOWS, targets, strict=True):
         src = np.flatnonzero((target >= 0) & drawn)
         src = src[drawn[target[src]]]
         pairs.append((name, src, target[src]))

@@ -21,10 +21,15 @@ from specmd_sim import SimConfig, simulate
 from specmd_sim import protowire as pw
 from specmd_sim.engine import jit
 from specmd_sim.metrics import RunResult
-from specmd_sim.perfetto import perfetto_chunks
+from specmd_sim.perfetto import (
+    _counter_columns,
+    _counter_compiled,
+    match_compiled,
+    perfetto_chunks,
+)
 from specmd_sim.report import RunData
 from specmd_sim.runs import TRACE_FILE, trace_options
-from specmd_sim.timeline import to_chrome_trace
+from specmd_sim.timeline import match_keys, to_chrome_trace
 from tests.report.test_chrome_trace import ns
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
@@ -334,9 +339,44 @@ def _rows_type() -> Any:
 def test_the_compiled_span_packets_are_the_columns_ones(
     two_gpus: RunResult, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The compiled loop writes the span packets byte for byte as the column encoder (its
-    specification) does: flows, GPUs, every annotation, on a run of two GPUs."""
+    """The compiled loops write the trace byte for byte as the column encoders (their
+    specification) do, on a run of two GPUs: the span packets (flows, GPUs, every annotation),
+    the counters' packets, the flows joined by hashing as by sorting."""
     rec, options = _options(two_gpus)
     compiled = b"".join(perfetto_chunks(rec.spans, rec.lanes, **options))
     monkeypatch.setattr(jit, "available", lambda: False)
     assert b"".join(perfetto_chunks(rec.spans, rec.lanes, **options)) == compiled
+
+
+@pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
+@pytest.mark.parametrize("seed", range(20))
+def test_the_compiled_join_is_the_sorting_one(seed: int) -> None:
+    """Key columns of integers of several widths and of floats (-0.0 equal to 0.0), with many
+    equal keys, none, or no rows at all: the hash join finds what the sorting join finds, the
+    last target by position with the source's key."""
+    rng = np.random.default_rng(seed)
+    n, m = (int(x) for x in rng.integers(0, 60, 2))
+    sources, targets = [], []
+    for kind in rng.choice(["i2", "i4", "i8", "f8"], size=int(rng.integers(1, 4))):
+        values = rng.integers(-3, 4, n + m).astype(kind)
+        if kind == "f8":
+            values = np.where(values == 0, rng.choice([0.0, -0.0], n + m), values / 2)
+        sources.append(values[:n])
+        targets.append(values[n:])
+    np.testing.assert_array_equal(match_compiled(sources, targets), match_keys(sources, targets))
+
+
+@pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
+@pytest.mark.parametrize("whole", [True, False])
+def test_the_compiled_counter_packets_are_the_columns_ones(whole: bool) -> None:
+    """Counter samples at the longest varints (times and values up to 2**63 - 1) and doubles of
+    every sign and size: the compiled loop writes the column encoder's bytes."""
+    rng = np.random.default_rng(int(whole))
+    delta = np.r_[0, 1, 127, 128, 2**63 - 1, rng.integers(0, 2**40, 200)]
+    if whole:
+        values = np.r_[0, 1, 127, 128, 2.0**62, rng.integers(0, 2**50, 200)].astype(np.float64)
+    else:
+        values = np.r_[-0.0, 0.5, -1e300, 1e-300, 3.25, rng.normal(0, 1e6, 200)]
+    for sequence in (1, 300, 2**40):
+        expected = _counter_columns(delta, values, whole, sequence)
+        assert _counter_compiled(delta, values, whole, sequence) == expected
