@@ -448,19 +448,23 @@ def _span_bytes(ts, te, sequence, name, category, pass_, request, gpu, gpu_text,
 
 def match_compiled(sources: Sequence[np.ndarray], targets: Sequence[np.ndarray]) -> np.ndarray:
     """:func:`~specmd_sim.timeline.match_keys` by a compiled hash join (:func:`_last_equal`):
-    each key column as 64-bit integers (a float's bits: times are joined by equality, -0.0
-    taken as 0.0), the targets' rows in a hash table, the sources' looked up."""
-
-    def keys(columns: Sequence[np.ndarray]) -> np.ndarray:
-        out = np.empty((len(columns), len(columns[0])), np.int64)
-        for row, column in zip(out, columns, strict=True):
-            if column.dtype.kind == "f":
-                row[:] = (column.astype(np.float64) + 0.0).view(np.int64)
-            else:
-                row[:] = column
-        return out
-
-    return _last_equal(keys(sources), keys(targets))
+    each key column as 64-bit integers, a source column and its target column in the type
+    both take together (as ``match_keys`` concatenates them), floats as their bits (-0.0 as
+    0.0; a NaN equals nothing), the targets' rows in a hash table, the sources' looked up."""
+    n, m = len(sources[0]), len(targets[0])
+    keys = np.empty((len(sources), n + m), np.int64)
+    nan = np.zeros(n, bool)
+    for row, source, target in zip(keys, sources, targets, strict=True):
+        both = np.concatenate((source, target))
+        if both.dtype.kind == "f":
+            both = both.astype(np.float64) + 0.0
+            nan |= np.isnan(both[:n])
+            row[:] = both.view(np.int64)
+        else:
+            row[:] = both
+    out = _last_equal(keys[:, :n], keys[:, n:])
+    out[nan] = -1
+    return out
 
 
 @jit.compiled
@@ -492,12 +496,18 @@ def _last_equal(sources: np.ndarray, targets: np.ndarray) -> np.ndarray:
 
 @jit.compiled_inline
 def _slot(keys: np.ndarray, i: int, parts: int, mask: int) -> int:
-    """The key's home slot: its parts mixed by multiplication (the golden ratio's 64 bits, as a
-    signed integer; compiled, the products wrap)."""
+    """The key's home slot: its parts folded in by multiplication, then MurmurHash3's 64-bit
+    finaliser, so that every bit of every part moves the slot (64-bit constants as signed
+    integers, shifts made logical by a mask; compiled, the products wrap)."""
     h = 0
     for p in range(parts):
-        h = (h ^ keys[p, i]) * -7046029254386353131
-    return (h ^ (h >> 29)) & mask
+        h = (h ^ keys[p, i]) * -7046029254386353131  # 0x9E3779B97F4A7C15
+    h ^= (h >> 33) & 0x7FFFFFFF
+    h *= -49064778989728563  # 0xFF51AFD7ED558CCD
+    h ^= (h >> 33) & 0x7FFFFFFF
+    h *= -4265267296055464877  # 0xC4CEB9FE1A85EC53
+    h ^= (h >> 33) & 0x7FFFFFFF
+    return h & mask
 
 
 @jit.compiled_inline
@@ -682,6 +692,9 @@ def _counter_packets(
         yield _sequence_start(base + c, interned, c + _COUNTER_UUID)
         whole = bool(np.all((values == np.round(values)) & (values >= 0) & (values < 2**63)))
         delta = np.diff(times, prepend=0)
+        if delta.size and int(delta.min()) < 0:
+            raise ValueError(f"trace: counter {name}'s samples go back in time; expected them "
+                             "in time order")  # fmt: skip
         encode = _counter_compiled if jit.available() else _counter_columns
         for lo in range(0, times.size, CHUNK):
             yield encode(delta[lo : lo + CHUNK], values[lo : lo + CHUNK], whole, base + c)
@@ -699,7 +712,7 @@ def _counter_columns(delta: np.ndarray, values: np.ndarray, whole: bool, sequenc
 
 def _counter_compiled(delta: np.ndarray, values: np.ndarray, whole: bool, sequence: int) -> bytes:
     """:func:`_counter_columns`, by a compiled loop over the samples (:func:`_counter_bytes`)."""
-    out = np.empty(values.size * 48 + 16, np.uint8)  # a packet: at most 4 + 10 + 2 + 21 + 11 + 2
+    out = np.empty(values.size * 48, np.uint8)  # a packet: at most 2 + 11 + 16 + 11 + 2 bytes
     ints = values.astype(np.int64) if whole else np.zeros(0, np.int64)
     doubles = np.zeros((0, 8), np.uint8) if whole else values.astype("<f8").view(np.uint8)
     end = _counter_bytes(delta.astype(np.int64), ints, doubles.reshape(-1, 8), whole, sequence, out)

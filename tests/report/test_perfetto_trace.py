@@ -29,7 +29,7 @@ from specmd_sim.perfetto import (
 )
 from specmd_sim.report import RunData
 from specmd_sim.runs import TRACE_FILE, trace_options
-from specmd_sim.timeline import match_keys, to_chrome_trace
+from specmd_sim.timeline import COUNTER_DTYPE, SPAN_DTYPE, match_keys, to_chrome_trace
 from tests.report.test_chrome_trace import ns
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
@@ -285,8 +285,6 @@ def test_the_run_folder_writes_it_gzipped_with_no_time_in_the_header(
 
 
 def test_an_empty_run_writes_a_trace() -> None:
-    from specmd_sim.timeline import SPAN_DTYPE
-
     read = read_trace(b"".join(perfetto_chunks(np.zeros(0, SPAN_DTYPE), [])))
     assert read.slices == [] and read.processes
 
@@ -349,20 +347,28 @@ def test_the_compiled_span_packets_are_the_columns_ones(
 
 
 @pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", range(30))
 def test_the_compiled_join_is_the_sorting_one(seed: int) -> None:
-    """Key columns of integers of several widths and of floats (-0.0 equal to 0.0), with many
-    equal keys, none, or no rows at all: the hash join finds what the sorting join finds, the
-    last target by position with the source's key."""
+    """Key columns of integers of several widths, of floats (-0.0 equal to 0.0, NaN equal to
+    nothing) and of both (a source column of integers, its target column of floats), values
+    that differ only in their high bits, many equal keys, none, or no rows at all: the hash join
+    finds what the sorting join finds, the last target by position with the source's key."""
     rng = np.random.default_rng(seed)
-    n, m = (int(x) for x in rng.integers(0, 60, 2))
+    n, m = (int(x) for x in rng.integers(0, 300, 2))
     sources, targets = [], []
-    for kind in rng.choice(["i2", "i4", "i8", "f8"], size=int(rng.integers(1, 4))):
-        values = rng.integers(-3, 4, n + m).astype(kind)
+    for kind in rng.choice(["i2", "i4", "i8", "f8", "mixed"], size=int(rng.integers(1, 4))):
+        values = rng.integers(-3, 4, n + m)
+        if kind == "i8":
+            values = values << int(rng.choice([0, 29, 40, 60]))  # (only high bits differ)
         if kind == "f8":
-            values = np.where(values == 0, rng.choice([0.0, -0.0], n + m), values / 2)
-        sources.append(values[:n])
-        targets.append(values[n:])
+            values = np.where(values == 0, rng.choice([0.0, -0.0, np.nan], n + m), values / 2)
+        source, target = values[:n], values[n:]
+        if kind == "mixed":
+            target = target.astype(np.float64)
+        elif kind != "f8":
+            source, target = source.astype(kind), target.astype(kind)
+        sources.append(source)
+        targets.append(target)
     np.testing.assert_array_equal(match_compiled(sources, targets), match_keys(sources, targets))
 
 
@@ -380,3 +386,9 @@ def test_the_compiled_counter_packets_are_the_columns_ones(whole: bool) -> None:
     for sequence in (1, 300, 2**40):
         expected = _counter_columns(delta, values, whole, sequence)
         assert _counter_compiled(delta, values, whole, sequence) == expected
+
+
+def test_counter_samples_out_of_time_order_are_one_clear_error() -> None:
+    samples = np.array([(2e-3, 1.0), (1e-3, 2.0)], COUNTER_DTYPE)
+    with pytest.raises(ValueError, match="counter cache_used_bytes's samples go back in time"):
+        b"".join(perfetto_chunks(np.zeros(0, SPAN_DTYPE), [], {"cache_used_bytes": samples}))

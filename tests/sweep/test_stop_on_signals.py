@@ -1,7 +1,7 @@
 """``specmd sweep``'s signal handling in this process: a SIGTERM raises ``KeyboardInterrupt``
-where the main thread is, and one that lands in a finalizer (where Python would print the
-interrupt and drop it: the process pool cleans up in finalizers) arrives once the finalizer
-has returned, printing nothing."""
+where the main thread is, and one that lands in a finalizer (where Python would report the
+interrupt as unraisable and drop it: the process pool cleans up in finalizers) arrives once the
+finalizer has returned, reporting nothing; one swallowed as the block ends is raised there."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import signal
 import sys
 import time
 import weakref
+from collections.abc import Callable, Iterator
 
 import pytest
 
+import specmd_sim.cli.sweep as sweep
 from specmd_sim.cli.sweep import _stop_on_signals
 
 
@@ -19,9 +21,8 @@ class _Owner:
     pass
 
 
-def _collected_while(fin) -> None:
-    """Drop an object whose finalizer is ``fin``: the finalizer runs now, as a weakref
-    callback."""
+def _collected_while(fin: Callable[[], None]) -> None:
+    """Drop an object whose finalizer is ``fin``: it runs now, as a weakref callback."""
     owner = _Owner()
     weakref.finalize(owner, fin)
     del owner
@@ -33,41 +34,64 @@ def _signal_in_finalizer() -> None:
         pass
 
 
-def test_a_signal_raises_keyboard_interrupt_and_handlers_are_restored() -> None:
+@pytest.fixture
+def unraisable() -> Iterator[list]:
+    """What reaches the unraisable hook (pytest's own would turn it into a warning)."""
+    seen: list = []
+    hook, sys.unraisablehook = sys.unraisablehook, seen.append
+    try:
+        yield seen
+    finally:
+        sys.unraisablehook = hook
+
+
+def test_a_signal_raises_keyboard_interrupt_and_handlers_are_restored(unraisable: list) -> None:
     received: list[int] = []
-    before, hook = signal.getsignal(signal.SIGTERM), sys.unraisablehook
+    before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt), _stop_on_signals(received):
         signal.raise_signal(signal.SIGTERM)
         for _ in range(100):
             pass
     assert received == [signal.SIGTERM]
-    assert signal.getsignal(signal.SIGTERM) is before and sys.unraisablehook is hook
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert sys.unraisablehook == unraisable.append and unraisable == []
 
 
-def test_a_signal_in_a_finalizer_arrives_after_it_without_a_traceback(
-    capsys: pytest.CaptureFixture[str],
+@pytest.mark.parametrize("again_s", [sweep.AGAIN_S, 0.0])
+def test_a_signal_in_a_finalizer_arrives_after_it_reporting_nothing(
+    again_s: float, unraisable: list, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Sent again at once (0 s), the signal lands in the hook that caught it as often as not:
+    kept there, it is sent once more."""
+    monkeypatch.setattr(sweep, "AGAIN_S", again_s)
+    for _ in range(20):
+        received: list[int] = []
+        reached = []
+        with pytest.raises(KeyboardInterrupt), _stop_on_signals(received):
+            _collected_while(_signal_in_finalizer)
+            reached.append("after the finalizer")
+            time.sleep(10)  # the signal, sent again, interrupts this
+        assert reached == ["after the finalizer"]  # the finalizer's interrupt did not stop it
+        assert received == [signal.SIGTERM]  # one signal, not a second (which would exit)
+        assert unraisable == []
+
+
+def test_a_signal_swallowed_as_the_block_ends_is_raised_there(
+    unraisable: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sweep, "AGAIN_S", 30.0)  # not sent again before the block ends
     received: list[int] = []
-    reached = []
+    started = time.monotonic()
     with pytest.raises(KeyboardInterrupt), _stop_on_signals(received):
         _collected_while(_signal_in_finalizer)
-        reached.append("after the finalizer")
-        time.sleep(10)  # the signal, sent again, interrupts this
-    assert reached == ["after the finalizer"]  # the finalizer's interrupt did not stop it there
-    assert received == [signal.SIGTERM]  # one signal, not a second (which would exit at once)
-    assert capsys.readouterr().err == ""
+    assert time.monotonic() - started < 5
+    assert received == [signal.SIGTERM] and unraisable == []
 
 
-def test_other_unraisable_exceptions_are_still_reported() -> None:
-    seen = []
-    hook, sys.unraisablehook = sys.unraisablehook, seen.append
-    try:
-        with _stop_on_signals([]):
+def test_other_unraisable_exceptions_are_still_reported(unraisable: list) -> None:
+    def fails() -> None:
+        raise ValueError("in a finalizer")
 
-            def fails() -> None:
-                raise ValueError("in a finalizer")
-
-            _collected_while(fails)
-    finally:
-        sys.unraisablehook = hook
-    assert [type(info.exc_value) for info in seen] == [ValueError]
+    with _stop_on_signals([]):
+        _collected_while(fails)
+    assert [type(info.exc_value) for info in unraisable] == [ValueError]
