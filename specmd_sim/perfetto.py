@@ -500,8 +500,8 @@ def _slot(keys: np.ndarray, i: int, parts: int, mask: int) -> int:
     finaliser, so that every bit of every part moves the slot (64-bit constants as signed
     integers, shifts made logical by a mask; compiled, the products wrap)."""
     h = 0
-    for p in range(parts):
-        h = (h ^ keys[p, i]) * -7046029254386353131  # 0x9E3779B97F4A7C15
+    for p in range(parts):  # (interpreted, Python's integers: no overflow, the same joins)
+        h = (h ^ int(keys[p, i])) * -7046029254386353131  # 0x9E3779B97F4A7C15
     h ^= (h >> 33) & 0x7FFFFFFF
     h *= -49064778989728563  # 0xFF51AFD7ED558CCD
     h ^= (h >> 33) & 0x7FFFFFFF

@@ -346,7 +346,6 @@ def test_the_compiled_span_packets_are_the_columns_ones(
     assert b"".join(perfetto_chunks(rec.spans, rec.lanes, **options)) == compiled
 
 
-@pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
 @pytest.mark.parametrize("seed", range(30))
 def test_the_compiled_join_is_the_sorting_one(seed: int) -> None:
     """Key columns of integers of several widths, of floats (-0.0 equal to 0.0, NaN equal to
@@ -372,7 +371,6 @@ def test_the_compiled_join_is_the_sorting_one(seed: int) -> None:
     np.testing.assert_array_equal(match_compiled(sources, targets), match_keys(sources, targets))
 
 
-@pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
 @pytest.mark.parametrize("whole", [True, False])
 def test_the_compiled_counter_packets_are_the_columns_ones(whole: bool) -> None:
     """Counter samples at the longest varints (times and values up to 2**63 - 1) and doubles of
