@@ -715,7 +715,8 @@ def _counter_compiled(delta: np.ndarray, values: np.ndarray, whole: bool, sequen
     out = np.empty(values.size * 48, np.uint8)  # a packet: at most 2 + 11 + 16 + 11 + 2 bytes
     ints = values.astype(np.int64) if whole else np.zeros(0, np.int64)
     doubles = np.zeros((0, 8), np.uint8) if whole else values.astype("<f8").view(np.uint8)
-    end = _counter_bytes(delta.astype(np.int64), ints, doubles.reshape(-1, 8), whole, sequence, out)
+    doubles = doubles.reshape(-1, 8)  # (a double's 8 bytes a row)
+    end = _counter_bytes(delta.astype(np.int64), ints, doubles, whole, sequence, out)
     return out[:end].tobytes()
 
 

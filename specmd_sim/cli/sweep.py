@@ -208,10 +208,10 @@ def _stop_on_signals(received: list[int]) -> Iterator[None]:
         if not (isinstance(info.exc_value, KeyboardInterrupt) and received):
             hook(info)
             return
-        later[0] = True
+        was, later[0] = later[0], True
         pending.append(received.pop())  # it stopped nothing: a first signal again
         wake.set()
-        later[0] = False
+        later[0] = was  # (as the block ends, signals stay kept)
 
     def send_again() -> None:
         while True:

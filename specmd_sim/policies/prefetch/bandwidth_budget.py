@@ -19,7 +19,6 @@ import numpy as np
 from pydantic import Field
 
 from specmd_sim.cache import ExpertCache
-from specmd_sim.hardware.topology import TransferPath, host_path
 from specmd_sim.policies.plugin import PluginConfig
 from specmd_sim.policies.predictors.base import ScoreSource
 from specmd_sim.policies.prefetch.base import PrefetchPolicy, needs
@@ -67,14 +66,8 @@ class BandwidthBudgetPrefetch(PrefetchPolicy[BandwidthBudgetConfig]):
             + cost.batch_attention_time(
                 this.tokens, this.attended, this.kv_tokens, prefill, decoding, pairs
             )
-            + (cost.handoff_time(self._host_link, this.tokens) if prefill and cost.hands_off else 0)
+            + (cost.handoff_time(self.ctx.path, this.tokens) if prefill and cost.hands_off else 0)
         )
-
-    @cached_property
-    def _host_link(self) -> TransferPath:
-        """The GPU's path from the host, over which an eager prefill layer hands off to CPU
-        experts (:meth:`~specmd_sim.models.CostModel.handoff_time`), where the runtime does."""
-        return host_path(self.ctx.profile, self.ctx.cost.gpu.id)
 
     def _transfer_time(self, key: int) -> float:
         ctx = self.ctx
