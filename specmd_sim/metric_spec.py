@@ -35,6 +35,7 @@ UNITS: dict[str, str] = {
     "req/s": "requests per second of simulated time",
     "id": "an identifier: a number or a name, shown as it is",
     "text": "a name, shown as it is",
+    "factor": "a multiplier, shown as x1.234",
 }
 ENGINES = ("replay", "simulate")
 BOTH = ENGINES
@@ -526,6 +527,12 @@ INPUTS: dict[str, Metric] = _index(
            "and host", "from the profile"),
     Metric("host_name", "text", "none", "host", "the CPU and memory the profile's (first) host "
            "describes, which the run's host-side numbers assume", "from the profile"),
+    Metric("host_cost_scale", "factor", "none", "host cost scale",
+           "the factor the runtime's host-side costs were scaled by for the run's host (the "
+           "runtime's reference host's single-thread speed over the run host's; 1 where either "
+           "is not stated)", "specmd_sim/runtime/host_rule.py"),
+    Metric("host_costs", "text", "none", "host costs", "what the host rule did and why, in a "
+           "line", "specmd_sim/runtime/host_rule.py"),
     Metric("runtime", "text", "none", "runtime", "id of the runtime profile (software stack)",
            "config.runtime"),
     Metric("dense_dtype", "text", "none", "non-expert precision",
@@ -650,6 +657,8 @@ def format_value(unit: str, value: Any) -> str:
         return f"{value:.2%}"
     if unit == "count":
         return f"{value:,}" if isinstance(value, Integral) else f"{value:,.4g}"
+    if unit == "factor":
+        return f"x{value:.4g}"
     return str(value)
 
 

@@ -25,14 +25,19 @@ def hardware_list() -> None:
     list and the run summary)."""
     from specmd_sim.hardware import host_path, list_profiles, load_profile
     from specmd_sim.hardware.schema import NVMeNode
+    from specmd_sim.runtime.host_rule import single_thread_speed
 
-    table = Table("id", "GPUs", "GPU", "HBM", "HBM bw", "BF16 dense", "host to GPU", "NVMe")
+    table = Table("id", "GPUs", "GPU", "HBM", "HBM bw", "BF16 dense", "host to GPU", "NVMe",
+                  "host 1-thread")  # fmt: skip
     for pid in list_profiles():
         p = load_profile(pid)
         gpu = p.gpus[0]
         path = host_path(p, gpu.id)
         kinds = "+".join(dict.fromkeys(h.link.kind for h in path.hops))
         drives = [n for n in p.nodes if isinstance(n, NVMeNode)]
+        host = p.hosts[0]
+        speed = single_thread_speed(host.boost_clock_hz, host.core)
+        core = host.core.value if host.core is not None else ""
         table.add_row(
             pid,
             str(len(p.gpus)),
@@ -43,6 +48,7 @@ def hardware_list() -> None:
             f"{kinds} {path.bandwidth / 1e9:.0f} GB/s",
             ", ".join(f"{d.read_bandwidth_bytes_per_s.value / 1e9:.1f} GB/s" for d in drives)
             or "-",
+            "-" if speed is None else f"{speed.value:.2f} ({core})",
         )
     console().print(table)
 
@@ -59,7 +65,8 @@ def hardware_show(
     if json_:
         typer.echo(json.dumps(p.model_dump(mode="json"), indent=2))
         return
-    facts = [(f"nodes.{h.id}.isa", h.isa) for h in p.hosts if h.isa is not None]
+    facts = [(f"nodes.{h.id}.{name}", fact) for h in p.hosts
+             for name, fact in (("isa", h.isa), ("core", h.core)) if fact is not None]  # fmt: skip
     print_quantities(f"{p.id}: {p.name}", list(p.quantities()), facts)
 
 

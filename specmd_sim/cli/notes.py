@@ -160,10 +160,20 @@ def prefetch_eviction_note(m: dict[str, Any]) -> str | None:
 
 def run_notes(config: dict[str, Any], inputs: dict[str, Any], m: dict[str, Any]) -> list[str]:
     """Every note that applies to a run, in order of how much it changes the answer."""
-    found = (whole_model_note(inputs), overflow_note(m, inputs), small_cache_note(inputs),
+    found = (host_note(inputs, m), whole_model_note(inputs), overflow_note(m, inputs),
+             small_cache_note(inputs),
              preemption_note(inputs), dropped_prefetch_note(m, config),
              prefetch_eviction_note(m), late_hit_note(m))  # fmt: skip
     return [n for n in found if n is not None]
+
+
+def host_note(inputs: dict[str, Any], m: dict[str, Any]) -> str | None:
+    """The host the run's host-side costs assume, and what the host rule did to them
+    (``specmd_sim/runtime/host_rule.py``); None for a run without times (a replay)."""
+    costs = inputs.get("host_costs")
+    if not costs or m.get("makespan_s") is None:
+        return None
+    return f"host {inputs.get('host_name', '?')}: {costs}"
 
 
 def preemption_note(inputs: dict[str, Any]) -> str | None:

@@ -49,7 +49,10 @@ def runtimes_show(
     if json_:
         typer.echo(json.dumps(r.model_dump(mode="json"), indent=2))
         return
-    print_quantities(f"{r.id}: {r.name}", list(r.quantities()), list(r.settings()))
+    facts = list(r.settings())
+    if r.host_reference is not None:
+        facts.append(("host_reference.core", r.host_reference.core))
+    print_quantities(f"{r.id}: {r.name}", list(r.quantities()), facts)
 
 
 @validate_app.command("published")

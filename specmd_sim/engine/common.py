@@ -25,6 +25,8 @@ def inputs_echo(scenario: Scenario) -> dict[str, Any]:
         "hardware": scenario.profile.id,
         "hardware_name": scenario.profile.name,
         "host_name": scenario.profile.hosts[0].name,
+        "host_cost_scale": scenario.host_costs.factor,
+        "host_costs": scenario.host_costs.note,
         "runtime": scenario.runtime.id,
         "dense_dtype": model.dense_dtype,
         "kv_dtype": model.kv_dtype,

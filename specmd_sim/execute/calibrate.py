@@ -711,6 +711,22 @@ def _hardware_profile(cal: Calibration, setup: _Setup, latency: float, bandwidth
     }
 
 
+def _host_reference() -> dict[str, Any]:
+    """This machine as the host the measured host-side costs are for (the host rule scales them
+    on a host of another single-thread speed); nothing where its boost clock or core is not
+    known."""
+    host = this_host()
+    if "boost_clock_hz" not in host or "core" not in host:
+        return {}
+    return {
+        "host_reference": {
+            "name": host.get("name", "this machine"),
+            "boost_clock_hz": host["boost_clock_hz"],
+            "core": host["core"],
+        }
+    }
+
+
 def _runtime_profile(cal: Calibration, setup: _Setup, dispatch: float, per_layer: float,
                      per_access: float, issue: float) -> dict[str, Any]:  # fmt: skip
     ms, today = cal.measures, setup.today
@@ -737,6 +753,7 @@ def _runtime_profile(cal: Calibration, setup: _Setup, dispatch: float, per_layer
         "expert_call_overhead_s": _q(per_access, ms["access_overhead_s"]),
         "layer_overhead_s": _q(per_layer, ms["layer_overhead_s"]),
         "token_overhead_s": _q(0.0, source="part of the per-layer cost (dry runs)", grade="B"),
+        **_host_reference(),
         "dequant": {"value": "fused", "source": "float32: nothing to dequantize", "grade": "B"},
         "dequant_kernels_per_expert": _q(1, source=unused, grade="B"),
         "h2d_tensors_per_expert": _q(1, source="one copy per expert", grade="B"),

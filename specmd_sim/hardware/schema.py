@@ -24,6 +24,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from specmd_sim.errors import short_repr
+from specmd_sim.hardware.cores import CoreName
 from specmd_sim.schema_base import InputModel
 
 Grade = Literal["A", "B", "C", "D"]
@@ -94,6 +95,18 @@ ISA_INCLUDES: dict[str, frozenset[str]] = {
     "neon": frozenset({"neon"}),
     "sve2": frozenset({"neon", "sve2"}),
 }
+
+
+class CoreLevel(InputModel):
+    """A host CPU's core microarchitecture, with provenance (the names:
+    :data:`specmd_sim.hardware.cores.CORES`)."""
+
+    value: CoreName = Field(
+        description="'zen', 'zen2', 'zen3', 'zen4', 'zen5', 'skylake', 'sunny-cove' or "
+        "'golden-cove' (specmd_sim/hardware/cores.py lists the products each covers)."
+    )
+    source: str = Field(min_length=1, description="Where the fact comes from.")
+    grade: Grade = Field(description="Confidence: A measured, B vendor spec, C derived, D assumed.")
 
 
 class IsaLevel(InputModel):
@@ -244,6 +257,16 @@ class HostNode(InputModel):
     isa: IsaLevel | None = Field(
         default=None,
         description="The widest vector/matrix extension: avx2, avx512, amx, neon, sve2, baseline.",
+    )
+    # The CPU as the thread that runs the model: its single-thread speed (boost clock x the
+    # core's work per clock, specmd_sim/hardware/cores.py) scales a runtime's host-side costs
+    # (specmd_sim/runtime/host_rule.py); without both, they stay as the runtime states them.
+    boost_clock_hz: Rate | None = Field(
+        default=None,
+        description="The clock one busy core reaches (the spec sheet's maximum boost), Hz.",
+    )
+    core: CoreLevel | None = Field(
+        default=None, description="The core's microarchitecture (its work per clock)."
     )
 
 

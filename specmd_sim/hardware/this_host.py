@@ -1,13 +1,17 @@
 """This machine's CPU as a hardware profile describes a host: its name, sockets, physical cores,
-clock and widest vector/matrix extension, read from the operating system (``specmd calibrate``
-writes them into the calibrated profile, so the CPU expert kernel's rate,
-:meth:`~specmd_sim.models.CostModel.cpu_rate`, can be carried to this machine).
+clock, widest vector/matrix extension, boost clock and core, read from the operating system
+(``specmd calibrate`` writes them into the calibrated profile, so the CPU expert kernel's rate,
+:meth:`~specmd_sim.models.CostModel.cpu_rate`, and the runtime's host-side costs,
+:mod:`specmd_sim.runtime.host_rule`, can be carried to this machine).
 
 Linux's ``/proc/cpuinfo`` gives the model name, the (socket, core) pairs and the feature flags;
 the clock is the base frequency where the kernel reports one
 (``/sys/devices/system/cpu/cpu0/cpufreq/base_frequency``), else the nominal one in the model
-name (``... @ 2.20GHz``), else the clock ``cpu MHz`` shows at the time. Elsewhere nothing is
-read and the profile leaves the fields out. Every field says where it was read.
+name (``... @ 2.20GHz``), else the clock ``cpu MHz`` shows at the time. The boost clock is
+cpufreq's ``cpuinfo_max_freq`` (a virtual machine often has no cpufreq: then none), the core
+the one :func:`~specmd_sim.hardware.cores.cpuinfo_core` finds for the vendor, family and model
+numbers. Elsewhere nothing is read and the profile leaves the fields out. Every field says
+where it was read.
 """
 
 from __future__ import annotations
@@ -16,18 +20,23 @@ import re
 from pathlib import Path
 from typing import Any
 
+from specmd_sim.hardware.cores import cpuinfo_core
+
 CPUINFO = Path("/proc/cpuinfo")
 BASE_FREQUENCY = Path("/sys/devices/system/cpu/cpu0/cpufreq/base_frequency")  # kHz
+MAX_FREQUENCY = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")  # kHz
 
 # the widest extension first: the feature flags (x86 'flags', Arm 'Features') that show it
 _ISA_FLAGS = (("amx", ("amx_tile",)), ("avx512", ("avx512f",)), ("avx2", ("avx2",)),
               ("sve2", ("sve2",)), ("neon", ("asimd", "neon")))  # fmt: skip
 
 
-def host_fields(cpuinfo: str, base_khz: str | None = None) -> dict[str, Any]:
-    """The host fields ``cpuinfo`` (the text of ``/proc/cpuinfo``) and ``base_khz`` (the text
-    of the cpufreq base frequency, if any) give, each a quantity with its source and grade;
-    the ``name`` as text. Fields the text does not give are left out."""
+def host_fields(cpuinfo: str, base_khz: str | None = None, max_khz: str | None = None
+                ) -> dict[str, Any]:  # fmt: skip
+    """The host fields ``cpuinfo`` (the text of ``/proc/cpuinfo``), ``base_khz`` and
+    ``max_khz`` (the texts of cpufreq's base and maximum frequencies, if any) give, each a
+    quantity with its source and grade; the ``name`` as text. Fields the text does not give
+    are left out."""
     blocks = [dict(_pairs(b)) for b in cpuinfo.split("\n\n") if b.strip()]
     blocks = [b for b in blocks if "processor" in b]
     out: dict[str, Any] = {}
@@ -54,7 +63,22 @@ def host_fields(cpuinfo: str, base_khz: str | None = None) -> dict[str, Any]:
     if flags:
         isa = next((level for level, names in _ISA_FLAGS if flags & set(names)), "baseline")
         out["isa"] = _q(isa, f"{where}: feature flags")
+    if max_khz is not None and max_khz.strip().isdigit() and int(max_khz) > 0:
+        out["boost_clock_hz"] = _q(int(max_khz) * 1e3, "read from /sys/devices/system/cpu/"
+                                   "cpu0/cpufreq/cpuinfo_max_freq by specmd calibrate")  # fmt: skip
+    core = _core(first)
+    if core is not None:
+        out["core"] = _q(core, f"{where}: vendor_id, cpu family and model "
+                         "(specmd_sim/hardware/cores.py)", "B")  # fmt: skip
     return out
+
+
+def _core(first: dict[str, str]) -> str | None:
+    try:
+        family, model = int(first.get("cpu family", "")), int(first.get("model", ""))
+    except ValueError:
+        return None
+    return cpuinfo_core(first.get("vendor_id", ""), family, model)
 
 
 def this_host() -> dict[str, Any]:
@@ -63,11 +87,15 @@ def this_host() -> dict[str, Any]:
         text = CPUINFO.read_text()
     except OSError:
         return {}
+    base, top = (_read(p) for p in (BASE_FREQUENCY, MAX_FREQUENCY))
+    return host_fields(text, base, top)
+
+
+def _read(path: Path) -> str | None:
     try:
-        base = BASE_FREQUENCY.read_text()
+        return path.read_text()
     except OSError:
-        base = None
-    return host_fields(text, base)
+        return None
 
 
 def _pairs(block: str) -> list[tuple[str, str]]:

@@ -39,12 +39,14 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from specmd_sim.hardware.schema import (
+    CoreLevel,
     Count,
     Fraction,
     Grade,
     IsaLevel,
     NonNegativeBytes,
     Quantity,
+    Rate,
     Seconds,
 )
 from specmd_sim.schema_base import InputModel
@@ -231,6 +233,15 @@ class CpuKernels(InputModel):
         return None
 
 
+class HostReference(InputModel):
+    """The host a runtime's host-side costs are stated for: on a host of another single-thread
+    speed they scale by this one's speed over that one's (:mod:`specmd_sim.runtime.host_rule`)."""
+
+    name: str = Field(min_length=1, description="The CPU, e.g. '2x AMD EPYC 7742'.")
+    boost_clock_hz: Rate = Field(description="Its maximum boost clock, Hz.")
+    core: CoreLevel = Field(description="Its core's microarchitecture.")
+
+
 class RuntimeProfile(InputModel):
     """A software stack: dispatch costs, dequantization, copies, CPU kernels, workspace."""
 
@@ -282,6 +293,14 @@ class RuntimeProfile(InputModel):
     )
     copy_stream: CopyStream = Field(
         description="Whether copies overlap compute ('separate') or queue with it ('compute')."
+    )
+    host_reference: HostReference | None = Field(
+        default=None,
+        description="The host whose single thread the host-side costs (dispatch_overhead_s, "
+        "expert_call_overhead_s, layer_overhead_s, token_overhead_s, copy_issue_overhead_s, "
+        "eager_prefill.op_overhead_s) are stated for; on a host that states its boost clock "
+        "and core they scale by this host's single-thread speed over that one's. None: they "
+        "are not scaled.",
     )
     copy_issue_overhead_s: Seconds | None = Field(
         default=None,

@@ -19,6 +19,7 @@ from specmd_sim.hardware.topology import TransferPath, host_path
 from specmd_sim.models import ModelSpec, load_model
 from specmd_sim.policies.fit import TrainingRoutes
 from specmd_sim.runtime import RuntimeProfile, load_runtime
+from specmd_sim.runtime.host_rule import HostScaling, for_host
 from specmd_sim.scenario.budget import MemoryBudget
 from specmd_sim.scenario.dram import check_dram_cache
 from specmd_sim.scenario.passes import DemandSets, Passes, build_demand
@@ -56,6 +57,8 @@ class Scenario:
     # per GPU, its pass table and demand sets; ((passes, demand),) with one GPU
     shards: tuple[tuple[Passes, DemandSets], ...]
     budgets: tuple[MemoryBudget, ...]  # per GPU, what its HBM holds besides the cache
+    # what the host rule did to the runtime's host-side costs (specmd_sim/runtime/host_rule.py)
+    host_costs: HostScaling
     training: TrainingRoutes | None = None  # what the predictor is fitted on (fit_on)
     # per GPU, the KV pool's tokens (kv_cache: wait; else None), for the schedules formed in a run
     kv_pools: tuple[int | None, ...] = ()
@@ -88,6 +91,7 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
                                f"hardware_set (profile {config.hardware})")  # fmt: skip
     runtime = override_profile(load_runtime(config.runtime), config.runtime_set,
                                f"runtime_set (runtime {config.runtime})")  # fmt: skip
+    runtime, host_costs = for_host(runtime, profile.hosts[0])  # the host whose DRAM holds experts
     trace = load_trace(config.trace)
     model = trace_model(config.model, trace, f"trace {config.trace}").with_dtypes(
         config.expert_dtype, config.dense_dtype, config.kv_dtype
@@ -149,7 +153,7 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
         check_dram_cache(config, placement, capacity, demand, gpus)
     return Scenario(
         config, profile, runtime, model, trace, passes, demand, capacity, placement, gpu_nodes,
-        shards, budgets, training, tuple(pool_tokens),
+        shards, budgets, host_costs, training, tuple(pool_tokens),
     )  # fmt: skip
 
 

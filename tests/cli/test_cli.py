@@ -290,6 +290,11 @@ def test_hardware_commands() -> None:
     (isa,) = [ln for ln in specmd("hardware", "show", "xeon6454s-rtx4090").stdout.splitlines()
               if "nodes.host.isa" in ln]  # fmt: skip
     assert "amx" in isa and "Sapphire Rapids" in isa
+    (core,) = [ln for ln in specmd("hardware", "show", "xeon6454s-rtx4090").stdout.splitlines()
+               if "nodes.host.core" in ln]  # fmt: skip
+    assert "golden-cove" in core  # and its core, which the host rule reads
+    (xeon,) = [ln for ln in listing.stdout.splitlines() if "xeon6454s-rtx4090" in ln]
+    assert "4.76 (golden-cove)" in xeon  # its single-thread speed in Zen 2 GHz
     ok = specmd("hardware", "validate", "hardware_profiles/h100-pcie.yaml",
                 cwd=Path(__file__).resolve().parents[2])  # fmt: skip
     assert ok.returncode == 0 and "valid profile 'h100-pcie'" in ok.stdout

@@ -67,3 +67,25 @@ def test_this_machines_fields_make_a_valid_host() -> None:
             "dram_bandwidth_bytes_per_s": {"value": 1e9, "source": "t", "grade": "A"},
             "cpu_flops": {"value": 1e9, "source": "t", "grade": "A"}}  # fmt: skip
     HostNode.model_validate(node)
+
+
+def test_the_boost_clock_and_the_core_for_the_host_rule() -> None:
+    """cpufreq's maximum (kHz) is the boost clock; vendor, family and model name the core."""
+    text = "".join(
+        f"processor\t: {n}\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 97\n"
+        f"model name\t: AMD Ryzen 9 7950X 16-Core Processor\nphysical id\t: 0\n"
+        f"core id\t\t: {n}\nflags\t\t: avx2 avx512f\n\n"
+        for n in range(2)
+    )
+    fields = host_fields(text, None, "5881000\n")
+    assert fields["boost_clock_hz"]["value"] == 5.881e9
+    assert fields["core"]["value"] == "zen4"  # family 19h, model 61h: Raphael
+    HostNode.model_validate({  # the calibrated profile's host takes them
+        "kind": "host", "id": "host", "name": fields["name"],
+        "dram_bytes": {"value": 1e11, "source": "t", "grade": "A"},
+        "dram_bandwidth_bytes_per_s": {"value": 1e11, "source": "t", "grade": "A"},
+        "cpu_flops": {"value": 1e12, "source": "t", "grade": "A"},
+        **{k: v for k, v in fields.items() if k != "name"},
+    })  # fmt: skip
+    bare = host_fields(text.replace("AuthenticAMD", "HygonGenuine"))  # a VM without cpufreq,
+    assert "boost_clock_hz" not in bare and "core" not in bare  # a core the table lacks
