@@ -28,7 +28,7 @@ def hardware_list() -> None:
     from specmd_sim.runtime.host_rule import single_thread_speed
 
     table = Table("id", "GPUs", "GPU", "HBM", "HBM bw", "BF16 dense", "host to GPU", "NVMe",
-                  "host 1-thread")  # fmt: skip
+                  "host 1-thread (Zen 2 GHz)")  # fmt: skip
     for pid in list_profiles():
         p = load_profile(pid)
         gpu = p.gpus[0]

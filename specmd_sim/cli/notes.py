@@ -168,12 +168,12 @@ def run_notes(config: dict[str, Any], inputs: dict[str, Any], m: dict[str, Any])
 
 
 def host_note(inputs: dict[str, Any], m: dict[str, Any]) -> str | None:
-    """The host the run's host-side costs assume, and what the host rule did to them
-    (``specmd_sim/runtime/host_rule.py``); None for a run without times (a replay)."""
-    costs = inputs.get("host_costs")
-    if not costs or m.get("makespan_s") is None:
+    """One line where the host rule scaled the runtime's host-side costs to the run's host
+    (``specmd_sim/runtime/host_rule.py``); ``inputs.host_costs`` says what it did in any case.
+    None for a run without times (a replay)."""
+    if inputs.get("host_cost_scale", 1.0) == 1.0 or m.get("makespan_s") is None:
         return None
-    return f"host {inputs.get('host_name', '?')}: {costs}"
+    return f"note: {inputs['host_costs']}"
 
 
 def preemption_note(inputs: dict[str, Any]) -> str | None:

@@ -77,6 +77,17 @@ class Fraction(Quantity):
     value: float = Field(ge=MIN_FRACTION, le=1, description="A fraction in [1e-6, 1].")
 
 
+# A CPU core's clock: 0.1 to 10 GHz holds every CPU made, and a clock typed in GHz where Hz are
+# meant (3.4 for 3.4e9) is refused rather than making its host a billion times slower
+MIN_CLOCK_HZ, MAX_CLOCK_HZ = 1e8, 1e10
+
+
+class ClockHz(Quantity):
+    value: float = Field(
+        ge=MIN_CLOCK_HZ, le=MAX_CLOCK_HZ, description="A CPU clock in Hz, in [1e8, 1e10]."
+    )
+
+
 class Count(Quantity):
     value: int = Field(ge=1, le=MAX_COUNT, description="A whole number in [1, 1e9].")
 
@@ -102,8 +113,9 @@ class CoreLevel(InputModel):
     :data:`specmd_sim.hardware.cores.CORES`)."""
 
     value: CoreName = Field(
-        description="'zen', 'zen2', 'zen3', 'zen4', 'zen5', 'skylake', 'sunny-cove' or "
-        "'golden-cove' (specmd_sim/hardware/cores.py lists the products each covers)."
+        description="'zen', 'zen-plus', 'zen2', 'zen3', 'zen4', 'zen5', 'skylake', "
+        "'sunny-cove' or 'golden-cove' (specmd_sim/hardware/cores.py lists the products each "
+        "covers)."
     )
     source: str = Field(min_length=1, description="Where the fact comes from.")
     grade: Grade = Field(description="Confidence: A measured, B vendor spec, C derived, D assumed.")
@@ -261,7 +273,7 @@ class HostNode(InputModel):
     # The CPU as the thread that runs the model: its single-thread speed (boost clock x the
     # core's work per clock, specmd_sim/hardware/cores.py) scales a runtime's host-side costs
     # (specmd_sim/runtime/host_rule.py); without both, they stay as the runtime states them.
-    boost_clock_hz: Rate | None = Field(
+    boost_clock_hz: ClockHz | None = Field(
         default=None,
         description="The clock one busy core reaches (the spec sheet's maximum boost), Hz.",
     )

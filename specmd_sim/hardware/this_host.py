@@ -8,7 +8,9 @@ Linux's ``/proc/cpuinfo`` gives the model name, the (socket, core) pairs and the
 the clock is the base frequency where the kernel reports one
 (``/sys/devices/system/cpu/cpu0/cpufreq/base_frequency``), else the nominal one in the model
 name (``... @ 2.20GHz``), else the clock ``cpu MHz`` shows at the time. The boost clock is
-cpufreq's ``cpuinfo_max_freq`` (a virtual machine often has no cpufreq: then none), the core
+cpufreq's ``cpuinfo_max_freq`` where the driver counts the boost clocks in it (``intel_pstate``,
+``intel_cpufreq``, ``amd-pstate``; ``acpi-cpufreq`` gives the highest clock below boost, and a
+virtual machine often has no cpufreq: then none), the core
 the one :func:`~specmd_sim.hardware.cores.cpuinfo_core` finds for the vendor, family and model
 numbers. Elsewhere nothing is read and the profile leaves the fields out. Every field says
 where it was read.
@@ -25,18 +27,22 @@ from specmd_sim.hardware.cores import cpuinfo_core
 CPUINFO = Path("/proc/cpuinfo")
 BASE_FREQUENCY = Path("/sys/devices/system/cpu/cpu0/cpufreq/base_frequency")  # kHz
 MAX_FREQUENCY = Path("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq")  # kHz
+DRIVER = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_driver")
+# the cpufreq drivers whose cpuinfo_max_freq is the highest boost clock (Linux
+# Documentation/admin-guide/pm/intel_pstate.rst, amd-pstate.rst); acpi-cpufreq's stops below boost
+BOOST_DRIVERS = frozenset({"intel_pstate", "intel_cpufreq", "amd-pstate", "amd-pstate-epp"})
 
 # the widest extension first: the feature flags (x86 'flags', Arm 'Features') that show it
 _ISA_FLAGS = (("amx", ("amx_tile",)), ("avx512", ("avx512f",)), ("avx2", ("avx2",)),
               ("sve2", ("sve2",)), ("neon", ("asimd", "neon")))  # fmt: skip
 
 
-def host_fields(cpuinfo: str, base_khz: str | None = None, max_khz: str | None = None
-                ) -> dict[str, Any]:  # fmt: skip
+def host_fields(cpuinfo: str, base_khz: str | None = None, max_khz: str | None = None,
+                driver: str | None = None) -> dict[str, Any]:  # fmt: skip
     """The host fields ``cpuinfo`` (the text of ``/proc/cpuinfo``), ``base_khz`` and
-    ``max_khz`` (the texts of cpufreq's base and maximum frequencies, if any) give, each a
-    quantity with its source and grade; the ``name`` as text. Fields the text does not give
-    are left out."""
+    ``max_khz`` (the texts of cpufreq's base and maximum frequencies) and ``driver`` (its
+    scaling driver), where given, give, each a quantity with its source and grade; the
+    ``name`` as text. Fields the texts do not give are left out."""
     blocks = [dict(_pairs(b)) for b in cpuinfo.split("\n\n") if b.strip()]
     blocks = [b for b in blocks if "processor" in b]
     out: dict[str, Any] = {}
@@ -63,9 +69,12 @@ def host_fields(cpuinfo: str, base_khz: str | None = None, max_khz: str | None =
     if flags:
         isa = next((level for level, names in _ISA_FLAGS if flags & set(names)), "baseline")
         out["isa"] = _q(isa, f"{where}: feature flags")
-    if max_khz is not None and max_khz.strip().isdigit() and int(max_khz) > 0:
-        out["boost_clock_hz"] = _q(int(max_khz) * 1e3, "read from /sys/devices/system/cpu/"
-                                   "cpu0/cpufreq/cpuinfo_max_freq by specmd calibrate")  # fmt: skip
+    driver = (driver or "").strip()
+    top = (max_khz or "").strip()
+    if driver in BOOST_DRIVERS and top.isdigit() and int(top) > 0:
+        out["boost_clock_hz"] = _q(int(top) * 1e3, "read from /sys/devices/system/cpu/"
+                                   f"cpu0/cpufreq/cpuinfo_max_freq ({driver}) by "
+                                   "specmd calibrate")  # fmt: skip
     core = _core(first)
     if core is not None:
         out["core"] = _q(core, f"{where}: vendor_id, cpu family and model "
@@ -87,8 +96,8 @@ def this_host() -> dict[str, Any]:
         text = CPUINFO.read_text()
     except OSError:
         return {}
-    base, top = (_read(p) for p in (BASE_FREQUENCY, MAX_FREQUENCY))
-    return host_fields(text, base, top)
+    base, top, driver = (_read(p) for p in (BASE_FREQUENCY, MAX_FREQUENCY, DRIVER))
+    return host_fields(text, base, top, driver)
 
 
 def _read(path: Path) -> str | None:

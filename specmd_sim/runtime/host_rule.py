@@ -3,9 +3,9 @@
 The host-side costs of a runtime (``dispatch_overhead_s`` per kernel, ``expert_call_overhead_s``,
 ``layer_overhead_s``, ``token_overhead_s``, ``copy_issue_overhead_s`` and the eager path's
 ``eager_prefill.op_overhead_s``) are one thread's work on the CPU: the Python interpreter, the
-framework's dispatcher, the driver's launch and copy calls. A runtime states them for the host
-it names in ``host_reference``; on the run's host (the profile's first host, the one whose DRAM
-holds the experts) they are
+framework's dispatcher and launch path, the calls that issue copies. A runtime states them for
+the host it names in ``host_reference``; on the run's host (the profile's first host, the one
+whose DRAM holds the experts) they are
 
     cost x speed(reference) / speed(host),    speed = boost clock x the core's work per clock
 
@@ -18,8 +18,10 @@ runs in one thread and stays in the core's caches, as an interpreter loop does.
 
 Where the runtime names no reference host, or the run's host states no boost clock or no core
 (its CPU not stated by any source), the costs stay as the runtime states them, and the run says
-so. The GPU profile's ``kernel_launch_overhead_s`` and the CPU expert kernels' per-call cost are
-not scaled (the first is the GPU's, the second many threads' work).
+so. Values a run sets (``--set runtime.dispatch_overhead_s=...``) or a fit finds are for the
+reference host too. Not scaled: the GPU profile's ``kernel_launch_overhead_s`` (the GPU's launch
+latency) and the CPU expert kernels' per-call ``cpu_expert_overhead_s`` (the runtimes' own
+accounts of it mix copies over the link, thread-pool barriers and dispatch).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specmd_sim.hardware.cores import CORES
-from specmd_sim.hardware.schema import GRADE_ORDER, CoreLevel, Grade, HostNode, Quantity, Rate
+from specmd_sim.hardware.schema import GRADE_ORDER, ClockHz, CoreLevel, Grade, HostNode, Quantity
 from specmd_sim.runtime.schema import RuntimeProfile
 
 HOST_COSTS = ("dispatch_overhead_s", "expert_call_overhead_s", "layer_overhead_s",
@@ -41,7 +43,7 @@ class Speed:
 
     value: float
     grade: Grade
-    text: str  # how it was found, e.g. '3.40 GHz x 1.00 (zen2)'
+    text: str  # how it was found, e.g. '3.40 GHz x 1.00, zen2'
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,7 @@ class HostScaling:
     note: str
 
 
-def single_thread_speed(clock: Rate | None, core: CoreLevel | None) -> Speed | None:
+def single_thread_speed(clock: ClockHz | None, core: CoreLevel | None) -> Speed | None:
     """The single-thread speed of a CPU of boost ``clock`` and ``core``; None without both."""
     if clock is None or core is None:
         return None
@@ -61,7 +63,7 @@ def single_thread_speed(clock: Rate | None, core: CoreLevel | None) -> Speed | N
     return Speed(
         clock.value / 1e9 * ipc.ipc,
         grade,
-        f"{clock.value / 1e9:.2f} GHz x {ipc.ipc:.2f} ({core.value})",
+        f"{clock.value / 1e9:.2f} GHz x {ipc.ipc:.2f}, {core.value}",
     )
 
 
@@ -70,26 +72,27 @@ def for_host(runtime: RuntimeProfile, host: HostNode) -> tuple[RuntimeProfile, H
     either speed is unknown or the two are equal), and what was done."""
     ref = runtime.host_reference
     if ref is None:
-        return runtime, HostScaling(1.0, f"host costs as runtime {runtime.id} states them (it "
-                                         "names no reference host)")  # fmt: skip
+        return runtime, HostScaling(1.0, f"host costs as runtime {runtime.id} states them: it "
+                                         "names no reference host")  # fmt: skip
     theirs = single_thread_speed(ref.boost_clock_hz, ref.core)
     assert theirs is not None  # (a reference states both)
     ours = single_thread_speed(host.boost_clock_hz, host.core)
     if ours is None:
         return runtime, HostScaling(1.0, (
-            f"host costs as stated for runtime {runtime.id}'s reference host ({ref.name}): "
-            f"the run's host ({host.name}) states no boost clock and core"
+            f"host costs as runtime {runtime.id} states them for {ref.name}: the run's host "
+            "states no boost clock or no core"
         ))  # fmt: skip
     factor = theirs.value / ours.value
     note = (
-        f"host costs x{factor:.3f}: single-thread speed {ours.text} = {ours.value:.2f} "
-        f"Zen 2 GHz, against {theirs.text} = {theirs.value:.2f} for runtime {runtime.id}'s "
-        f"reference host ({ref.name})"
+        f"host costs x{factor:.3f}: single-thread speed {ours.value:.2f} Zen 2 GHz "
+        f"({ours.text}) against {theirs.value:.2f} ({theirs.text}) for {ref.name}, the host "
+        f"runtime {runtime.id} states them for"
     )
     if factor == 1.0:
         return runtime, HostScaling(factor, note)
     grade = max(ours.grade, theirs.grade, key=GRADE_ORDER.index)
-    why = f"x {factor:.4g} for the run's host (the host rule: {ours.text} against {theirs.text})"
+    why = (f"x {factor:.4g} for the run's host (the host rule: single-thread speed "
+           f"{ours.value:.2f} against {theirs.value:.2f} Zen 2 GHz)")  # fmt: skip
 
     def scaled(q: Quantity) -> Quantity:
         return q.model_copy(update={

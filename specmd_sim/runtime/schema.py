@@ -39,6 +39,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from specmd_sim.hardware.schema import (
+    ClockHz,
     CoreLevel,
     Count,
     Fraction,
@@ -46,7 +47,6 @@ from specmd_sim.hardware.schema import (
     IsaLevel,
     NonNegativeBytes,
     Quantity,
-    Rate,
     Seconds,
 )
 from specmd_sim.schema_base import InputModel
@@ -238,7 +238,7 @@ class HostReference(InputModel):
     speed they scale by this one's speed over that one's (:mod:`specmd_sim.runtime.host_rule`)."""
 
     name: str = Field(min_length=1, description="The CPU, e.g. '2x AMD EPYC 7742'.")
-    boost_clock_hz: Rate = Field(description="Its maximum boost clock, Hz.")
+    boost_clock_hz: ClockHz = Field(description="Its maximum boost clock, Hz.")
     core: CoreLevel = Field(description="Its core's microarchitecture.")
 
 

@@ -77,7 +77,7 @@ def test_the_boost_clock_and_the_core_for_the_host_rule() -> None:
         f"core id\t\t: {n}\nflags\t\t: avx2 avx512f\n\n"
         for n in range(2)
     )
-    fields = host_fields(text, None, "5881000\n")
+    fields = host_fields(text, None, "5881000\n", "amd-pstate-epp\n")
     assert fields["boost_clock_hz"]["value"] == 5.881e9
     assert fields["core"]["value"] == "zen4"  # family 19h, model 61h: Raphael
     HostNode.model_validate({  # the calibrated profile's host takes them
@@ -87,5 +87,9 @@ def test_the_boost_clock_and_the_core_for_the_host_rule() -> None:
         "cpu_flops": {"value": 1e12, "source": "t", "grade": "A"},
         **{k: v for k, v in fields.items() if k != "name"},
     })  # fmt: skip
-    bare = host_fields(text.replace("AuthenticAMD", "HygonGenuine"))  # a VM without cpufreq,
-    assert "boost_clock_hz" not in bare and "core" not in bare  # a core the table lacks
+    # acpi-cpufreq's maximum stops below boost (an EPYC 7742 shows its 2.25 GHz base there)
+    assert "boost_clock_hz" not in host_fields(text, None, "2250000", "acpi-cpufreq")
+    for bad in ("0", "n/a", ""):
+        assert "boost_clock_hz" not in host_fields(text, None, bad, "intel_pstate")
+    bare = host_fields(text.replace("AuthenticAMD", "HygonGenuine"))  # a core the table lacks,
+    assert "boost_clock_hz" not in bare and "core" not in bare  # a VM without cpufreq
