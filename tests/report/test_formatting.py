@@ -20,6 +20,7 @@ SHOWN = {
     "req/s": (0.48153, "0.4815 req/s"),
     "id": ("gpu0", "gpu0"),
     "text": ("belady", "belady"),
+    "factor": (0.6391, "x0.6391"),
 }
 
 
