@@ -120,9 +120,9 @@ def _run(trace: str, hardware_set: dict[str, Any], runtime_set: dict[str, Any]) 
 
 
 def test_a_run_scaled_by_the_rule_is_the_run_scaled_by_hand(write_trace: Any) -> None:
-    """h100-pcie's host states no CPU speed; stated as a what-if (a Ryzen 9 7950X's 5.7 GHz
-    Zen 4: 7.6 Zen 2 GHz) against hf-eager's reference (3.4), every host-side cost is x 3.4 /
-    7.6. The same run with those costs multiplied by hand gives the same times."""
+    """h100-pcie's host stated as a what-if, a Ryzen 9 7950X's 5.7 GHz Zen 4 (7.6 Zen 2 GHz),
+    against hf-eager's reference (3.4): every host-side cost is x 3.4 / 7.6. The same run on a
+    host of the reference's speed with those costs multiplied by hand gives the same times."""
     experts = np.stack([[t % 8, (t + 1) % 8] for t in range(4)])
     experts = np.broadcast_to(experts[:, None, :], (4, 32, 2)).astype(np.int16)
     trace = str(write_trace(experts, "mixtral-8x7b", 8, phase=np.array([0, 0, 1, 1], np.uint8)))
@@ -133,12 +133,12 @@ def test_a_run_scaled_by_the_rule_is_the_run_scaled_by_hand(write_trace: Any) ->
     assert f"host costs x{factor:.3f}" in ruled.inputs["host_costs"]
     by_hand = {"dispatch_overhead_s": 8e-6 * factor, "expert_call_overhead_s": 30e-6 * factor,
                "token_overhead_s": 2e-3 * factor}  # fmt: skip
-    hand = _run(trace, {}, by_hand)
+    at_reference = {"nodes.host.boost_clock_hz": "3.4GHz", "nodes.host.core": "zen2"}
+    hand = _run(trace, at_reference, by_hand)
     assert hand.inputs["host_cost_scale"] == 1.0
-    assert "states no boost clock or no core" in hand.inputs["host_costs"]
     for metric in ("ttft_s", "tpot_s", "makespan_s", "stall_s"):
         assert ruled.metrics[metric] == pytest.approx(hand.metrics[metric], rel=1e-12), metric
-    plain = _run(trace, {}, {})  # and the rule moved them
+    plain = _run(trace, at_reference, {})  # and the rule moved them
     assert plain.metrics["tpot_s"] > ruled.metrics["tpot_s"]
 
 
@@ -199,18 +199,23 @@ def test_cpuinfo_names_the_core(vendor: str, family: int, model: int, core: str 
     assert cpuinfo_core(vendor, family, model) == core
 
 
-def test_only_hosts_the_sources_state_have_a_speed() -> None:
-    """An assumed host (a desktop GPU's, a rented server's) carries no speed: an assumed number
-    that moves results would be a constant fitted per machine. The one assumption is the
-    runtimes' shared reference host."""
+def test_no_assumed_speed_moves_a_validation_row() -> None:
+    """A machine a published measurement ran on has a speed only where a source states its CPU:
+    an assumed one that moved results would be a constant per machine (and the measured laptop,
+    desktop and rented servers ran slower than their assumed CPUs' boost clocks). A machine a
+    profile defines for users, which no row measured, has the speed of the CPU it defines."""
     from specmd_sim.hardware.loader import list_profiles
+    from specmd_sim.validate.published import load_dataset
 
-    stated = set()
+    measured = {g.hardware for g in load_dataset().groups}
+    with_speed = set()
     for name in list_profiles():
         for h in load_profile(name).hosts:
-            for q in (h.boost_clock_hz, h.core):
-                assert q is None or q.grade != "D", name
+            if name in measured:
+                for q in (h.boost_clock_hz, h.core):
+                    assert q is None or q.grade != "D", name
             if single_thread_speed(h.boost_clock_hz, h.core) is not None:
-                stated.add(name)
-    assert {"h100-sxm", "xeon6454s-rtx4090", "t4-azure"} <= stated
-    assert not stated & {"rtx3060", "rtx3080-mobile", "rtx-a6000", "h100-pcie", "t4"}
+                with_speed.add(name)
+    assert {"xeon6454s-rtx4090", "t4-azure", "i9-10900x-rtx2080"} <= with_speed & measured
+    assert {"h100-sxm", "h100-pcie", "rtx4090", "rtx5090"} <= with_speed - measured
+    assert not with_speed & {"rtx3060", "rtx3080-mobile", "rtx-a6000", "t4", "rtx6000-ada"}
