@@ -128,6 +128,11 @@ def test_a_sample_of_the_documented_runs_reproduces_exactly(documented, tmp_path
     olmoe = [r for r in rows if r["subject"] == "olmoe"]
     sample = [rng.choice([r for r in olmoe if r["engine"] == e]) for e in ("replay", "simulate")]
     sample.append(rng.choice([r for r in olmoe if r["predictor"] == "transition-fitted"]))
+    # and one timed run of each runtime and per-kernel overhead of the study (their times are
+    # what a change of the time model moves: the hf-eager rows went stale unseen once)
+    timed = [r for r in olmoe if r["engine"] == "simulate"]
+    for setup in sorted({(r["runtime"], r["dispatch_s"]) for r in timed}, key=str):
+        sample.append(rng.choice([r for r in timed if (r["runtime"], r["dispatch_s"]) == setup]))
     for row in sample:
         paths = study_traces.write_traces(
             tmp_path / "traces", {"olmoe": study_traces.olmoe}, (row["seed"],)
