@@ -108,7 +108,15 @@ ISA_INCLUDES: dict[str, frozenset[str]] = {
 }
 
 
-class CoreLevel(InputModel):
+class NamedFact(InputModel):
+    """A fact that is a name, not a number, with provenance (subclasses constrain ``value``)."""
+
+    value: str
+    source: str = Field(min_length=1, description="Where the fact comes from.")
+    grade: Grade = Field(description="Confidence: A measured, B vendor spec, C derived, D assumed.")
+
+
+class CoreLevel(NamedFact):
     """A host CPU's core microarchitecture, with provenance (the names:
     :data:`specmd_sim.hardware.cores.CORES`)."""
 
@@ -117,19 +125,15 @@ class CoreLevel(InputModel):
         "'sunny-cove' or 'golden-cove' (specmd_sim/hardware/cores.py lists the products each "
         "covers)."
     )
-    source: str = Field(min_length=1, description="Where the fact comes from.")
-    grade: Grade = Field(description="Confidence: A measured, B vendor spec, C derived, D assumed.")
 
 
-class IsaLevel(InputModel):
+class IsaLevel(NamedFact):
     """A host CPU's widest vector/matrix extension, with provenance."""
 
     value: IsaName = Field(
         description="'avx2', 'avx512' (AVX2 too), 'amx' (AVX-512 too), 'neon', 'sve2' (NEON "
         "too), or 'baseline' (none of them)."
     )
-    source: str = Field(min_length=1, description="Where the fact comes from.")
-    grade: Grade = Field(description="Confidence: A measured, B vendor spec, C derived, D assumed.")
 
     def has(self, extension: str) -> bool:
         """Whether the CPU has ``extension`` ('avx2', 'avx512', 'amx', 'neon', 'sve2')."""
@@ -435,5 +439,9 @@ class HardwareProfile(InputModel):
 
 def lowest_grade(quantities: list[Quantity]) -> Grade:
     """The worst grade among ``quantities`` (``'A'`` if empty)."""
-    worst = max((GRADE_ORDER.index(q.grade) for q in quantities), default=0)
-    return GRADE_ORDER[worst]
+    return worst_grade(*(q.grade for q in quantities))
+
+
+def worst_grade(*grades: Grade) -> Grade:
+    """The worst of ``grades`` (``'A'`` if none)."""
+    return max(grades, key=GRADE_ORDER.index, default="A")

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specmd_sim.hardware.cores import CORES
-from specmd_sim.hardware.schema import GRADE_ORDER, ClockHz, CoreLevel, Grade, HostNode, Quantity
+from specmd_sim.hardware.schema import ClockHz, CoreLevel, Grade, HostNode, Quantity, worst_grade
 from specmd_sim.runtime.schema import RuntimeProfile
 
 HOST_COSTS = ("dispatch_overhead_s", "expert_call_overhead_s", "layer_overhead_s",
@@ -59,7 +59,7 @@ def single_thread_speed(clock: ClockHz | None, core: CoreLevel | None) -> Speed 
     if clock is None or core is None:
         return None
     ipc = CORES[core.value]
-    grade = max(clock.grade, core.grade, ipc.grade, key=GRADE_ORDER.index)  # the worst
+    grade = worst_grade(clock.grade, core.grade, ipc.grade)
     return Speed(
         clock.value / 1e9 * ipc.ipc,
         grade,
@@ -90,14 +90,14 @@ def for_host(runtime: RuntimeProfile, host: HostNode) -> tuple[RuntimeProfile, H
     )
     if factor == 1.0:
         return runtime, HostScaling(factor, note)
-    grade = max(ours.grade, theirs.grade, key=GRADE_ORDER.index)
+    grade = worst_grade(ours.grade, theirs.grade)
     why = (f"x {factor:.4g} for the run's host (the host rule: single-thread speed "
            f"{ours.value:.2f} against {theirs.value:.2f} Zen 2 GHz)")  # fmt: skip
 
     def scaled(q: Quantity) -> Quantity:
         return q.model_copy(update={
             "value": q.value * factor, "source": f"{q.source}; {why}",
-            "grade": max(q.grade, grade, key=GRADE_ORDER.index),
+            "grade": worst_grade(q.grade, grade),
         })  # fmt: skip
 
     update: dict[str, object] = {  # (a cost of zero stays zero, with its grade)

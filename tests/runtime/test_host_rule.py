@@ -3,6 +3,7 @@ reference host's single-thread speed over the run's host's, worked out by hand."
 
 from __future__ import annotations
 
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import yaml
 from specmd_sim import SimConfig, simulate
 from specmd_sim.errors import SpecmdError
 from specmd_sim.hardware import load_profile
-from specmd_sim.hardware.cores import CORES, cpuinfo_core
+from specmd_sim.hardware.cores import CORES, CoreName, cpuinfo_core
 from specmd_sim.hardware.schema import HostNode
 from specmd_sim.models import load_model
 from specmd_sim.models.cost import CostModel
@@ -33,6 +34,10 @@ def host(clock: float | None, core: str | None, grade: str = "B") -> HostNode:
     if core is not None:
         data["core"] = {"value": core, "source": "t", "grade": grade}
     return HostNode.model_validate(data)
+
+
+def test_the_schema_names_every_core_of_the_table() -> None:
+    assert set(typing.get_args(CoreName)) == set(CORES)
 
 
 def test_speed_is_the_boost_clock_times_the_cores_work_per_clock() -> None:
