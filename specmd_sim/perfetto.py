@@ -47,6 +47,7 @@ from specmd_sim.timeline import (
     class_name,
     counter_label,
     flow_pairs,
+    lane_rows,
     match_keys,
     served_class,
     served_gpu,
@@ -186,7 +187,8 @@ def perfetto_chunks(
     # the flows first: deriving them holds the most per span, the layout after them the rest
     match = match_compiled if jit.available() else match_keys
     flows = _flow_columns(flow_pairs(spans, lanes, match), spans.size)
-    layout = trace_layout(spans, lanes, counters, per_pass, per_request)
+    rows_of = lane_rows_compiled if jit.available() else lane_rows
+    layout = trace_layout(spans, lanes, counters, per_pass, per_request, rows_of)
     requests = _request_tracks(per_request, layout)
     interned = _interned()
     yield _descriptors(layout, requests.tracks, sorted(counters))
@@ -452,6 +454,8 @@ def match_compiled(sources: Sequence[np.ndarray], targets: Sequence[np.ndarray])
     both take together (as ``match_keys`` concatenates them), floats as their bits (-0.0 as
     0.0; a NaN equals nothing), the targets' rows in a hash table, the sources' looked up."""
     n, m = len(sources[0]), len(targets[0])
+    if not n or not m:  # (nothing to look up, or nothing to find: no table)
+        return np.full(n, -1, np.int64)
     keys = np.empty((len(sources), n + m), np.int64)
     nan = np.zeros(n, bool)
     for row, source, target in zip(keys, sources, targets, strict=True):
@@ -519,22 +523,95 @@ def _same(a: np.ndarray, i: int, b: np.ndarray, j: int, parts: int) -> bool:
     return True
 
 
+def lane_rows_compiled(
+    lane: np.ndarray, start: np.ndarray, end: np.ndarray, n_lanes: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`~specmd_sim.timeline.lane_rows` in one compiled pass (:func:`_lane_rows_sorted`)
+    where the spans come in order of start (a recording's do: sorted by start, then lane),
+    else by it: a counting sort by lane keeps each lane's spans in their order, and each span
+    goes to the lowest-numbered sub-track of its lane free by its start."""
+    if lane.size and not (lane.dtype.kind == "i" and bool(np.all(start[1:] >= start[:-1]))):
+        return lane_rows(lane, start, end, n_lanes)
+    low = min(int(lane.min()), 0) if lane.size else 0
+    lane = np.ascontiguousarray(lane, np.int64)
+    start, end = np.ascontiguousarray(start), np.ascontiguousarray(end, start.dtype)
+    return _lane_rows_sorted(lane, start, end, n_lanes, low)  # type: ignore[no-any-return]
+
+
+@jit.compiled
+def _lane_rows_sorted(lane, start, end, n_lanes, low):  # type: ignore[no-untyped-def]
+    """:func:`lane_rows_compiled` of spans in order of start; lanes from ``low`` (<= 0) up."""
+    n, buckets = lane.size, n_lanes - low
+    first = np.zeros(buckets + 1, np.int64)  # each lane's first place in the order
+    for i in range(n):
+        if lane[i] < n_lanes:
+            first[lane[i] - low + 1] += 1
+    for b in range(buckets):
+        first[b + 1] += first[b]
+    order = np.empty(first[buckets], np.int64)
+    at = first[:buckets].copy()
+    for i in range(n):
+        b = lane[i] - low
+        if lane[i] < n_lanes:
+            order[at[b]] = i
+            at[b] += 1
+    rows = np.zeros(n, np.int32)
+    n_sub = np.zeros(n_lanes, np.int64)
+    ends = np.empty((n_lanes, 4), start.dtype)  # each sub-track's last end, by lane
+    for i in range(n):
+        lane_id = lane[i]
+        if lane_id < 0 or lane_id >= n_lanes:
+            continue
+        k = 0
+        while k < n_sub[lane_id] and ends[lane_id, k] > start[i]:
+            k += 1
+        if k == n_sub[lane_id]:
+            if k == ends.shape[1]:
+                wider = np.empty((n_lanes, 2 * k), start.dtype)
+                wider[:, :k] = ends
+                ends = wider
+            n_sub[lane_id] += 1
+        ends[lane_id, k] = end[i]
+        rows[i] = k
+    return order, first[-low : -low + n_lanes + 1].copy(), rows, n_sub
+
+
 def _flow_columns(pairs: list[tuple[str, np.ndarray, np.ndarray]], n: int) -> list[np.ndarray]:
     """The flow ids each of ``n`` spans carries (ids 1, 2, ... in the order of ``pairs``; 0:
-    none), in as many columns as the most any span carries: a flow's id on both its slices."""
+    none), in as many columns as the most any span carries: a flow's id on both its slices,
+    a span's ids in the order of their flows, sources before targets."""
     sources = [src for _, src, _ in pairs]
     total = sum(src.size for src in sources)
     ends = np.concatenate([*sources, *(dst for _, _, dst in pairs), np.zeros(0, np.int64)])
     ids = np.tile(np.arange(1, total + 1), 2)
+    dtype = np.int32 if total < 2**31 else np.int64
+    if jit.available():
+        return list(_flow_table(ends.astype(np.int64), ids, n, np.zeros(0, dtype)))
     order = np.argsort(ends, kind="stable")
     ends, ids = ends[order], ids[order]
     nth = np.arange(ends.size) - np.searchsorted(ends, ends)
     columns = []
     for k in range(int(nth.max()) + 1 if nth.size else 0):
-        column = np.zeros(n, np.int32 if total < 2**31 else np.int64)
+        column = np.zeros(n, dtype)
         column[ends[nth == k]] = ids[nth == k]
         columns.append(column)
     return columns
+
+
+@jit.compiled
+def _flow_table(ends, ids, n, like):  # type: ignore[no-untyped-def]
+    """:func:`_flow_columns`'s columns (rows of the table, of ``like``'s type) in two passes:
+    the most flows a span carries, then each span's ``k``-th flow id into row ``k``."""
+    count = np.zeros(n, np.int64)
+    for e in ends:
+        count[e] += 1
+    table = np.zeros((count.max() if n else 0, n), like.dtype)
+    count[:] = 0
+    for i in range(ends.size):
+        e = ends[i]
+        table[count[e], e] = ids[i]
+        count[e] += 1
+    return table
 
 
 def _pass_packets(

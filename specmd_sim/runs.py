@@ -115,16 +115,21 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
                 recording = result.recording()
                 assert recording is not None  # (it has spans)
                 files["spans"], files["trace"] = folder / "spans.npz", folder / TRACE_FILE
-                options = trace_options(json.loads(text), recording)
                 writing.append(pool.submit(write_spans, files["spans"], recording))
-                writing.append(pool.submit(write_perfetto_trace, files["trace"], recording.spans,
-                                           recording.lanes, **options))  # fmt: skip
+                writing.append(pool.submit(_write_trace, files["trace"], text, recording))
             if extra is not None:
                 files.update(extra(folder))
             for job in writing:
                 job.result()
         write_manifest(folder, files.values())
     return {name: run_dir / p.name for name, p in files.items()}
+
+
+def _write_trace(path: Path, result_text: str, recording: Recording) -> None:
+    """The run folder's trace, its options (:func:`trace_options`) derived in the writer's
+    thread: the spans' served classes with them, which the page reads too."""
+    options = trace_options(json.loads(result_text), recording)
+    write_perfetto_trace(path, recording.spans, recording.lanes, **options)
 
 
 def write_manifest(folder: Path, files: Iterable[Path]) -> None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,12 +90,15 @@ class Recording:
     lanes: list[str]
     counters: dict[str, np.ndarray] = field(default_factory=dict)
     _served: np.ndarray | None = field(default=None, init=False, repr=False)
+    _deriving: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def served(self) -> np.ndarray:
         """:func:`served_class` of the spans, derived once however many outputs read it (the
-        timeline page, the trace)."""
-        if self._served is None:
-            self._served = served_class(self.spans)
+        timeline page, the trace, written side by side: a second reader waits for the
+        first's)."""
+        with self._deriving:
+            if self._served is None:
+                self._served = served_class(self.spans)
         return self._served
 
 
@@ -526,8 +530,11 @@ def trace_layout(
     counters: Mapping[str, np.ndarray],
     per_pass: Mapping[str, Sequence[Any]],
     per_request: Mapping[str, Sequence[Any]],
+    rows_of: LaneRows | None = None,
 ) -> TraceLayout:
-    """The :class:`TraceLayout` of a run's spans, counters and pass and request tables."""
+    """The :class:`TraceLayout` of a run's spans, counters and pass and request tables; each
+    lane's sub-tracks by ``rows_of`` (default :func:`lane_rows`)."""
+    rows_of = rows_of or lane_rows
     processes = list(dict.fromkeys(lane_process(name) for name in lanes))
     for name in counters:
         device = name.rpartition("/")[0]
@@ -543,7 +550,7 @@ def trace_layout(
     pass_pids = list(dict.fromkeys(pass_pid))
     tracks = [(pid, "passes") for pid in pass_pids]
     start_ns, end_ns = to_ns(spans["start"]), to_ns(spans["end"])
-    order, tid = _span_tracks(spans["lane"], start_ns, end_ns, lanes, pid_of, tracks)
+    order, tid = _span_tracks(spans["lane"], start_ns, end_ns, lanes, pid_of, tracks, rows_of)
     span_tid = np.zeros(spans.size, np.int32)  # 0: a span on no track
     span_tid[order] = tid
     track_pid = np.array([0] + [pid for pid, _ in tracks])
@@ -705,20 +712,47 @@ def _span_tracks(
     lanes: list[str],
     pid_of: dict[str, int],
     tracks: list[tuple[int, str]],
+    rows_of: LaneRows,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The spans of ``lanes`` in trace order (by lane, then start, then position) and the track
-    (tid) of each; each lane's sub-tracks (:func:`track_rows`) are appended to ``tracks``."""
-    order = np.lexsort((start_ns, lane))
-    bounds = np.searchsorted(lane[order], np.arange(len(lanes) + 1))
-    order = order[: bounds[-1]]
+    (tid) of each; each lane's sub-tracks (``rows_of``: :func:`lane_rows`) are appended to
+    ``tracks``."""
+    order, bounds, rows, n_sub = rows_of(lane, start_ns, end_ns, len(lanes))
     tid = np.zeros(order.size, np.int32)
     for lane_id, name in enumerate(lanes):
         lo, hi = bounds[lane_id], bounds[lane_id + 1]
-        rows, n_rows = track_rows(start_ns[order[lo:hi]], end_ns[order[lo:hi]])
-        tid[lo:hi] = len(tracks) + 1 + rows
+        tid[lo:hi] = len(tracks) + 1 + rows[order[lo:hi]]
         track, pid = lane_track(name), pid_of[lane_process(name)]
+        n_rows = int(n_sub[lane_id])
         tracks += [(pid, track if n_rows == 1 else f"{track} #{r}") for r in range(n_rows)]
     return order, tid
+
+
+LaneRows = Callable[
+    [np.ndarray, np.ndarray, np.ndarray, int],
+    tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+]
+"""Spans grouped by lane, each lane split into sub-tracks, as :func:`lane_rows`."""
+
+
+def lane_rows(
+    lane: np.ndarray, start: np.ndarray, end: np.ndarray, n_lanes: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The spans by lane, then start, then position (``order``; those of a lane below 0
+    first, none of a lane from ``n_lanes`` on), where each lane's begin in that order (``bounds``,
+    ``n_lanes + 1`` of them), each span's sub-track in its lane (``rows``, :func:`track_rows` of
+    the lane's spans; 0 off the lanes) and each lane's count of sub-tracks (``n_sub``). (The
+    specification of the compiled one the Perfetto trace and the timeline page use,
+    ``perfetto.lane_rows_compiled``.)"""
+    order = np.lexsort((start, lane))
+    bounds = np.searchsorted(lane[order], np.arange(n_lanes + 1))
+    order = order[: bounds[-1]]
+    rows = np.zeros(lane.size, np.int32)
+    n_sub = np.zeros(n_lanes, np.int64)
+    for lane_id in range(n_lanes):
+        mine = order[bounds[lane_id] : bounds[lane_id + 1]]
+        rows[mine], n_sub[lane_id] = track_rows(start[mine], end[mine])
+    return order, bounds, rows, n_sub
 
 
 FLOWS = ("stall ended by", "prefetch used by")

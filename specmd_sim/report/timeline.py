@@ -24,6 +24,8 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from specmd_sim.engine import jit
+from specmd_sim.perfetto import lane_rows_compiled
 from specmd_sim.report.bars import (
     bin_traces,
     detail_note,
@@ -36,7 +38,7 @@ from specmd_sim.report.lod import bin_spans, choose_detail, step_bins
 from specmd_sim.report.run_data import RunData
 from specmd_sim.report.style import PHASE_COLOURS, base_layout, ms, ui_hint
 from specmd_sim.runs import TRACE_FILE
-from specmd_sim.timeline import KIND, counter_label, lane_process, track_rows
+from specmd_sim.timeline import KIND, counter_label, lane_process, lane_rows
 
 DEFAULT_MAX_SPANS = 8_000
 """Spans drawn one by one by default; beyond, the rest is aggregated (see ``lod``)."""
@@ -73,6 +75,9 @@ def tracks(run: RunData) -> Tracks:
     devices += [g for g in gpus if g not in devices]
     names = [] if gpus else ["requests", "passes"]
     row = np.zeros(len(spans), np.int64)
+    rows_of = lane_rows_compiled if jit.available() else lane_rows
+    order, bounds, sub, n_sub = rows_of(spans["lane"], spans["start"], spans["end"],
+                                        len(rec.lanes))  # fmt: skip
     lane_names: list[str] = []
     lane_y: list[int] = []
     request_y, pass_y = np.zeros(len(run.gpus), np.int64), np.ones(len(run.gpus), np.int64)
@@ -82,11 +87,11 @@ def tracks(run: RunData) -> Tracks:
             request_y[g], pass_y[g] = len(names), len(names) + 1
             names += [f"{device}/requests", f"{device}/passes"]
         for lane_id in (i for i, n in enumerate(rec.lanes) if lane_process(n) == device):
-            idx = np.flatnonzero(spans["lane"] == lane_id)
-            sub, n_sub = track_rows(spans["start"][idx], spans["end"][idx])
-            row[idx] = len(lane_names) + sub
+            idx = order[bounds[lane_id] : bounds[lane_id + 1]]
+            row[idx] = len(lane_names) + sub[idx]
             lane = rec.lanes[lane_id]
-            subs = [lane] if n_sub <= 1 else [f"{lane} #{k}" for k in range(n_sub)]
+            n = int(n_sub[lane_id])
+            subs = [lane] if n <= 1 else [f"{lane} #{k}" for k in range(n)]
             lane_y += range(len(names), len(names) + len(subs))
             lane_names += subs
             names += subs

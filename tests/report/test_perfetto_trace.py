@@ -17,19 +17,21 @@ from typing import Any
 import numpy as np
 import pytest
 
-from specmd_sim import SimConfig, simulate
+from specmd_sim import SimConfig, perfetto, simulate
 from specmd_sim import protowire as pw
 from specmd_sim.engine import jit
 from specmd_sim.metrics import RunResult
 from specmd_sim.perfetto import (
     _counter_columns,
     _counter_compiled,
+    _flow_columns,
+    lane_rows_compiled,
     match_compiled,
     perfetto_chunks,
 )
 from specmd_sim.report import RunData
 from specmd_sim.runs import TRACE_FILE, trace_options
-from specmd_sim.timeline import COUNTER_DTYPE, SPAN_DTYPE, match_keys, to_chrome_trace
+from specmd_sim.timeline import COUNTER_DTYPE, SPAN_DTYPE, lane_rows, match_keys, to_chrome_trace
 from tests.report.test_chrome_trace import ns
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
@@ -390,3 +392,55 @@ def test_counter_samples_out_of_time_order_are_one_clear_error() -> None:
     samples = np.array([(2e-3, 1.0), (1e-3, 2.0)], COUNTER_DTYPE)
     with pytest.raises(ValueError, match="counter cache_used_bytes's samples go back in time"):
         b"".join(perfetto_chunks(np.zeros(0, SPAN_DTYPE), [], {"cache_used_bytes": samples}))
+
+
+def test_the_compiled_join_of_nothing_finds_nothing() -> None:
+    """No sources, or no targets: no table is built, and the answer is the sorting join's."""
+    for sources, targets in (([np.zeros(0)], [np.arange(3.0)]), ([np.arange(3)], [np.zeros(0)])):
+        np.testing.assert_array_equal(
+            match_compiled(sources, targets), match_keys(sources, targets)
+        )
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_the_compiled_lane_rows_are_lane_rows(seed: int, monkeypatch) -> None:
+    """Spans of lanes below 0, on the lanes and past them, with ties, zero-length spans and a
+    dozen at once, their times integers or floats: the same order, bounds, sub-tracks and
+    counts as the sorting specification; in order of start by the compiled pass (the
+    specification not called), else by the specification itself."""
+    rng = np.random.default_rng(seed)
+    n, n_lanes = int(rng.integers(0, 300)), int(rng.integers(0, 6))
+    lane = rng.integers(-2, n_lanes + 2, n).astype(np.int16)
+    start = rng.integers(0, 40, n)
+    in_order = seed % 3 != 0
+    if in_order:
+        start = np.sort(start)
+    end = start + rng.integers(0, 1 + int(rng.integers(1, 12)), n)
+    for s, e in ((start, end), (start / 7, end / 7)):
+        want = lane_rows(lane, s, e, n_lanes)
+        if in_order:
+            monkeypatch.setattr(perfetto, "lane_rows", None)  # (a call would fail)
+        got = lane_rows_compiled(lane, s, e, n_lanes)
+        monkeypatch.undo()
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+            assert g.dtype == w.dtype
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_compiled_flow_columns_are_the_sorting_ones(seed: int, monkeypatch) -> None:
+    """Flows between random spans, several on one span and a span at both ends of one: the
+    same columns, ids and type with numba as without."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    pairs = []
+    for name in ("a", "b"):
+        k = int(rng.integers(0, 40))
+        pairs.append((name, rng.integers(0, n, k), rng.integers(0, n, k)))
+    compiled = _flow_columns(pairs, n)
+    monkeypatch.setattr(jit, "available", lambda: False)
+    sorting = _flow_columns(pairs, n)
+    assert len(compiled) == len(sorting)
+    for a, b in zip(compiled, sorting, strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert a.dtype == b.dtype

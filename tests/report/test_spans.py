@@ -75,6 +75,27 @@ def test_served_class_of_transfers() -> None:
     assert (classes[spans["kind"] == KIND["attention"]] == -1).all()
 
 
+def test_the_served_classes_are_derived_once_for_readers_side_by_side(monkeypatch) -> None:
+    """The page and the trace, written in threads of their own, read a recording's served
+    classes: derived once, the second reader given the first's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from specmd_sim import timeline
+
+    calls = []
+
+    def counted(spans: np.ndarray) -> np.ndarray:
+        calls.append(1)
+        return served_class(spans)
+
+    monkeypatch.setattr(timeline, "served_class", counted)
+    rec = Recording(_spans(), ["gpu0/compute", "gpu0/copy-h2d-0"])
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda _: rec.served(), range(8)))
+    assert len(calls) == 1
+    assert all(g is got[0] for g in got)
+
+
 def test_lane_and_counter_names() -> None:
     assert (lane_process("gpu0/copy-h2d-1"), lane_track("gpu0/copy-h2d-1")) == (
         "gpu0",
