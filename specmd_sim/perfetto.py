@@ -527,14 +527,20 @@ def lane_rows_compiled(
     lane: np.ndarray, start: np.ndarray, end: np.ndarray, n_lanes: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`~specmd_sim.timeline.lane_rows` in one compiled pass (:func:`_lane_rows_sorted`)
-    where the spans come in order of start (a recording's do: sorted by start, then lane),
-    else by it: a counting sort by lane keeps each lane's spans in their order, and each span
-    goes to the lowest-numbered sub-track of its lane free by its start."""
-    if lane.size and not (lane.dtype.kind == "i" and bool(np.all(start[1:] >= start[:-1]))):
+    where the spans come in order of start (a recording's do: sorted by start, then lane), with
+    integer lanes and ends of the starts' type, none NaN; else by it. A counting sort by lane
+    keeps each lane's spans in their order, and each span goes to the lowest-numbered
+    sub-track of its lane free by its start."""
+    if lane.size and not (
+        lane.dtype.kind == "i"
+        and end.dtype == start.dtype
+        and bool(np.all(start[1:] >= start[:-1]))
+        and not (end.dtype.kind == "f" and bool(np.isnan(end).any()))
+    ):
         return lane_rows(lane, start, end, n_lanes)
     low = min(int(lane.min()), 0) if lane.size else 0
     lane = np.ascontiguousarray(lane, np.int64)
-    start, end = np.ascontiguousarray(start), np.ascontiguousarray(end, start.dtype)
+    start, end = np.ascontiguousarray(start), np.ascontiguousarray(end)
     return _lane_rows_sorted(lane, start, end, n_lanes, low)  # type: ignore[no-any-return]
 
 

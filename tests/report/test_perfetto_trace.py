@@ -444,3 +444,16 @@ def test_the_compiled_flow_columns_are_the_sorting_ones(seed: int, monkeypatch) 
     for a, b in zip(compiled, sorting, strict=True):
         np.testing.assert_array_equal(a, b)
         assert a.dtype == b.dtype
+
+
+def test_the_compiled_lane_rows_leave_what_they_do_not_take_to_the_specification() -> None:
+    """Ends of another type than the starts, or NaN: the specification's answer."""
+    lane = np.zeros(3, np.int16)
+    for start, end in (
+        (np.array([0, 1, 2]), np.array([1.5, 2.0, 3.0])),
+        (np.array([0.0, 1.0, 2.0]), np.array([np.nan, 2.0, 3.0])),
+    ):
+        for got, want in zip(
+            lane_rows_compiled(lane, start, end, 1), lane_rows(lane, start, end, 1), strict=True
+        ):
+            np.testing.assert_array_equal(got, want)
