@@ -31,7 +31,9 @@ SPILL_BYTES = 64 << 20
 """Packed rows a recording holds in memory, over all its series (the spans, a few counters per
 GPU, one per network resource), before the largest spills to disk."""
 MERGE_BYTES = 32 << 20
-"""Rows read at once, over all runs, while merging sorted runs into one file."""
+"""Rows read at once, over all runs, while merging sorted runs into one file (or joining them
+in place, :meth:`PackedRows._join`)."""
+_SPILL_FILE = "spilled.bin"
 
 
 class SpillBudget:
@@ -84,6 +86,7 @@ class PackedRows:
         "_pending",
         "_runs",
         "_size",
+        "_spill_mapped",
         "_spill_rows",
         "_spilled",
         "chunk_rows",
@@ -115,6 +118,7 @@ class PackedRows:
         self._runs: list[tuple[Path, int, int]] = []  # spilled: (file, first row, rows)
         self._spilled = 0  # rows in the spill file
         self._merges = 0
+        self._spill_mapped = False  # an array given out maps the spill file
 
     def append(self, row: tuple[Any, ...]) -> None:
         rows = self.rows
@@ -186,7 +190,7 @@ class PackedRows:
                 self._folder = tempfile.TemporaryDirectory(
                     prefix="specmd-rows-", ignore_cleanup_errors=True
                 )
-            path = Path(self._folder.name) / "spilled.bin"
+            path = Path(self._folder.name) / _SPILL_FILE
             with path.open("ab") as out:
                 rows.tofile(out)
         except OSError as err:
@@ -217,18 +221,50 @@ class PackedRows:
             self._spill()
         if len(self._runs) > 1 and self._keys:
             try:
-                merged = self._merge()
+                joined = self._join()
+                merged = None if joined else self._merge()
             except OSError as err:
                 raise _spill_error(err) from None
-            with contextlib.suppress(OSError):  # (where an array mapped from it is still
-                self._runs[-1][0].unlink()  # given out, Windows keeps it till the folder goes)
-            self._runs, self._spilled = [merged], 0
+            if merged is not None:
+                with contextlib.suppress(OSError):  # (where an array mapped from it is still
+                    self._runs[-1][0].unlink()  # given out, Windows keeps it till the folder goes)
+                self._runs, self._spilled, self._spill_mapped = [merged], 0, False
         elif len(self._runs) > 1:  # unsorted runs follow each other in their file from row 0
             self._runs = [(self._runs[0][0], 0, self._spilled)]
         path, first, rows = self._runs[0]
+        self._spill_mapped |= path.name == _SPILL_FILE
         mapped = np.memmap(path, self._dtype, "r", first * self._dtype.itemsize, (rows,))
         mapped.spill_folder = self._folder  # type: ignore[attr-defined]  # kept while mapped
         return np.asarray(mapped)
+
+    def _join(self) -> bool:
+        """Make the sorted runs one in place, where each overlaps the rows before it by little
+        (a run's rows start where the rows spilled before it end, but for those recorded late):
+        the runs follow each other in the spill file, so of each run and the rows before it only
+        the rows out of place are read, sorted and written back, from the first row before it
+        that sorts after its first row to its last row that sorts before the rows' last. Not
+        where that is more than :data:`MERGE_BYTES` of rows (the runs joined so far then are
+        the first run), nor where an array given out maps the file; returns whether it did."""
+        runs, size, keys = self._runs, self._dtype.itemsize, self._keys
+        path = runs[0][0]
+        if self._spill_mapped or path.name != _SPILL_FILE or runs[0][1] != 0:
+            return False
+        while len(runs) > 1:
+            first, rows = runs[1][1], runs[1][2]  # (the runs follow each other: first = rows)
+            whole = np.memmap(path, self._dtype, "r", 0, (first + rows,))
+            before, run = whole[:first], whole[first:]
+            cut = _rank(before, keys, tuple(run[k][0] for k in keys), "right")
+            upto = _rank(run, keys, tuple(before[k][-1] for k in keys), "left")
+            if (first - cut + upto) * size > MERGE_BYTES:
+                return False
+            region = _sorted(np.concatenate((before[cut:], run[:upto])), keys)
+            del whole, before, run  # (the map closed before the file is written)
+            if region.size:
+                with path.open("r+b") as out:
+                    out.seek(cut * size)
+                    region.tofile(out)
+            self._runs = runs = [(path, 0, first + rows), *runs[2:]]
+        return True
 
     def _merge(self) -> tuple[Path, int, int]:
         """The sorted runs merged into a file of their own (one run): up to a block of each run
@@ -277,6 +313,19 @@ def _spill_error(err: OSError) -> SpecmdError:
         f"({reason(err)}): expected a temporary folder with room for them (set "
         "TMPDIR), or record none (timing.record_spans: false)"
     )
+
+
+def _rank(rows: np.ndarray, keys: tuple[str, ...], bound: tuple[Any, ...], side: str) -> int:
+    """How many of ``rows`` (sorted by ``keys``) sort before ``bound`` (the keys of a row):
+    those of lesser keys, and with ``side`` ``"right"`` those of equal keys too."""
+    lo, hi = 0, len(rows)
+    for key, value in zip(keys[:-1], bound[:-1], strict=True):
+        column = rows[key][lo:hi]
+        lo, hi = (
+            lo + int(np.searchsorted(column, value, "left")),
+            lo + int(np.searchsorted(column, value, "right")),
+        )
+    return lo + int(np.searchsorted(rows[keys[-1]][lo:hi], bound[-1], side))  # type: ignore[call-overload]
 
 
 def _upto(

@@ -180,13 +180,36 @@ def test_the_spill_folder_goes_with_the_last_array_mapped_from_it() -> None:
     rec = _recorder(_rows(30), chunk_rows=4, spill_rows=5)
     spans = rec.array()
     folder = Path(rec._spans._folder.name)
-    assert [p.name for p in folder.iterdir()] == ["merged-1.bin"]  # the runs' file went
+    assert [p.name for p in folder.iterdir()] == ["spilled.bin"]  # (the runs joined in place)
     del rec
     gc.collect()
     assert folder.is_dir() and spans.size == 30  # the array still maps a file there
     del spans
     gc.collect()
     assert not folder.exists()
+
+
+@pytest.mark.parametrize("late", [0, 1, 30])
+def test_runs_of_spans_recorded_in_time_order_are_joined_in_place(monkeypatch, late) -> None:
+    """Spans recorded about in order of start, but for a few recorded late (a transfer
+    recorded when it ends): each run is joined to the rows before it in the spill file,
+    rewriting only the rows out of place; where those are more than ``MERGE_BYTES`` (a span
+    of the run's start recorded at the end), the runs are merged into a file of their own.
+    The same bytes either way."""
+    monkeypatch.setattr(packed_rows, "MERGE_BYTES", 20 * SPAN_DTYPE.itemsize)
+    rows = sorted(_rows(300, seed=late), key=lambda row: row[4])  # (added in order, ...)
+    rows = [(r[0], r[1], i / 10, i / 10 + r[3] - r[2], *r[4:]) for i, r in enumerate(rows)]
+    for k in range(late):  # (... but for a few, each recorded a little after its start ...)
+        i = 7 + 9 * k
+        rows.insert(i + 3, rows.pop(i))
+    if late == 30:  # (... and one long after)
+        rows.append(rows.pop(5))
+    rec = _recorder(rows, chunk_rows=4, spill_rows=16)
+    spans = rec.array()
+    assert spans.tobytes() == _expected(rows).tobytes()
+    folder = Path(rec._spans._folder.name)
+    merged = late == 30  # (a span recorded ~295 rows late: past the bound)
+    assert [p.name for p in folder.iterdir()] == ["merged-1.bin" if merged else "spilled.bin"]
 
 
 def test_the_spans_and_counters_share_one_bound() -> None:
