@@ -317,15 +317,19 @@ def _spill_error(err: OSError) -> SpecmdError:
 
 def _rank(rows: np.ndarray, keys: tuple[str, ...], bound: tuple[Any, ...], side: str) -> int:
     """How many of ``rows`` (sorted by ``keys``) sort before ``bound`` (the keys of a row):
-    those of lesser keys, and with ``side`` ``"right"`` those of equal keys too."""
+    those of lesser keys, and with ``side`` ``"right"`` those of equal keys too. A binary
+    search a row at a time: on rows mapped from a file it reads a few pages, where
+    ``np.searchsorted`` would first copy the whole column."""
     lo, hi = 0, len(rows)
-    for key, value in zip(keys[:-1], bound[:-1], strict=True):
-        column = rows[key][lo:hi]
-        lo, hi = (
-            lo + int(np.searchsorted(column, value, "left")),
-            lo + int(np.searchsorted(column, value, "right")),
-        )
-    return lo + int(np.searchsorted(rows[keys[-1]][lo:hi], bound[-1], side))  # type: ignore[call-overload]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        row = rows[mid]
+        at = tuple(row[k] for k in keys)
+        if at < bound or (side == "right" and at == bound):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 def _upto(
