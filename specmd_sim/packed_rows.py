@@ -33,7 +33,6 @@ GPU, one per network resource), before the largest spills to disk."""
 MERGE_BYTES = 32 << 20
 """Rows read at once, over all runs, while merging sorted runs into one file (or joining them
 in place, :meth:`PackedRows._join`)."""
-_SPILL_FILE = "spilled.bin"
 
 
 class SpillBudget:
@@ -190,7 +189,7 @@ class PackedRows:
                 self._folder = tempfile.TemporaryDirectory(
                     prefix="specmd-rows-", ignore_cleanup_errors=True
                 )
-            path = Path(self._folder.name) / _SPILL_FILE
+            path = self._spill_file()
             with path.open("ab") as out:
                 rows.tofile(out)
         except OSError as err:
@@ -232,10 +231,16 @@ class PackedRows:
         elif len(self._runs) > 1:  # unsorted runs follow each other in their file from row 0
             self._runs = [(self._runs[0][0], 0, self._spilled)]
         path, first, rows = self._runs[0]
-        self._spill_mapped |= path.name == _SPILL_FILE
+        self._spill_mapped |= path == self._spill_file()
         mapped = np.memmap(path, self._dtype, "r", first * self._dtype.itemsize, (rows,))
         mapped.spill_folder = self._folder  # type: ignore[attr-defined]  # kept while mapped
         return np.asarray(mapped)
+
+    def _spill_file(self) -> Path:
+        """The file runs are spilled to: one per merge, so that a file an array given out still
+        maps, which Windows cannot delete, is never written again."""
+        assert self._folder is not None
+        return Path(self._folder.name) / f"spilled-{self._merges}.bin"
 
     def _join(self) -> bool:
         """Make the sorted runs one in place, where each overlaps the rows before it by little
@@ -247,14 +252,16 @@ class PackedRows:
         the first run), nor where an array given out maps the file; returns whether it did."""
         runs, size, keys = self._runs, self._dtype.itemsize, self._keys
         path = runs[0][0]
-        if self._spill_mapped or path.name != _SPILL_FILE or runs[0][1] != 0:
+        if self._spill_mapped or path != self._spill_file() or runs[0][1] != 0:
             return False
         while len(runs) > 1:
             first, rows = runs[1][1], runs[1][2]  # (the runs follow each other: first = rows)
             whole = np.memmap(path, self._dtype, "r", 0, (first + rows,))
             before, run = whole[:first], whole[first:]
-            cut = _rank(before, keys, tuple(run[k][0] for k in keys), "right")
-            upto = _rank(run, keys, tuple(before[k][-1] for k in keys), "left")
+            head, tail = tuple(run[0][k] for k in keys), tuple(before[-1][k] for k in keys)
+            if any(v != v for v in head + tail):  # (a NaN key: sorted last, equal to nothing)
+                return False
+            cut, upto = _rank(before, keys, head, "right"), _rank(run, keys, tail, "left")
             if (first - cut + upto) * size > MERGE_BYTES:
                 return False
             region = _sorted(np.concatenate((before[cut:], run[:upto])), keys)

@@ -180,7 +180,7 @@ def test_the_spill_folder_goes_with_the_last_array_mapped_from_it() -> None:
     rec = _recorder(_rows(30), chunk_rows=4, spill_rows=5)
     spans = rec.array()
     folder = Path(rec._spans._folder.name)
-    assert [p.name for p in folder.iterdir()] == ["spilled.bin"]  # (the runs joined in place)
+    assert [p.name for p in folder.iterdir()] == ["spilled-0.bin"]  # (the runs joined in place)
     del rec
     gc.collect()
     assert folder.is_dir() and spans.size == 30  # the array still maps a file there
@@ -209,7 +209,44 @@ def test_runs_of_spans_recorded_in_time_order_are_joined_in_place(monkeypatch, l
     assert spans.tobytes() == _expected(rows).tobytes()
     folder = Path(rec._spans._folder.name)
     merged = late == 30  # (a span recorded ~295 rows late: past the bound)
-    assert [p.name for p in folder.iterdir()] == ["merged-1.bin" if merged else "spilled.bin"]
+    assert [p.name for p in folder.iterdir()] == ["merged-1.bin" if merged else "spilled-0.bin"]
+
+
+_KEYED = np.dtype([("start", "f8"), ("lane", "i2")])
+
+
+def _keyed_rows(spill_rows: int) -> packed_rows.PackedRows:
+    return packed_rows.PackedRows(_KEYED, 1, ("start", "lane"), _KEYED.itemsize * spill_rows)
+
+
+def test_a_spill_file_that_cannot_be_deleted_is_never_written_again(monkeypatch) -> None:
+    """Windows does not delete a file an array given out still maps: the runs merged after an
+    array was given out leave the spill file where it is, and later runs go to a file of their
+    own (else they would be written after its rows, counted from its first)."""
+
+    def refuse(self: Path, missing_ok: bool = False) -> None:
+        raise PermissionError(13, "mapped", str(self))
+
+    monkeypatch.setattr(Path, "unlink", refuse)
+    rows = _keyed_rows(2)
+    added: list[tuple[float, int]] = []
+    given = []
+    for starts in ((5, 6, 7, 8), (1, 2), (4, 3)):
+        for start in starts:
+            added.append((float(start), 0))
+            rows.append(added[-1])
+        given.append((rows.array(), sorted(added)))
+    for array, expected in given:  # (each as given out, unchanged)
+        assert array.tolist() == expected
+
+
+def test_a_nan_key_leaves_the_runs_to_the_merge() -> None:
+    """A NaN start (none is recorded) sorts last and equals nothing: the runs are merged."""
+    rows = _keyed_rows(2)
+    for start in (1.0, np.nan, 0.0, 2.0):
+        rows.append((start, 0))
+    assert [x for x, _ in rows.array().tolist()][:3] == [0.0, 1.0, 2.0]
+    assert (Path(rows._folder.name) / "merged-1.bin").exists()
 
 
 def test_the_spans_and_counters_share_one_bound() -> None:
