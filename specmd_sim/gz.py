@@ -94,8 +94,5 @@ _FINAL_BLOCK = b"\x03\x00"  # (a fixed-Huffman block of no symbols, marked final
 def _deflate(deflate: Any, level: int, block: bytes, primer: bytes) -> bytes:
     """``block`` as raw deflate primed with ``primer``, ended by a sync flush (the stream goes
     on: no final block)."""
-    if primer:
-        compressor = deflate.compressobj(level, deflate.DEFLATED, -15, zdict=primer)
-    else:
-        compressor = deflate.compressobj(level, deflate.DEFLATED, -15)
+    compressor = deflate.compressobj(level, deflate.DEFLATED, -15, zdict=primer)
     return compressor.compress(block) + compressor.flush(deflate.Z_SYNC_FLUSH)  # type: ignore[no-any-return]

@@ -252,7 +252,7 @@ class PackedRows:
         the first run), nor where an array given out maps the file; returns whether it did."""
         runs, size, keys = self._runs, self._dtype.itemsize, self._keys
         path = runs[0][0]
-        if self._spill_mapped or path != self._spill_file() or runs[0][1] != 0:
+        if self._spill_mapped or path != self._spill_file():  # (its first run is at row 0)
             return False
         while len(runs) > 1:
             first, rows = runs[1][1], runs[1][2]  # (the runs follow each other: first = rows)

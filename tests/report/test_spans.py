@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import time
 import zipfile
 from pathlib import Path
 
@@ -86,6 +87,7 @@ def test_the_served_classes_are_derived_once_for_readers_side_by_side(monkeypatc
 
     def counted(spans: np.ndarray) -> np.ndarray:
         calls.append(1)
+        time.sleep(0.05)  # (long enough for every reader to arrive while it derives)
         return served_class(spans)
 
     monkeypatch.setattr(timeline, "served_class", counted)
