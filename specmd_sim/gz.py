@@ -61,9 +61,9 @@ def write_gzip(path: Path, chunks: Iterable[bytes], level: int) -> None:
         out.write(b"\x1f\x8b\x08\x00\x00\x00\x00\x00" + bytes((xfl, 255)))
         blocks: deque[Future[bytes]] = deque()
         crc = size = 0
-        primer = b""
+        primer: bytes | memoryview = b""
 
-        def submit(block: bytes) -> None:
+        def submit(block: bytes | memoryview) -> None:
             nonlocal crc, size, primer
             crc, size = deflate.crc32(block, crc), size + len(block)
             blocks.append(pool.submit(_deflate, deflate, level, block, primer))
@@ -71,14 +71,21 @@ def write_gzip(path: Path, chunks: Iterable[bytes], level: int) -> None:
             while len(blocks) > threads:  # (a block a thread in flight, at most)
                 out.write(blocks.popleft().result())
 
-        pending = bytearray()
+        # A block within one chunk is compressed where it lies (a view of it); one across
+        # chunks is joined, the one copy (made holding the GIL the chunks' encoders need).
+        pending: list[memoryview] = []
+        held = 0
         for piece in chunks:
-            pending += piece
-            while len(pending) >= BLOCK:
-                submit(bytes(pending[:BLOCK]))
-                del pending[:BLOCK]
+            view = memoryview(piece)
+            while len(view):
+                part, view = view[: BLOCK - held], view[BLOCK - held :]
+                pending.append(part)
+                held += len(part)
+                if held == BLOCK:
+                    submit(pending[0] if len(pending) == 1 else b"".join(pending))
+                    pending, held = [], 0
         if pending:
-            submit(bytes(pending))
+            submit(pending[0] if len(pending) == 1 else b"".join(pending))
         while blocks:
             out.write(blocks.popleft().result())
         out.write(_FINAL_BLOCK + struct.pack("<II", crc, size & 0xFFFFFFFF))
@@ -91,7 +98,9 @@ MAX_THREADS = 4
 _FINAL_BLOCK = b"\x03\x00"  # (a fixed-Huffman block of no symbols, marked final)
 
 
-def _deflate(deflate: Any, level: int, block: bytes, primer: bytes) -> bytes:
+def _deflate(
+    deflate: Any, level: int, block: bytes | memoryview, primer: bytes | memoryview
+) -> bytes:
     """``block`` as raw deflate primed with ``primer``, ended by a sync flush (the stream goes
     on: no final block)."""
     compressor = deflate.compressobj(level, deflate.DEFLATED, -15, zdict=primer)

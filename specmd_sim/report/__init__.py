@@ -15,6 +15,8 @@ What they are built from:
   engine's per-request table (numpy)
 - :mod:`~specmd_sim.report.lod` — what a figure draws exactly and what it aggregates
 - :mod:`~specmd_sim.report.bars` — the bar traces and markers the timeline views share
+- :mod:`~specmd_sim.report.spec` — figures as plotly's JSON (the timeline views: no plotly
+  objects), written as plotly writes them
 - :mod:`~specmd_sim.report.style` — colours, labels and the common layout
 - :mod:`~specmd_sim.report.html` — self-contained pages of figures and tables
 - :mod:`~specmd_sim.report.images` — optional PNG/SVG export (kaleido)

@@ -1,4 +1,5 @@
-"""Plotly bar traces shared by the timeline views: exact spans, aggregated bins, markers.
+"""Plotly bar traces shared by the timeline views: exact spans, aggregated bins, markers (as
+plotly's JSON: :mod:`~specmd_sim.report.spec`).
 
 Time is drawn in milliseconds on x; rows are numeric y positions (the caller's lane or layer
 layout), so bars of any thickness can share a row. Spans are grouped into one trace per
@@ -11,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import plotly.graph_objects as go
 
 from specmd_sim.report.lod import Bins, Detail, bin_bars
 from specmd_sim.report.run_data import RunData
+from specmd_sim.report.spec import trace
 from specmd_sim.report.style import CLASS_LABELS, class_label, kind_colour, kind_label, ms
 from specmd_sim.runs import TRACE_FILE
 from specmd_sim.timeline import KINDS, TRANSFER_KINDS, lane_process
@@ -59,7 +60,7 @@ def span_traces(
     thickness: float | np.ndarray,
     legend: set[str],
     opacity: float = 1.0,
-) -> list[go.Bar]:
+) -> list[dict]:
     """One bar trace per (kind, lane) for the spans ``idx`` at rows ``y`` (same length); on a
     run of several GPUs, one per GPU served on a lane of another device (``host0/cpu-experts
     for gpu1``).
@@ -93,7 +94,7 @@ def span_traces(
     # on several GPUs, a lane of another device (the host's CPU experts) serves them all: a
     # trace per GPU served, its hover naming that GPU
     gpu = run.span_gpu[idx] if len(run.gpus) > 1 else np.full(idx.size, -1, np.int64)
-    traces: list[go.Bar] = []
+    traces: list[dict] = []
     for kind_id, kind in enumerate(KINDS):
         of_kind = s["kind"] == kind_id
         for lane_id in np.unique(s["lane"][of_kind]).tolist():
@@ -123,12 +124,13 @@ def _span_trace(
     token_word: str,
     legend: set[str],
     opacity: float,
-) -> go.Bar:
+) -> dict:
     """The bar trace of the spans ``s[m]`` (of ``kind``, on ``lane``)."""
     text = _CLASS_TEXT[klass[m].astype(np.int64) + 1]
     if kind in TRANSFER_KINDS:
         text = np.where(klass[m] < 0, _UNUSED, text)
-    return go.Bar(
+    return trace(
+        "bar",
         orientation="h",
         name=kind_label(kind),
         legendgroup=kind,
@@ -151,9 +153,9 @@ def bin_traces(
     thickness: float,
     row_names: Sequence[str],
     legend: set[str],
-) -> list[go.Bar]:
+) -> list[dict]:
     """One bar trace per kind for the aggregated ``bins`` (see :mod:`specmd_sim.report.lod`)."""
-    traces: list[go.Bar] = []
+    traces: list[dict] = []
     for kind, bars in bin_bars(bins).items():
         custom = np.stack(
             [
@@ -168,7 +170,8 @@ def bin_traces(
             axis=1,
         )
         traces.append(
-            go.Bar(
+            trace(
+                "bar",
                 orientation="h",
                 name=f"{kind_label(kind)} (aggregated)",
                 legendgroup=kind,

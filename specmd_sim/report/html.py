@@ -34,6 +34,7 @@ from plotly.offline import get_plotlyjs, get_plotlyjs_version
 
 from specmd_sim.atomic import write_text
 from specmd_sim.errors import Notice
+from specmd_sim.report.spec import Spec, spec_json
 
 PLOT_CONFIG: dict[str, Any] = {
     "displaylogo": False,
@@ -131,7 +132,7 @@ class Block:
 
     heading: str
     text: str = ""
-    figures: go.Figure | list[go.Figure] | None = None
+    figures: go.Figure | Spec | list[go.Figure | Spec] | None = None
     html: str = ""
 
 
@@ -167,19 +168,26 @@ def write_page(path: Path, title: str, blocks: list[Block], subtitle_html: str =
     write_text(path, "\n".join(parts), "page")
 
 
-def figure_div(fig: go.Figure, div_id: str) -> str:
-    """The figure as a ``<div>``, its JSON packed (:func:`_packed`) and the script that
-    draws it once plotly.js and the JSON are inflated (plotly.js not included: the page's)."""
-    other = {trace.type for trace in fig.data} - BASIC_TRACE_TYPES
+def figure_div(fig: go.Figure | Spec, div_id: str) -> str:
+    """The figure (or its spec, :mod:`~specmd_sim.report.spec`) as a ``<div>``, its JSON
+    packed (:func:`_packed`) and the script that draws it once plotly.js and the JSON are
+    inflated (plotly.js not included: the page's)."""
+    if isinstance(fig, dict):
+        types = {t["type"] for t in fig["data"]}
+        height = fig["layout"].get("height")
+        text = spec_json(fig)
+    else:
+        types = {trace.type for trace in fig.data}
+        height = fig.layout.height
+        text = pio.to_json(fig, validate=False, remove_uids=True)
+    other = types - BASIC_TRACE_TYPES
     if other:  # a page's plotly.js may be the basic bundle, which would draw nothing of them
         raise ValueError(f"trace types {sorted(other)} are not in plotly.js's basic bundle")
-    height = fig.layout.height
     style = f"height:{height}px; width:100%;" if height else "height:100%; width:100%;"
-    data = pio.to_json(fig, validate=False, remove_uids=True).encode()
     config = json.dumps(PLOT_CONFIG, sort_keys=True)
     return (
         f'<div id="{div_id}" class="plotly-graph-div" style="{style}"></div>'
-        f"{_packed(f'{div_id}-data', data)}"
+        f"{_packed(f'{div_id}-data', text.encode())}"
         f'<script>specmdPlot("{div_id}", {config});</script>'
     )
 

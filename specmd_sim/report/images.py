@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 
 from specmd_sim.atomic import atomic_file
 from specmd_sim.errors import SpecmdError
+from specmd_sim.report.spec import Spec
 from specmd_sim.report.style import without_ui_hints
 
 FORMATS = ("png", "svg")
@@ -25,8 +26,9 @@ def check_format(fmt: str) -> None:
         raise SpecmdError(f"--image: expected one of {', '.join(FORMATS)}, got {fmt!r}")
 
 
-def for_image(fig: go.Figure) -> go.Figure:
-    """A copy of ``fig`` for a still image: the page's hints on dragging and clicking left out
+def for_image(fig: go.Figure | Spec) -> go.Figure:
+    """A copy of ``fig`` (or a figure of the spec, :mod:`~specmd_sim.report.spec`) for a still
+    image: the page's hints on dragging and clicking left out
     of its subtitle and annotations (:func:`~specmd_sim.report.style.ui_hint`)."""
     still = go.Figure(fig)
     subtitle = still.layout.title.subtitle.text
@@ -39,7 +41,7 @@ def for_image(fig: go.Figure) -> go.Figure:
 
 
 def export_images(
-    figures: dict[str, go.Figure], out_dir: Path, stem: str, fmt: str
+    figures: dict[str, go.Figure | Spec], out_dir: Path, stem: str, fmt: str
 ) -> tuple[list[Path], str | None]:
     """Write each figure as ``out_dir/<stem>-<name>.<fmt>``; returns the files written and,
     when export is not possible, why (one line)."""

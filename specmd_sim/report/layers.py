@@ -21,12 +21,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from specmd_sim.report.analysis import layer_totals
 from specmd_sim.report.bars import span_traces, ttft_marks
 from specmd_sim.report.lod import Detail, choose_detail
 from specmd_sim.report.run_data import RunData
+from specmd_sim.report.spec import Spec, add, axes, grid, merge, to_figure, trace
 from specmd_sim.report.style import base_layout, kind_colour, ms, ui_hint
 from specmd_sim.timeline import KIND, TRANSFER_KINDS, track_rows
 
@@ -59,6 +59,15 @@ def layer_figure(
 ) -> go.Figure:
     """The per-layer view of a timing-engine run (``window`` in seconds); on a run of several
     GPUs, one view per GPU, chosen in a menu (the first shown)."""
+    return to_figure(layer_spec(run, max_spans, window))
+
+
+def layer_spec(
+    run: RunData,
+    max_spans: int = 8_000,
+    window: tuple[float, float] | None = None,
+) -> Spec:
+    """:func:`layer_figure` as plotly's JSON (:mod:`~specmd_sim.report.spec`)."""
     spans = run.require_spans("the per-layer view").spans
     n_layers = run.num_layers
     layer = np.where(spans["layer"] >= 0, spans["layer"], n_layers).astype(np.int64)
@@ -68,7 +77,7 @@ def layer_figure(
     exact = np.flatnonzero(detail.exact)
     gpus: list[int | None] = list(range(len(run.gpus))) if len(run.gpus) > 1 else [None]
 
-    fig = make_subplots(
+    layout = grid(
         rows=1,
         cols=2,
         shared_yaxes=True,
@@ -76,22 +85,23 @@ def layer_figure(
         horizontal_spacing=0.015,
         subplot_titles=_panel_titles(run, gpus[0]),
     )
-    titles = [a.to_plotly_json() for a in fig.layout.annotations]
+    fig: Spec = {"data": [], "layout": layout}
+    titles = layout.get("annotations", [])
     views: list[_View] = []
     for gpu in gpus:
         idx = exact if gpu is None else exact[run.span_gpu[exact] == gpu]
-        first_trace = len(fig.data)
+        first_trace = len(fig["data"])
         legend: set[str] = set()
-        for trace in span_traces(run, idx, *_bands(spans, idx, layer), legend):
-            fig.add_trace(trace, row=1, col=1)
-        for trace in _totals(run, gpu):
-            fig.add_trace(trace, row=1, col=2)
+        for item in span_traces(run, idx, *_bands(spans, idx, layer), legend):
+            add(fig, item, row=1, col=1, cols=2)
+        for item in _totals(run, gpu):
+            add(fig, item, row=1, col=2, cols=2)
         shapes, notes = ttft_marks(run, y=-0.5, yanchor="top", gpu=gpu)
         first_view, view_note = _first_view(run, detail.window, window is not None, gpu)
         named = [t for t in _panel_titles(run, gpu) if t]  # plotly skips an empty title
         views.append(
             _View(
-                range(first_trace, len(fig.data)),
+                range(first_trace, len(fig["data"])),
                 shapes + _pass_lines(run, detail.window, gpu),
                 [dict(a, text=t) for a, t in zip(titles, named, strict=True)] + notes,
                 first_view,
@@ -102,27 +112,34 @@ def layer_figure(
             )
         )
     shown = views[0]
-    for i, trace in enumerate(fig.data):
-        trace.visible = i in shown.traces
-    layout = base_layout(
+    for i, item in enumerate(fig["data"]):
+        item["visible"] = i in shown.traces
+    base = base_layout(
         f"Per-layer view — {run.title}",
         shown.subtitle,
         plot_height=max(34 * n_y, 300),
         subplot_titles=True,
     )
-    fig.update_layout(
-        **layout,
-        barmode="overlay",
-        bargap=0,
-        shapes=shown.shapes,
-        annotations=shown.annotations,
-        updatemenus=_gpu_menu(run, views, len(fig.data), layout["legend"]["y"]),
-        hovermode="closest",
+    merge(
+        layout,
+        {
+            **base,
+            "barmode": "overlay",
+            "bargap": 0,
+            "shapes": shown.shapes,
+            "annotations": shown.annotations,
+            "hovermode": "closest",
+        },
     )
+    menu = _gpu_menu(run, views, len(fig["data"]), base["legend"]["y"])
+    if menu:  # (plotly leaves out an empty one)
+        layout["updatemenus"] = menu
     # spans of no MoE layer: the LM head, and the dense-FFN layers of models that have them
     other = "dense layers + LM head" if _has_dense(spans) else "LM head"
     labels = [f"layer {i}" for i in range(n_layers)] + ([other] if has_head else [])
-    fig.update_yaxes(
+    axes(
+        layout,
+        "y",
         tickvals=np.arange(n_y),
         ticktext=labels,
         range=[n_y - 0.5, -0.5],
@@ -131,11 +148,11 @@ def layer_figure(
         zeroline=False,
     )
     if gpus[0] is not None:
-        fig.update_yaxes(title_text=run.gpus[0], row=1, col=1)
-    fig.update_xaxes(title_text="time (ms)", row=1, col=1)
+        layout["yaxis"]["title"] = {"text": run.gpus[0]}
+    layout["xaxis"]["title"] = {"text": "time (ms)"}
     if shown.first_view is not None:
-        fig.update_xaxes(range=shown.first_view, row=1, col=1)
-    fig.update_xaxes(title_text="total over the run (s)", fixedrange=True, row=1, col=2)
+        layout["xaxis"]["range"] = shown.first_view
+    merge(layout["xaxis2"], {"title": {"text": "total over the run (s)"}, "fixedrange": True})
     return fig
 
 
@@ -208,7 +225,7 @@ def _split_transfer_bands(
         thickness[m] = step * 0.9
 
 
-def _totals(run: RunData, gpu: int | None) -> list[go.Bar]:
+def _totals(run: RunData, gpu: int | None) -> list[dict]:
     """Each layer's compute, then its stall, over the run: of one GPU (``gpu``, from its
     spans), or the engine's ``per_layer`` table, whose hover adds the layer's hit rate and
     misses."""
@@ -240,7 +257,8 @@ def _totals(run: RunData, gpu: int | None) -> list[go.Bar]:
             "%{customdata[4]}<extra></extra>"
         )
     return [
-        go.Bar(
+        trace(
+            "bar",
             orientation="h",
             y=layers,
             x=values,

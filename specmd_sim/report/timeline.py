@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from specmd_sim.engine import jit
 from specmd_sim.perfetto import lane_rows_compiled
@@ -36,6 +35,7 @@ from specmd_sim.report.bars import (
 from specmd_sim.report.html import Block, write_page
 from specmd_sim.report.lod import bin_spans, choose_detail, step_bins
 from specmd_sim.report.run_data import RunData
+from specmd_sim.report.spec import Spec, add, axes, grid, merge, to_figure, trace
 from specmd_sim.report.style import PHASE_COLOURS, base_layout, ms, ui_hint
 from specmd_sim.runs import TRACE_FILE
 from specmd_sim.timeline import KIND, counter_label, lane_process, lane_rows
@@ -105,6 +105,16 @@ def timeline_figure(
     bar_budget: int = 3_000,
 ) -> go.Figure:
     """The per-resource timeline of a timing-engine run (``window`` in seconds)."""
+    return to_figure(timeline_spec(run, max_spans, window, bar_budget))
+
+
+def timeline_spec(
+    run: RunData,
+    max_spans: int = DEFAULT_MAX_SPANS,
+    window: tuple[float, float] | None = None,
+    bar_budget: int = 3_000,
+) -> Spec:
+    """:func:`timeline_figure` as plotly's JSON (:mod:`~specmd_sim.report.spec`)."""
     rec = run.require_spans("the timeline")
     spans = rec.spans
     t = tracks(run)
@@ -114,66 +124,67 @@ def timeline_figure(
     counters = {n: c for n, c in sorted(rec.counters.items()) if c.size}
     n_plots = 1 + len(counters)
     lane_px = 30 * len(names) + 40
-    fig = make_subplots(
+    layout = grid(
         rows=n_plots,
         cols=1,
         shared_xaxes=True,
         vertical_spacing=0.04 if counters else 0.0,
         row_heights=[lane_px] + [90] * len(counters),
     )
+    fig: Spec = {"data": [], "layout": layout}
     legend: set[str] = set()
     exact = np.flatnonzero(detail.exact)
-    for trace in span_traces(run, exact, t.lane_y[t.row[exact]], 0.8, legend):
-        fig.add_trace(trace, row=1, col=1)
+    traces = span_traces(run, exact, t.lane_y[t.row[exact]], 0.8, legend)
     if bins is not None:
-        for trace in bin_traces(bins, t.lane_y, 0.8, t.lane_names, legend):
-            fig.add_trace(trace, row=1, col=1)
-    request_traces = _request_traces(run, t.request_y[run.request_gpu])
-    for trace in request_traces + _pass_traces(run, t.pass_y[run.pass_gpu], detail.window):
-        fig.add_trace(trace, row=1, col=1)
+        traces += bin_traces(bins, t.lane_y, 0.8, t.lane_names, legend)
+    traces += _request_traces(run, t.request_y[run.request_gpu])
+    traces += _pass_traces(run, t.pass_y[run.pass_gpu], detail.window)
+    for item in traces:
+        add(fig, item, row=1)
     for i, (name, samples) in enumerate(counters.items(), start=2):
-        for trace in _counter_traces(name, samples, run, detail.window):
-            fig.add_trace(trace, row=i, col=1)
-        fig.update_yaxes(
-            title_text=_counter_title(name),
-            title_font_size=10,
-            row=i,
-            col=1,
-            fixedrange=True,
-        )
+        for item in _counter_traces(name, samples, run, detail.window):
+            add(fig, item, row=i)
+        axes(layout, "y", row=i, title={"text": _counter_title(name), "font": {"size": 10}},
+             fixedrange=True)  # fmt: skip
     shapes, notes = ttft_marks(run, y=t.request_y[run.request_gpu])
-    layout = base_layout(
-        f"Per-resource timeline — {run.title}",
+    subtitle = (
         detail_note(detail, bins)
         + "<br>"
         + ui_hint(
             "Drag to zoom in time, double-click to reset; click a legend entry to hide a kind."
-        ),
-        plot_height=lane_px + 110 * len(counters),
+        )
     )
-    fig.update_layout(
-        **layout,
-        barmode="overlay",
-        bargap=0,
-        dragmode="zoom",
-        shapes=window_shapes(detail, bins) + shapes,
-        annotations=notes,
-        hovermode="closest",
+    merge(
+        layout,
+        {
+            **base_layout(
+                f"Per-resource timeline — {run.title}",
+                subtitle,
+                plot_height=lane_px + 110 * len(counters),
+            ),
+            "barmode": "overlay",
+            "bargap": 0,
+            "dragmode": "zoom",
+            "shapes": window_shapes(detail, bins) + shapes,
+            "annotations": notes,
+            "hovermode": "closest",
+        },
     )
-    fig.update_yaxes(
+    axes(
+        layout,
+        "y",
+        row=1,
         tickvals=np.arange(len(names)),
         ticktext=names,
         range=[len(names) - 0.5, -0.5],
         fixedrange=True,
         showgrid=False,
         zeroline=False,
-        row=1,
-        col=1,
     )
-    fig.update_xaxes(showspikes=True, spikemode="across", spikethickness=1, spikedash="dot")
-    fig.update_xaxes(title_text="time (ms)", row=n_plots, col=1)
+    axes(layout, "x", showspikes=True, spikemode="across", spikethickness=1, spikedash="dot")
+    axes(layout, "x", row=n_plots, title={"text": "time (ms)"})
     if window is not None and detail.window is not None:
-        fig.update_xaxes(range=[detail.window[0] * 1e3, detail.window[1] * 1e3])
+        axes(layout, "x", range=[detail.window[0] * 1e3, detail.window[1] * 1e3])
     return fig
 
 
@@ -185,7 +196,7 @@ def _counter_title(name: str) -> str:
     return f"{device + ' · ' if device else ''}{label}<br>({_UNITS.get(unit, (unit, 1.0))[0]})"
 
 
-def _request_traces(run: RunData, y: np.ndarray) -> list[go.Bar]:
+def _request_traces(run: RunData, y: np.ndarray) -> list[dict]:
     """The prefill and decode bars of each request, at row ``y[i]`` for request row ``i``."""
     req = run.requests
     if not req.size:
@@ -212,7 +223,8 @@ def _request_traces(run: RunData, y: np.ndarray) -> list[go.Bar]:
             "decode tokens, %{x:.4f} ms"
         )
         traces.append(
-            go.Bar(
+            trace(
+                "bar",
                 orientation="h",
                 name=name,
                 legendgroup="phase",
@@ -230,7 +242,7 @@ def _request_traces(run: RunData, y: np.ndarray) -> list[go.Bar]:
     return traces
 
 
-def _pass_traces(run: RunData, y: np.ndarray, window: tuple[float, float] | None) -> list[go.Bar]:
+def _pass_traces(run: RunData, y: np.ndarray, window: tuple[float, float] | None) -> list[dict]:
     """A bar per pass (at row ``y[i]`` for pass row ``i``), coloured by phase; beyond
     ``MAX_PASS_BARS`` only those of the detail window."""
     passes = run.passes
@@ -264,7 +276,8 @@ def _pass_traces(run: RunData, y: np.ndarray, window: tuple[float, float] | None
         axis=1,
     )
     return [
-        go.Bar(
+        trace(
+            "bar",
             orientation="h",
             name="passes",
             showlegend=False,
@@ -290,7 +303,7 @@ def _pass_traces(run: RunData, y: np.ndarray, window: tuple[float, float] | None
 
 def _counter_traces(
     name: str, samples: np.ndarray, run: RunData, window: tuple[float, float] | None
-) -> list[go.Scatter]:
+) -> list[dict]:
     """A counter as a step line: exact inside the detail window (and everywhere when it has
     few changes), elsewhere its min-max band and time-weighted mean per bin."""
     label, unit = counter_label(name)
@@ -301,7 +314,7 @@ def _counter_traces(
     line = {"color": "#555555", "width": 1, "shape": "hv"}
     t_end = max(float(run.metrics.get("makespan_s") or 0.0), float(t.max()))
     segments = [(float(t.min()), t_end)]
-    traces: list[go.Scatter] = []
+    traces: list[dict] = []
     if t.size > MAX_COUNTER_POINTS and window is not None:
         inside = (t >= window[0]) & (t < window[1])
         if inside.sum() <= MAX_COUNTER_POINTS:
@@ -312,7 +325,8 @@ def _counter_traces(
             before = max(int(k[0]) - 1, 0) if k.size else 0
             k = np.r_[before, k] if k.size else k
             traces.append(
-                go.Scatter(
+                trace(
+                    "scatter",
                     x=t[k] * 1e3,
                     y=v[k],
                     mode="lines",
@@ -325,7 +339,8 @@ def _counter_traces(
     if t.size <= MAX_COUNTER_POINTS:
         x = np.r_[t, t_end] * 1e3
         return [
-            go.Scatter(
+            trace(
+                "scatter",
                 x=x,
                 y=np.r_[v, v[-1]],
                 mode="lines",
@@ -347,8 +362,9 @@ def _counter_traces(
             "hoverinfo": "skip",
         }
         traces += [
-            go.Scatter(x=x, y=np.r_[vmin, vmin[-1]], name=f"{label} (min)", **band),
-            go.Scatter(
+            trace("scatter", x=x, y=np.r_[vmin, vmin[-1]], name=f"{label} (min)", **band),
+            trace(
+                "scatter",
                 x=x,
                 y=np.r_[vmax, vmax[-1]],
                 name=f"{label} (max)",
@@ -356,7 +372,8 @@ def _counter_traces(
                 fillcolor="rgba(85,85,85,0.18)",
                 **band,
             ),
-            go.Scatter(
+            trace(
+                "scatter",
                 x=x,
                 y=np.r_[mean, mean[-1]],
                 mode="lines",
@@ -374,14 +391,15 @@ def write_timeline(
     path: Path,
     max_spans: int = DEFAULT_MAX_SPANS,
     window: tuple[float, float] | None = None,
-) -> dict[str, go.Figure]:
+) -> dict[str, Spec]:
     """Write ``timeline.html`` (the per-resource view, then the per-layer view) as one
-    self-contained page; returns the figures by name."""
-    from specmd_sim.report.layers import layer_figure
+    self-contained page; returns the figures by name, as plotly's JSON (``spec.to_figure``
+    makes each a ``go.Figure``)."""
+    from specmd_sim.report.layers import layer_spec
 
     figures = {
-        "timeline": timeline_figure(run, max_spans, window),
-        "layers": layer_figure(run, max_spans, window),
+        "timeline": timeline_spec(run, max_spans, window),
+        "layers": layer_spec(run, max_spans, window),
     }
     m = run.metrics
     write_page(

@@ -63,11 +63,12 @@ def test_exported_images_leave_out_what_the_page_says_about_dragging(timed_dir: 
     still image; the rest of the subtitle is."""
     from specmd_sim.report import RunData, write_timeline
     from specmd_sim.report.images import for_image
+    from specmd_sim.report.spec import to_figure
 
     figures = write_timeline(RunData.load(timed_dir), timed_dir.parent / "t.html")
     assert figures
     for name, fig in figures.items():
-        page, still = fig.layout.title.subtitle.text or "", for_image(fig)
+        page, still = to_figure(fig).layout.title.subtitle.text or "", for_image(fig)
         subtitle = still.layout.title.subtitle.text or ""
         text = " ".join([subtitle, *(a.text or "" for a in still.layout.annotations)])
         assert "rag to zoom" in page, name

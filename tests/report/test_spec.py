@@ -1,0 +1,90 @@
+"""Figures as plotly's JSON (``report/spec.py``), checked against plotly itself: the subplot
+grid against ``make_subplots``, and every timeline and per-layer spec against the figure
+plotly makes of it, whose validation must leave the JSON a page holds unchanged."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import plotly.io as pio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from plotly.subplots import make_subplots
+
+from specmd_sim.metrics import RunResult
+from specmd_sim.report import RunData, timeline
+from specmd_sim.report.layers import layer_spec
+from specmd_sim.report.spec import grid, spec_json, template, to_figure
+from specmd_sim.report.timeline import timeline_spec
+
+
+@st.composite
+def grids(draw: st.DrawFn) -> tuple[int, int, dict]:
+    rows, cols = draw(st.integers(1, 5)), draw(st.integers(1, 3))
+    sizes = st.sampled_from([0.16, 0.3, 0.84, 1, 3, 90, 400])
+    kw: dict = {
+        "shared_xaxes": draw(st.booleans()),
+        "shared_yaxes": draw(st.booleans()),
+    }
+    if draw(st.booleans()):
+        kw["row_heights"] = draw(st.lists(sizes, min_size=rows, max_size=rows))
+    if draw(st.booleans()):
+        kw["column_widths"] = draw(st.lists(sizes, min_size=cols, max_size=cols))
+    if rows > 1 and draw(st.booleans()):
+        kw["vertical_spacing"] = draw(st.sampled_from([0.0, 0.04, 0.1]))
+    if cols > 1 and draw(st.booleans()):
+        kw["horizontal_spacing"] = draw(st.sampled_from([0.0, 0.015, 0.1]))
+    if draw(st.booleans()):
+        titles = st.sampled_from(["", "a", "compute and stall per layer"])
+        kw["subplot_titles"] = draw(st.lists(titles, min_size=rows * cols, max_size=rows * cols))
+    return rows, cols, kw
+
+
+@settings(max_examples=300, deadline=None)
+@given(grids())
+def test_the_grid_is_the_layout_make_subplots_gives(case: tuple[int, int, dict]) -> None:
+    rows, cols, kw = case
+    expected = make_subplots(rows=rows, cols=cols, **kw).to_dict()["layout"]
+    expected.pop("template")
+    assert json.loads(json.dumps(grid(rows, cols, **kw))) == json.loads(json.dumps(expected))
+
+
+def as_plotly_writes_it(spec: dict) -> dict:
+    """The JSON of the figure plotly makes of ``spec`` (validated, its template built)."""
+    return json.loads(pio.to_json(to_figure(spec), validate=False, remove_uids=True))
+
+
+@pytest.fixture(scope="module")
+def runs(timed: RunResult, two_gpus: RunResult) -> dict[str, RunData]:
+    return {"one GPU": RunData.from_result(timed), "two GPUs": RunData.from_result(two_gpus)}
+
+
+@pytest.mark.parametrize("gpus", ["one GPU", "two GPUs"])
+@pytest.mark.parametrize(
+    "view",
+    [{}, {"max_spans": 100}, {"max_spans": 10**9}, {"window": (0.2, 0.4)}],
+    ids=["default", "aggregated", "every span", "window"],
+)
+def test_plotly_leaves_each_spec_as_the_page_writes_it(
+    runs: dict[str, RunData], gpus: str, view: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spec is the figure plotly would make: validating it changes nothing the page holds
+    (every trace, its arrays as plotly writes them, the layout with its template)."""
+    monkeypatch.setattr(timeline, "MAX_COUNTER_POINTS", 50)  # (counters in bands too)
+    run = runs[gpus]
+    if "window" in view:  # (as fractions of the run)
+        end = float(run.metrics["makespan_s"])
+        view = {"window": (view["window"][0] * end, view["window"][1] * end)}
+    for spec in (timeline_spec(run, **view), layer_spec(run, **view)):
+        text = spec_json(spec)
+        assert json.loads(text) == as_plotly_writes_it(spec)
+        assert json.loads(spec_json(spec)) == json.loads(text), "writing leaves the spec as it was"
+        assert any(isinstance(v, np.ndarray) for t in spec["data"] for v in t.values())
+
+
+def test_a_template_plotly_does_not_have_is_one_line() -> None:
+    with pytest.raises(ValueError, match="expected one of plotly's templates, got 'nope'"):
+        template("nope")
+    assert template("plotly_white")["layout"]["plot_bgcolor"] == "white"
