@@ -6,7 +6,8 @@ as Python tuples they would take ~200 bytes each, packed ~16-42, and even packed
 rows outgrow memory (a DeepSeek-V3 decode of 100k tokens records ~115M spans, ~5 GB packed).
 :class:`PackedRows` series sharing a :class:`SpillBudget` therefore hold at most its ``limit``
 of packed rows together: past that, the series holding the most writes its rows to a temporary
-file as a *run* (sorted by its ``keys`` first, where it has any) and starts again.
+file as a *run* (sorted by its ``keys`` first, where it has any; written on a thread of its own
+while the recording goes on) and starts again.
 :meth:`PackedRows.array` gives every row as one array: in memory when nothing was spilled,
 else mapped from a file (``np.memmap``, read only), the runs merged into it a block at a time,
 so neither the recording nor giving out its rows holds more than a bound set by the budget and
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -37,19 +39,59 @@ in place, :meth:`PackedRows._join`)."""
 
 class SpillBudget:
     """Packed rows that several :class:`PackedRows` hold in memory together: at most ``limit``
-    bytes; past it, the series holding the most spills its rows to disk (until within it)."""
+    bytes; past it, the series holding the most spills its rows to disk (until within it).
 
-    __slots__ = ("held", "limit", "members")
+    A spilled run is written on a thread of its own (:class:`_Write`: writing a file releases
+    the GIL) while the recording goes on, one run at a time over all the members: the next
+    spill, and any reading of the spill files, first waits for it. So at most one run's sorted
+    copy is held beside the rows, as when it was written in place."""
+
+    __slots__ = ("_writing", "held", "limit", "members")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.held = 0  # bytes of packed rows the members hold
         self.members: list[PackedRows] = []
+        self._writing: _Write | None = None
 
     def add(self, nbytes: int) -> None:
         self.held += nbytes
         while self.held > self.limit:
             max(self.members, key=PackedRows.held_bytes)._spill()
+
+    def write(self, path: Path, rows: np.ndarray) -> None:
+        """Append ``rows`` to ``path`` on a thread of its own, once the run before is written."""
+        self.written()
+        self._writing = _Write(path, rows)
+
+    def written(self) -> None:
+        """Wait for the run being written; raises the ``OSError`` writing it met."""
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            writing.join()
+
+
+class _Write:
+    """Rows appended to a file on a thread of its own (``tofile`` releases the GIL)."""
+
+    __slots__ = ("_error", "_thread")
+
+    def __init__(self, path: Path, rows: np.ndarray) -> None:
+        self._error: OSError | None = None
+        self._thread = threading.Thread(target=self._run, args=(path, rows), daemon=True)
+        self._thread.start()
+
+    def _run(self, path: Path, rows: np.ndarray) -> None:
+        try:
+            with path.open("ab") as out:
+                rows.tofile(out)
+        except OSError as err:
+            self._error = err
+
+    def join(self) -> None:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
 
 
 class PackedRows:
@@ -182,16 +224,16 @@ class PackedRows:
             self._data.resize(rows, refcheck=False)
 
     def _spill(self) -> None:
-        """Write the packed rows (sorted, as a run) to the spill file and start again."""
-        rows = _sorted(self._data[: self._size], self._keys)
+        """Write the packed rows (sorted, as a run) to the spill file (on a thread of its own:
+        :meth:`SpillBudget.write`) and start again."""
+        rows = _sorted(self._data[: self._size], self._keys)  # (the array itself goes below)
         try:
             if self._folder is None:
                 self._folder = tempfile.TemporaryDirectory(
                     prefix="specmd-rows-", ignore_cleanup_errors=True
                 )
             path = self._spill_file()
-            with path.open("ab") as out:
-                rows.tofile(out)
+            self._budget.write(path, rows)
         except OSError as err:
             raise _spill_error(err) from None
         self._runs.append((path, self._spilled, self._size))
@@ -218,6 +260,10 @@ class PackedRows:
             return self._data
         if self._size:
             self._spill()
+        try:
+            self._budget.written()
+        except OSError as err:
+            raise _spill_error(err) from None
         if len(self._runs) > 1 and self._keys:
             try:
                 joined = self._join()

@@ -281,6 +281,46 @@ def test_no_room_to_spill_is_one_clear_error(monkeypatch, tmp_path) -> None:
         _recorder(_rows(30), chunk_rows=4, spill_rows=5)
 
 
+def test_a_run_that_could_not_be_written_is_one_clear_error(monkeypatch, tmp_path) -> None:
+    """Runs are written on a thread of their own while the recording goes on: a run that
+    could not be written (here: its file's folder gone) is the same one line, raised where
+    the rows are next spilled or read."""
+    monkeypatch.setattr(
+        packed_rows.PackedRows, "_spill_file", lambda self: tmp_path / "gone" / "spilled.bin"
+    )
+    rec = _recorder(_rows(3), chunk_rows=1, spill_rows=2)  # (one run, being written)
+    with pytest.raises(SpecmdError, match=r"^spans: could not spill .*set TMPDIR"):
+        rec.array()
+    with pytest.raises(SpecmdError, match=r"^spans: could not spill .*set TMPDIR"):
+        _recorder(_rows(30), chunk_rows=1, spill_rows=2)  # (raised by the next spill)
+
+
+def test_runs_are_written_one_at_a_time_beside_the_recording(monkeypatch) -> None:
+    """At most one run is being written at any time, over every series of a budget (each
+    written run's sorted copy is held until written): a spill waits for the run before."""
+    writing: list[int] = []
+    in_flight = []
+    real = packed_rows._Write.__init__
+
+    def write(self, path: Path, rows: np.ndarray) -> None:
+        in_flight.append(sum(1 for w in writing if w))
+        writing.append(1)
+        real(self, path, rows)
+
+    def join(self, _join=packed_rows._Write.join) -> None:
+        _join(self)
+        writing[writing.index(1)] = 0
+
+    monkeypatch.setattr(packed_rows._Write, "__init__", write)
+    monkeypatch.setattr(packed_rows._Write, "join", join)
+    rows = _rows(200, seed=3)
+    spilled = _recorder(rows, chunk_rows=3, spill_rows=7)
+    for i in range(40):  # (a counter series sharing the budget spills too)
+        spilled.sample("c", float(i), float(i % 5))
+    assert len(in_flight) > 20 and max(in_flight) == 0
+    assert spilled.array().tobytes() == _expected(rows).tobytes()
+
+
 @pytest.mark.parametrize("counter_chunk_rows", [1, 3, COUNTER_CHUNK_ROWS])
 @pytest.mark.parametrize("spill", [0, 1, 4], ids=["in-memory", "spill-1", "spill-4"])
 def test_chunked_counters_are_what_one_list_gives(counter_chunk_rows: int, spill: int) -> None:
