@@ -26,7 +26,7 @@ from specmd_sim.report.analysis import layer_totals
 from specmd_sim.report.bars import span_traces, ttft_marks
 from specmd_sim.report.lod import Detail, choose_detail
 from specmd_sim.report.run_data import RunData
-from specmd_sim.report.spec import Spec, add, axes, grid, merge, to_figure, trace
+from specmd_sim.report.spec import Spec, add, axes, grid, merge, tidy, to_figure, trace
 from specmd_sim.report.style import base_layout, kind_colour, ms, ui_hint
 from specmd_sim.timeline import KIND, TRANSFER_KINDS, track_rows
 
@@ -128,12 +128,11 @@ def layer_spec(
             "bargap": 0,
             "shapes": shown.shapes,
             "annotations": shown.annotations,
+            "updatemenus": _gpu_menu(run, views, len(fig["data"]), base["legend"]["y"]),
             "hovermode": "closest",
         },
     )
-    menu = _gpu_menu(run, views, len(fig["data"]), base["legend"]["y"])
-    if menu:  # (plotly leaves out an empty one)
-        layout["updatemenus"] = menu
+    tidy(layout)
     # spans of no MoE layer: the LM head, and the dense-FFN layers of models that have them
     other = "dense layers + LM head" if _has_dense(spans) else "LM head"
     labels = [f"layer {i}" for i in range(n_layers)] + ([other] if has_head else [])

@@ -9,24 +9,27 @@ therefore built as a *spec*: the dict plotly's ``Figure.to_dict()`` would give, 
 [trace, ...], "layout": {...}}``, each trace with its ``"type"``, nested properties as nested
 dicts, arrays as numpy arrays, the layout's ``"template"`` by name. :func:`spec_json` writes it
 as plotly writes a figure: the template as plotly loads it (its JSON from plotly's package
-data), numeric arrays as base64 typed arrays (plotly's own ``convert_to_base64``), the same
-encoder. :func:`to_figure` makes it a ``go.Figure`` for whoever wants one (images, users); the
-tests check that plotly's validation leaves every spec's JSON unchanged, so a spec is what the
-figure would be. :func:`grid` lays out subplots as ``plotly.subplots.make_subplots`` does.
+data), numeric arrays as base64 typed arrays, the rest as plotly's encoder writes it (plotly
+5-7's rules, restated: its writer imports narwhals, ~40 ms of a run's start). :func:`to_figure`
+makes it a ``go.Figure`` for whoever wants one (images, users); the tests check that plotly's
+validation and writing of that figure give the same JSON, so a spec is what the figure would
+be. :func:`grid` lays out subplots as ``plotly.subplots.make_subplots`` does. This module
+imports no plotly module until :func:`to_figure` is called.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import json
 import pkgutil
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import plotly.graph_objects as go
-import plotly.io as pio
-from _plotly_utils.utils import convert_to_base64
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 Spec = dict[str, Any]
 """A figure as plotly's JSON: ``{"data": [...], "layout": {...}}`` (see the module)."""
@@ -34,28 +37,73 @@ Spec = dict[str, Any]
 
 def to_figure(spec: Spec) -> go.Figure:
     """``spec`` as a plotly figure (validated by plotly)."""
+    import plotly.graph_objects as go
+
     return go.Figure(spec)
 
 
 def spec_json(spec: Spec) -> str:
-    """``spec`` as plotly's ``to_json(go.Figure(spec), validate=False, remove_uids=True)``
-    writes it, without building the figure: its template by name expanded as plotly loads
-    it, numeric arrays as base64 typed arrays."""
-    out = _containers(spec)
-    layout = out.setdefault("layout", {})
-    if isinstance(layout.get("template"), str):
-        layout["template"] = template(layout["template"])
-    convert_to_base64(out)  # (in place: ``out``'s containers are copies)
-    return pio.to_json(out, validate=False)
+    """``spec`` as plotly writes the figure of it (``plotly.io.to_json(go.Figure(spec),
+    validate=False, remove_uids=True)``: the same JSON once parsed), without building the
+    figure: its template by name expanded as plotly loads it, numeric arrays as base64 typed
+    arrays and other arrays as lists (plotly's ``convert_to_base64`` and
+    ``to_typed_array_spec``, ``_plotly_utils/utils.py``), NaN and infinities as null, no
+    spaces, ``<``, ``>`` and ``/`` escaped (``plotly/io/_json.py``)."""
+    out = _plain(spec)
+    if isinstance(out.get("layout", {}).get("template"), str):
+        out["layout"]["template"] = template(out["layout"]["template"])
+    text = json.dumps(out, separators=(",", ":"), default=_scalar)
+    if "NaN" in text or "Infinity" in text:  # (plotly's test, titles' words included)
+        text = json.dumps(json.loads(text, parse_constant=lambda _: None), separators=(",", ":"))
+    for unsafe, safe in (("<", "\\u003c"), (">", "\\u003e"), ("/", "\\u002f")):
+        text = text.replace(unsafe, safe)
+    return text
 
 
-def _containers(value: Any) -> Any:
-    """``value`` with its dicts, lists and tuples copied (the leaves shared)."""
+_SHORT_TYPES = {
+    "int8": "i1", "uint8": "u1", "int16": "i2", "uint16": "u2", "int32": "i4", "uint32": "u4",
+    "float32": "f4", "float64": "f8",
+}  # fmt: skip
+_NOT_TYPED = frozenset({"geojson", "layer", "layers", "range"})
+"""Keys whose arrays plotly writes as lists, never as typed arrays."""
+
+
+def _plain(value: Any, key: str | None = None) -> Any:
+    """``value`` with its containers copied (dicts stay dicts, tuples become lists) and its
+    numpy arrays as plotly writes them (:func:`_typed`)."""
     if isinstance(value, dict):
-        return {k: _containers(v) for k, v in value.items()}
+        return {k: _plain(v, k) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_containers(v) for v in value]
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist() if key in _NOT_TYPED else _typed(value)
     return value
+
+
+def _typed(v: np.ndarray) -> Any:
+    """An array as plotly's JSON holds it: a typed array ``{"dtype", "bdata"[, "shape"]}`` of
+    a numeric type plotly.js reads (64-bit integers narrowed where their values fit, else a
+    list), anything else (strings, objects, booleans, no values) a list."""
+    if v.size and v.dtype.kind in "iu" and v.dtype.itemsize == 8:
+        lo, hi = int(v.min()), int(v.max())
+        kinds = (np.int8, np.int16, np.int32) if v.dtype.kind == "i" else (
+            np.uint8, np.uint16, np.uint32)  # fmt: skip
+        fits = [k for k in kinds if np.iinfo(k).min <= lo and hi <= np.iinfo(k).max]
+        v = v.astype(fits[0]) if fits else v
+    code = _SHORT_TYPES.get(v.dtype.name)
+    if code is None or not v.size:
+        return v.tolist()
+    out = {"dtype": code, "bdata": base64.b64encode(np.ascontiguousarray(v)).decode("ascii")}
+    if v.ndim > 1:
+        out["shape"] = str(v.shape)[1:-1]
+    return out
+
+
+def _scalar(value: Any) -> Any:
+    """A numpy scalar as the Python number it holds (``json.dumps``'s ``default``)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"figure JSON: expected numbers, text and arrays, got {type(value).__name__}")
 
 
 @functools.cache
@@ -161,6 +209,14 @@ def _clip(y: float) -> float:
 def _suffix(k: int) -> str:
     """The axis number of subplot ``k`` (counted from 1) as plotly names it: none for 1."""
     return "" if k == 1 else str(k)
+
+
+def tidy(layout: dict[str, Any]) -> None:
+    """Leave out the layout's empty lists of items (``annotations``, ``shapes``,
+    ``updatemenus``), as plotly does."""
+    for key in ("annotations", "shapes", "updatemenus"):
+        if key in layout and not len(layout[key]):
+            del layout[key]
 
 
 def axes(layout: dict[str, Any], which: str, row: int | None = None, **props: Any) -> None:

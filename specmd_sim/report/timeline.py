@@ -35,7 +35,7 @@ from specmd_sim.report.bars import (
 from specmd_sim.report.html import Block, write_page
 from specmd_sim.report.lod import bin_spans, choose_detail, step_bins
 from specmd_sim.report.run_data import RunData
-from specmd_sim.report.spec import Spec, add, axes, grid, merge, to_figure, trace
+from specmd_sim.report.spec import Spec, add, axes, grid, merge, tidy, to_figure, trace
 from specmd_sim.report.style import PHASE_COLOURS, base_layout, ms, ui_hint
 from specmd_sim.runs import TRACE_FILE
 from specmd_sim.timeline import KIND, counter_label, lane_process, lane_rows
@@ -170,6 +170,7 @@ def timeline_spec(
             "hovermode": "closest",
         },
     )
+    tidy(layout)
     axes(
         layout,
         "y",

@@ -84,7 +84,58 @@ def test_plotly_leaves_each_spec_as_the_page_writes_it(
         assert any(isinstance(v, np.ndarray) for t in spec["data"] for v in t.values())
 
 
+def test_a_view_with_no_markers_has_no_empty_lists_of_them(
+    runs: dict[str, RunData], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No first-token marks (too many requests) and every span drawn (no aggregated ranges):
+    no shapes or annotations, as plotly leaves empty ones out."""
+    monkeypatch.setattr(timeline, "ttft_marks", lambda *a, **k: ([], []))
+    spec = timeline_spec(runs["one GPU"], max_spans=10**9)
+    assert "shapes" not in spec["layout"] and "annotations" not in spec["layout"]
+    assert json.loads(spec_json(spec)) == as_plotly_writes_it(spec)
+
+
 def test_a_template_plotly_does_not_have_is_one_line() -> None:
     with pytest.raises(ValueError, match="expected one of plotly's templates, got 'nope'"):
         template("nope")
     assert template("plotly_white")["layout"]["plot_bgcolor"] == "white"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([1.5, np.nan, np.inf, -np.inf]),
+        np.arange(5, dtype=np.int64) * 1_000,
+        np.array([1, 1 << 40], dtype=np.int64),
+        np.array([3, 70_000], dtype=np.uint64),
+        np.array([1, 2], dtype=np.float32),
+        np.array([True, False]),
+        np.zeros(0),
+        np.arange(6.0).reshape(3, 2),
+        np.array(["a", "b</script>"], dtype=object),
+        np.array(["x", "y"]),
+    ],
+    ids=[
+        "floats",
+        "int64",
+        "int64-wide",
+        "uint64",
+        "float32",
+        "bool",
+        "empty",
+        "2-d",
+        "objects",
+        "unicode",
+    ],
+)
+def test_arrays_are_written_as_plotly_writes_them(values: np.ndarray) -> None:
+    """Each kind of array, and a numpy scalar, a tuple and an array under a key plotly never
+    types (``range``), against plotly's writing of the same figure."""
+    spec = {
+        "data": [{"type": "scatter", "x": values, "y": np.arange(values.shape[0]),
+                  "customdata": values, "marker": {"size": np.int64(3)}}],
+        "layout": {"template": "plotly_white",
+                   "xaxis": {"range": np.array([0.5, 2.0]), "tickvals": (1, 2)},
+                   "title": {"text": "NaN <b>Infinity</b>"}},
+    }  # fmt: skip
+    assert json.loads(spec_json(spec)) == as_plotly_writes_it(spec)
