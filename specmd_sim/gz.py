@@ -44,7 +44,8 @@ def compressor() -> tuple[str, str | None]:
 
 
 def write_gzip(path: Path, chunks: Iterable[bytes], level: int) -> None:
-    """Write ``chunks`` gzip-compressed at ``level`` to ``path`` (atomically).
+    """Write ``chunks`` gzip-compressed at ``level`` to ``path`` (atomically). A chunk is read
+    where it lies until it is compressed: it must not change once given.
 
     The bytes are cut in blocks of :data:`BLOCK`, compressed on up to :data:`MAX_THREADS`
     threads at once (the compressors release the GIL) while the next chunks are made, and
@@ -76,7 +77,7 @@ def write_gzip(path: Path, chunks: Iterable[bytes], level: int) -> None:
         pending: list[memoryview] = []
         held = 0
         for piece in chunks:
-            view = memoryview(piece)
+            view = memoryview(piece).cast("B")  # (its bytes, whatever its item type)
             while len(view):
                 part, view = view[: BLOCK - held], view[BLOCK - held :]
                 pending.append(part)

@@ -13,7 +13,7 @@ import plotly.graph_objects as go
 
 from specmd_sim.atomic import atomic_file
 from specmd_sim.errors import SpecmdError
-from specmd_sim.report.spec import Spec
+from specmd_sim.report.spec import Spec, to_figure
 from specmd_sim.report.style import without_ui_hints
 
 FORMATS = ("png", "svg")
@@ -30,7 +30,7 @@ def for_image(fig: go.Figure | Spec) -> go.Figure:
     """A copy of ``fig`` (or a figure of the spec, :mod:`~specmd_sim.report.spec`) for a still
     image: the page's hints on dragging and clicking left out
     of its subtitle and annotations (:func:`~specmd_sim.report.style.ui_hint`)."""
-    still = go.Figure(fig)
+    still = to_figure(fig) if isinstance(fig, dict) else go.Figure(fig)
     subtitle = still.layout.title.subtitle.text
     if subtitle:
         still.layout.title.subtitle.text = without_ui_hints(subtitle)

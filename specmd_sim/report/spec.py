@@ -36,10 +36,11 @@ Spec = dict[str, Any]
 
 
 def to_figure(spec: Spec) -> go.Figure:
-    """``spec`` as a plotly figure (validated by plotly)."""
+    """``spec`` as a plotly figure (validated by plotly), the spec left as it was (plotly's
+    validation takes each trace's ``type`` out of its dict and puts it back)."""
     import plotly.graph_objects as go
 
-    return go.Figure(spec)
+    return go.Figure({**spec, "data": [dict(t) for t in spec.get("data", ())]})
 
 
 def spec_json(spec: Spec) -> str:
@@ -143,6 +144,12 @@ def grid(
     h_space = 0.2 / cols if horizontal_spacing is None else horizontal_spacing
     v_space = (0.3 if subplot_titles is None else 0.5) / rows
     v_space = v_space if vertical_spacing is None else vertical_spacing
+    for space, n, name in ((h_space, cols, "horizontal"), (v_space, rows, "vertical")):
+        if not 0 <= space <= (1.0 / (n - 1) if n > 1 else 1.0):
+            raise ValueError(
+                f"{name} spacing of {n} subplots: expected 0 to {1 / max(n - 1, 1):g} (as "
+                f"plotly's make_subplots), got {space:g}"
+            )
     free_w, free_h = 1.0 - h_space * (cols - 1), 1.0 - v_space * (rows - 1)
     if column_widths is None:
         widths = [free_w / cols] * cols
@@ -163,7 +170,7 @@ def grid(
         for c in range(cols):
             x0 = sum(widths[:c]) + c * h_space
             k = _suffix(r * cols + c + 1)
-            x = [x0, x0 + widths[c]]  # (plotly's validation clips it; its titles do not)
+            x = [x0, x0 + widths[c]]  # (clipped for the axis, not for the titles: as plotly)
             layout[f"xaxis{k}"] = {"anchor": f"y{k}", "domain": [_clip(v) for v in x]}
             layout[f"yaxis{k}"] = {"anchor": f"x{k}", "domain": y}
             domains.append((x, y))
@@ -202,7 +209,8 @@ def grid(
 
 
 def _clip(y: float) -> float:
-    """A domain's bound as plotly rounds it: within 0.01 outside [0, 1], to 0 or 1."""
+    """A domain's bound clamped to [0, 1], as ``make_subplots`` clamps each subplot's domain
+    (``_subplots._init_subplot``: sums past a bound by a rounding error, plotly's GH1031)."""
     return min(max(y, 0.0), 1.0)
 
 
@@ -221,8 +229,8 @@ def tidy(layout: dict[str, Any]) -> None:
 
 def axes(layout: dict[str, Any], which: str, row: int | None = None, **props: Any) -> None:
     """``fig.update_xaxes`` / ``update_yaxes`` (``which`` "x" or "y") on a spec's layout made
-    by :func:`grid` with one column (``row`` counted from 1; None: every such axis): nested
-    properties as dicts, merged into what is there."""
+    by :func:`grid`: every such axis, or with ``row`` (counted from 1) that row's axis of a grid
+    of one column. Nested properties as dicts, merged into what is there."""
     names = sorted(k for k in layout if k.startswith(f"{which}axis"))
     if row is not None:
         names = [f"{which}axis{_suffix(row)}"]

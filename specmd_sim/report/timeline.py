@@ -128,7 +128,7 @@ def timeline_spec(
         rows=n_plots,
         cols=1,
         shared_xaxes=True,
-        vertical_spacing=0.04 if counters else 0.0,
+        vertical_spacing=min(0.04, 0.5 / len(counters)) if counters else 0.0,  # (8 GPUs: 33)
         row_heights=[lane_px] + [90] * len(counters),
     )
     fig: Spec = {"data": [], "layout": layout}

@@ -5,6 +5,7 @@ plotly makes of it, whose validation must leave the JSON a page holds unchanged.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import numpy as np
 import plotly.io as pio
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plotly.subplots import make_subplots
 
+from specmd_sim import SimConfig, simulate
 from specmd_sim.metrics import RunResult
 from specmd_sim.report import RunData, timeline
 from specmd_sim.report.layers import layer_spec
@@ -49,6 +51,40 @@ def test_the_grid_is_the_layout_make_subplots_gives(case: tuple[int, int, dict])
     expected = make_subplots(rows=rows, cols=cols, **kw).to_dict()["layout"]
     expected.pop("template")
     assert json.loads(json.dumps(grid(rows, cols, **kw))) == json.loads(json.dumps(expected))
+
+
+@pytest.mark.parametrize("rows, cols, space", [(34, 1, 0.04), (1, 3, 0.6), (2, 1, -0.1)])
+def test_spacing_a_grid_cannot_have_is_refused_as_make_subplots_refuses_it(
+    rows: int, cols: int, space: float
+) -> None:
+    kw = {"vertical_spacing" if cols == 1 else "horizontal_spacing": space}
+    with pytest.raises(ValueError, match="spacing"):
+        make_subplots(rows=rows, cols=cols, **kw)
+    with pytest.raises(ValueError, match=r"spacing of \d+ subplots: expected 0 to .* got"):
+        grid(rows, cols, **kw)
+
+
+def test_many_counters_fit_the_timeline(tiny_config: Callable[..., SimConfig]) -> None:
+    """A plot per counter (a run of 8 GPUs records ~33): the spacing between them shrinks so
+    that they fit (plotly refuses 0.04 between more than 26 subplots)."""
+    run = RunData.from_result(
+        simulate(tiny_config(hardware="hgx-h100-8gpu",
+                             parallel={"gpus": 8, "mode": "expert-sharded"}))
+    )  # fmt: skip
+    counters = run.require_spans("the timeline").counters
+    samples = next(c for c in counters.values() if c.size)
+    counters.update({f"gpu{g}/extra_{k}_bytes": samples for g in range(8) for k in range(3)})
+    spec = timeline_spec(run)
+    domains = [v["domain"] for k, v in spec["layout"].items() if k.startswith("yaxis")]
+    assert len(domains) > 26 and all(hi > lo for lo, hi in domains)
+    assert json.loads(spec_json(spec)) == as_plotly_writes_it(spec)
+
+
+def test_a_figure_of_a_spec_leaves_the_spec_as_it_was(runs: dict[str, RunData]) -> None:
+    spec = layer_spec(runs["two GPUs"])
+    text = spec_json(spec)
+    to_figure(spec)
+    assert spec_json(spec) == text
 
 
 def as_plotly_writes_it(spec: dict) -> dict:
