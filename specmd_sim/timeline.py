@@ -324,22 +324,21 @@ def served_class(spans: np.ndarray) -> np.ndarray:
     demand fetch serves a miss (or a late hit, when a queued prefetch was promoted), a prefetch
     a hit or a late hit. A prefetch whose target layer did not run its expert gets -1.
     """
-    out = spans["klass"].astype(np.int8).copy()
-    transfer = np.isin(spans["kind"], _TRANSFER_IDS)
-    runs = np.isin(spans["kind"], _RUN_IDS) & (spans["klass"] >= 0) & (spans["pass_"] >= 0)
+    kind, klass = spans["kind"], spans["klass"]
+    out = klass.astype(np.int8)  # (a copy: the column is a view of the rows)
+    transfer = np.isin(kind, _TRANSFER_IDS)
+    runs = np.isin(kind, _RUN_IDS) & (klass >= 0) & (spans["pass_"] >= 0)
     if not transfer.any():
         return out
     if not runs.any():
         out[transfer] = -1
         return out
-
-    def key(s: np.ndarray) -> np.ndarray:
-        return (s["pass_"].astype(np.int64) << 32) | (s["expert"].astype(np.int64) & 0xFFFFFFFF)
-
-    run_keys = key(spans[runs])
+    # (the keys of every span from the two columns, then those wanted: not whole rows taken)
+    key = (spans["pass_"].astype(np.int64) << 32) | (spans["expert"].astype(np.int64) & 0xFFFFFFFF)
+    run_keys = key[runs]
     order = np.argsort(run_keys, kind="stable")
-    sorted_keys, sorted_class = run_keys[order], spans["klass"][runs][order]
-    wanted = key(spans[transfer])
+    sorted_keys, sorted_class = run_keys[order], klass[runs][order]
+    wanted = key[transfer]
     pos = np.minimum(np.searchsorted(sorted_keys, wanted), sorted_keys.size - 1)
     out[transfer] = np.where(sorted_keys[pos] == wanted, sorted_class[pos], -1)
     return out

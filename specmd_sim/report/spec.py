@@ -69,13 +69,16 @@ _NOT_TYPED = frozenset({"geojson", "layer", "layers", "range"})
 """Keys whose arrays plotly writes as lists, never as typed arrays."""
 
 
+_CONTAINERS = (dict, list, tuple, np.ndarray)
+
+
 def _plain(value: Any, key: str | None = None) -> Any:
     """``value`` with its containers copied (dicts stay dicts, tuples become lists) and its
     numpy arrays as plotly writes them (:func:`_typed`)."""
     if isinstance(value, dict):
         return {k: _plain(v, k) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+    if isinstance(value, (list, tuple)):  # (a list of numbers, a bar's base: as it is)
+        return [_plain(v) if isinstance(v, _CONTAINERS) else v for v in value]
     if isinstance(value, np.ndarray):
         return value.tolist() if key in _NOT_TYPED else _typed(value)
     return value
