@@ -43,32 +43,40 @@ class SpillBudget:
 
     A spilled run is written on a thread of its own (:class:`_Write`: writing a file releases
     the GIL) while the recording goes on, one run at a time over all the members: the next
-    spill, and any reading of the spill files, first waits for it. So at most one run's sorted
-    copy is held beside the rows, as when it was written in place."""
+    spill waits for it before it sorts its rows, and any reading of the spill files before it
+    reads. So at most one run's sorted copy is held beside the rows, as when it was written in
+    place. A run that could not be written fails every later spill and read of the budget's
+    series (the rows are incomplete). The thread keeps the run's temporary folder, and the
+    interpreter waits for it at exit, before the folders are removed."""
 
-    __slots__ = ("_writing", "held", "limit", "members")
+    __slots__ = ("_failed", "_writing", "held", "limit", "members")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.held = 0  # bytes of packed rows the members hold
         self.members: list[PackedRows] = []
         self._writing: _Write | None = None
+        self._failed: Exception | None = None  # a run not written: every later read fails
 
     def add(self, nbytes: int) -> None:
         self.held += nbytes
         while self.held > self.limit:
             max(self.members, key=PackedRows.held_bytes)._spill()
 
-    def write(self, path: Path, rows: np.ndarray) -> None:
-        """Append ``rows`` to ``path`` on a thread of its own, once the run before is written."""
+    def write(self, path: Path, rows: np.ndarray, folder: object) -> None:
+        """Append ``rows`` to ``path`` on a thread of its own, once the run before is written
+        (``folder``, the file's temporary folder, kept until it is)."""
         self.written()
-        self._writing = _Write(path, rows)
+        self._writing = _Write(path, rows, folder)
 
     def written(self) -> None:
-        """Wait for the run being written; raises the ``OSError`` writing it met."""
+        """Wait for the run being written; raises what writing it met (an ``OSError``: no
+        room, say), and again at every later call."""
         writing, self._writing = self._writing, None
         if writing is not None:
-            writing.join()
+            self._failed = writing.join()
+        if self._failed is not None:
+            raise self._failed
 
 
 class _Write:
@@ -76,22 +84,23 @@ class _Write:
 
     __slots__ = ("_error", "_thread")
 
-    def __init__(self, path: Path, rows: np.ndarray) -> None:
-        self._error: OSError | None = None
-        self._thread = threading.Thread(target=self._run, args=(path, rows), daemon=True)
+    def __init__(self, path: Path, rows: np.ndarray, folder: object) -> None:
+        self._error: Exception | None = None
+        # (not a daemon: the interpreter's exit waits for it before removing ``folder``)
+        self._thread = threading.Thread(target=self._run, args=(path, rows, folder))
         self._thread.start()
 
-    def _run(self, path: Path, rows: np.ndarray) -> None:
+    def _run(self, path: Path, rows: np.ndarray, folder: object) -> None:
         try:
             with path.open("ab") as out:
                 rows.tofile(out)
-        except OSError as err:
+        except Exception as err:  # (given to the recording's thread, whatever it is)
             self._error = err
 
-    def join(self) -> None:
+    def join(self) -> Exception | None:
+        """Wait for the write; what it raised, if anything."""
         self._thread.join()
-        if self._error is not None:
-            raise self._error
+        return self._error
 
 
 class PackedRows:
@@ -226,6 +235,10 @@ class PackedRows:
     def _spill(self) -> None:
         """Write the packed rows (sorted, as a run) to the spill file (on a thread of its own:
         :meth:`SpillBudget.write`) and start again."""
+        try:
+            self._budget.written()  # (the run before written, and its sorted copy gone)
+        except OSError as err:
+            raise _spill_error(err) from None
         rows = _sorted(self._data[: self._size], self._keys)  # (the array itself goes below)
         try:
             if self._folder is None:
@@ -233,7 +246,7 @@ class PackedRows:
                     prefix="specmd-rows-", ignore_cleanup_errors=True
                 )
             path = self._spill_file()
-            self._budget.write(path, rows)
+            self._budget.write(path, rows, self._folder)
         except OSError as err:
             raise _spill_error(err) from None
         self._runs.append((path, self._spilled, self._size))

@@ -7,10 +7,13 @@ folder goes with the last array mapped from it."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import gc
 import random
 import tempfile
+import time
+import weakref
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -302,14 +305,14 @@ def test_runs_are_written_one_at_a_time_beside_the_recording(monkeypatch) -> Non
     in_flight = []
     real = packed_rows._Write.__init__
 
-    def write(self, path: Path, rows: np.ndarray) -> None:
+    def write(self, path: Path, rows: np.ndarray, folder: object) -> None:
         in_flight.append(sum(1 for w in writing if w))
         writing.append(1)
-        real(self, path, rows)
+        real(self, path, rows, folder)
 
-    def join(self, _join=packed_rows._Write.join) -> None:
-        _join(self)
+    def join(self, _join=packed_rows._Write.join) -> Exception | None:
         writing[writing.index(1)] = 0
+        return _join(self)
 
     monkeypatch.setattr(packed_rows._Write, "__init__", write)
     monkeypatch.setattr(packed_rows._Write, "join", join)
@@ -319,6 +322,48 @@ def test_runs_are_written_one_at_a_time_beside_the_recording(monkeypatch) -> Non
         spilled.sample("c", float(i), float(i % 5))
     assert len(in_flight) > 20 and max(in_flight) == 0
     assert spilled.array().tobytes() == _expected(rows).tobytes()
+
+
+def test_a_run_not_written_fails_every_later_read(monkeypatch) -> None:
+    """A disk full half-way through a run: the rows are incomplete, so every later read of
+    the recording is the one line, not only the first (nor a mapping error after it)."""
+    real = packed_rows._Write._run
+
+    def half(self, path: Path, rows: np.ndarray, folder: object) -> None:
+        real(self, path, rows[: len(rows) // 2], folder)
+        self._error = OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(packed_rows._Write, "_run", half)
+    rec = _recorder(_rows(3), chunk_rows=1, spill_rows=2)
+    monkeypatch.setattr(packed_rows._Write, "_run", real)  # (room again: too late)
+    for _ in range(2):
+        with pytest.raises(SpecmdError, match=r"^spans: could not spill .*No space left"):
+            rec.array()
+
+
+def test_one_sorted_run_is_held_at_a_time(monkeypatch) -> None:
+    """A spill sorts its rows once the run before is written (and its sorted copy gone), the
+    writer slowed so that every spill finds the one before still being written."""
+    alive: list[weakref.ref] = []
+    most = [0]
+    real_sorted, real_run = packed_rows._sorted, packed_rows._Write._run
+
+    def tracked(rows: np.ndarray, keys: tuple[str, ...]) -> np.ndarray:
+        out = real_sorted(rows, keys)
+        alive.append(weakref.ref(out))
+        most[0] = max(most[0], sum(r() is not None for r in alive))
+        return out
+
+    def slow(self, path: Path, rows: np.ndarray, folder: object) -> None:
+        time.sleep(0.002)
+        real_run(self, path, rows, folder)
+
+    monkeypatch.setattr(packed_rows, "_sorted", tracked)
+    monkeypatch.setattr(packed_rows._Write, "_run", slow)
+    rows = _rows(120, seed=4)
+    rec = _recorder(rows, chunk_rows=3, spill_rows=7)
+    assert len(alive) > 10 and most[0] == 1
+    assert rec.array().tobytes() == _expected(rows).tobytes()
 
 
 @pytest.mark.parametrize("counter_chunk_rows", [1, 3, COUNTER_CHUNK_ROWS])

@@ -76,11 +76,23 @@ def _plain(value: Any, key: str | None = None) -> Any:
     """``value`` with its containers copied (dicts stay dicts, tuples become lists) and its
     numpy arrays as plotly writes them (:func:`_typed`)."""
     if isinstance(value, dict):
-        return {k: _plain(v, k) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):  # (a list of numbers, a bar's base: as it is)
-        return [_plain(v) if isinstance(v, _CONTAINERS) else v for v in value]
+        return {k: _listed(v) if k in _NOT_TYPED else _plain(v, k) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):  # (plotly types no array inside a list)
+        return [_plain(v) if isinstance(v, (dict, list, tuple)) else _listed(v) for v in value]
     if isinstance(value, np.ndarray):
-        return value.tolist() if key in _NOT_TYPED else _typed(value)
+        return _typed(value)
+    return value
+
+
+def _listed(value: Any) -> Any:
+    """``value`` as plotly's encoder writes what it does not type: arrays as lists (dates as
+    text), containers copied."""
+    if isinstance(value, dict):
+        return {k: _listed(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_listed(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return np.datetime_as_string(value).tolist() if value.dtype.kind == "M" else value.tolist()
     return value
 
 
@@ -88,15 +100,15 @@ def _typed(v: np.ndarray) -> Any:
     """An array as plotly's JSON holds it: a typed array ``{"dtype", "bdata"[, "shape"]}`` of
     a numeric type plotly.js reads (64-bit integers narrowed where their values fit, else a
     list), anything else (strings, objects, booleans, no values) a list."""
-    if v.size and v.dtype.kind in "iu" and v.dtype.itemsize == 8:
+    if v.size and str(v.dtype) in ("int64", "uint64"):  # (as plotly: native order only)
         lo, hi = int(v.min()), int(v.max())
         kinds = (np.int8, np.int16, np.int32) if v.dtype.kind == "i" else (
             np.uint8, np.uint16, np.uint32)  # fmt: skip
         fits = [k for k in kinds if np.iinfo(k).min <= lo and hi <= np.iinfo(k).max]
         v = v.astype(fits[0]) if fits else v
-    code = _SHORT_TYPES.get(v.dtype.name)
+    code = _SHORT_TYPES.get(str(v.dtype))  # ('>f8' is no type of plotly's: a list)
     if code is None or not v.size:
-        return v.tolist()
+        return _listed(v)
     out = {"dtype": code, "bdata": base64.b64encode(np.ascontiguousarray(v)).decode("ascii")}
     if v.ndim > 1:
         out["shape"] = str(v.shape)[1:-1]

@@ -150,6 +150,8 @@ def test_a_template_plotly_does_not_have_is_one_line() -> None:
         np.arange(6.0).reshape(3, 2),
         np.array(["a", "b</script>"], dtype=object),
         np.array(["x", "y"]),
+        np.array([1.5, 2.5, 3.0], dtype=">f8"),
+        np.array(["2026-12-07", "2026-12-08"], dtype="datetime64[D]"),
     ],
     ids=[
         "floats",
@@ -162,14 +164,17 @@ def test_a_template_plotly_does_not_have_is_one_line() -> None:
         "2-d",
         "objects",
         "unicode",
+        "big-endian",
+        "dates",
     ],
 )
 def test_arrays_are_written_as_plotly_writes_them(values: np.ndarray) -> None:
-    """Each kind of array, and a numpy scalar, a tuple and an array under a key plotly never
-    types (``range``), against plotly's writing of the same figure."""
+    """Each kind of array, and a numpy scalar, a tuple, arrays in a list and an array under a
+    key plotly never types (``range``), against plotly's writing of the same figure."""
     spec = {
         "data": [{"type": "scatter", "x": values, "y": np.arange(values.shape[0]),
-                  "customdata": values, "marker": {"size": np.int64(3)}}],
+                  "customdata": values, "marker": {"size": np.int64(3)},
+                  "meta": [values, "a"]}],
         "layout": {"template": "plotly_white",
                    "xaxis": {"range": np.array([0.5, 2.0]), "tickvals": (1, 2)},
                    "title": {"text": "NaN <b>Infinity</b>"}},
