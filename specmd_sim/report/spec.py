@@ -69,19 +69,24 @@ _NOT_TYPED = frozenset({"geojson", "layer", "layers", "range"})
 """Keys whose arrays plotly writes as lists, never as typed arrays."""
 
 
-_CONTAINERS = (dict, list, tuple, np.ndarray)
+_SCALARS = (str, int, float, type(None))  # (a list's items left as they are: a bar's base)
 
 
-def _plain(value: Any, key: str | None = None) -> Any:
+def _plain(value: Any) -> Any:
     """``value`` with its containers copied (dicts stay dicts, tuples become lists) and its
-    numpy arrays as plotly writes them (:func:`_typed`)."""
+    numpy arrays as plotly writes them: a dict's as typed arrays (:func:`_typed`), but under
+    :data:`_NOT_TYPED` keys; any other as lists (:func:`_listed`)."""
     if isinstance(value, dict):
-        return {k: _listed(v) if k in _NOT_TYPED else _plain(v, k) for k, v in value.items()}
+        return {k: _listed(v) if k in _NOT_TYPED else _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):  # (plotly types no array inside a list)
-        return [_plain(v) if isinstance(v, (dict, list, tuple)) else _listed(v) for v in value]
+        return [v if isinstance(v, _SCALARS) else _in_list(v) for v in value]
     if isinstance(value, np.ndarray):
         return _typed(value)
     return value
+
+
+def _in_list(value: Any) -> Any:
+    return _plain(value) if isinstance(value, (dict, list, tuple)) else _listed(value)
 
 
 def _listed(value: Any) -> Any:
