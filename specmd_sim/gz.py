@@ -83,10 +83,10 @@ def write_gzip(path: Path, chunks: Iterable[bytes], level: int) -> None:
                 pending.append(part)
                 held += len(part)
                 if held == BLOCK:
-                    submit(pending[0] if len(pending) == 1 else b"".join(pending))
+                    submit(_joined(pending))
                     pending, held = [], 0
         if pending:
-            submit(pending[0] if len(pending) == 1 else b"".join(pending))
+            submit(_joined(pending))
         while blocks:
             out.write(blocks.popleft().result())
         out.write(_FINAL_BLOCK + struct.pack("<II", crc, size & 0xFFFFFFFF))
@@ -97,6 +97,11 @@ BLOCK = 1 << 22
 WINDOW = 1 << 15
 MAX_THREADS = 4
 _FINAL_BLOCK = b"\x03\x00"  # (a fixed-Huffman block of no symbols, marked final)
+
+
+def _joined(parts: list[memoryview]) -> bytes | memoryview:
+    """The parts' bytes as one block: the one part itself, else joined (a copy)."""
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _deflate(

@@ -187,8 +187,7 @@ def perfetto_chunks(
     # the flows first: deriving them holds the most per span, the layout after them the rest
     match = match_compiled if jit.available() else match_keys
     flows = _flow_columns(flow_pairs(spans, lanes, match), spans.size)
-    rows_of = lane_rows_compiled if jit.available() else lane_rows
-    layout = trace_layout(spans, lanes, counters, per_pass, per_request, rows_of)
+    layout = trace_layout(spans, lanes, counters, per_pass, per_request, lane_rows_compiled)
     requests = _request_tracks(per_request, layout)
     interned = _interned()
     yield _descriptors(layout, requests.tracks, sorted(counters))
@@ -527,15 +526,18 @@ def lane_rows_compiled(
     lane: np.ndarray, start: np.ndarray, end: np.ndarray, n_lanes: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """:func:`~specmd_sim.timeline.lane_rows` in one compiled pass (:func:`_lane_rows_sorted`)
-    where the spans come in order of start (a recording's do: sorted by start, then lane), with
-    integer lanes and ends of the starts' type, none NaN; else by it. A counting sort by lane
-    keeps each lane's spans in their order, and each span goes to the lowest-numbered
-    sub-track of its lane free by its start."""
-    if lane.size and not (
-        lane.dtype.kind == "i"
-        and end.dtype == start.dtype
-        and bool(np.all(start[1:] >= start[:-1]))
-        and not (end.dtype.kind == "f" and bool(np.isnan(end).any()))
+    where numba is installed and the spans come in order of start (a recording's do: sorted by
+    start, then lane), with integer lanes and ends of the starts' type, none NaN; else by it (so
+    callers call this one). A counting sort by lane keeps each lane's spans in their order,
+    and each span goes to the lowest-numbered sub-track of its lane free by its start."""
+    if not jit.available() or (
+        lane.size
+        and not (
+            lane.dtype.kind == "i"
+            and end.dtype == start.dtype
+            and bool(np.all(start[1:] >= start[:-1]))
+            and not (end.dtype.kind == "f" and bool(np.isnan(end).any()))
+        )
     ):
         return lane_rows(lane, start, end, n_lanes)
     low = min(int(lane.min()), 0) if lane.size else 0

@@ -147,11 +147,12 @@ def layer_spec(
         zeroline=False,
     )
     if gpus[0] is not None:
-        layout["yaxis"]["title"] = {"text": run.gpus[0]}
-    layout["xaxis"]["title"] = {"text": "time (ms)"}
+        axes(layout, "y", row=1, col=1, cols=2, title={"text": run.gpus[0]})
+    axes(layout, "x", row=1, col=1, cols=2, title={"text": "time (ms)"})
     if shown.first_view is not None:
-        layout["xaxis"]["range"] = shown.first_view
-    merge(layout["xaxis2"], {"title": {"text": "total over the run (s)"}, "fixedrange": True})
+        axes(layout, "x", row=1, col=1, cols=2, range=shown.first_view)
+    axes(layout, "x", row=1, col=2, cols=2, title={"text": "total over the run (s)"},
+         fixedrange=True)  # fmt: skip
     return fig
 
 

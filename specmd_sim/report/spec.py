@@ -247,13 +247,21 @@ def tidy(layout: dict[str, Any]) -> None:
             del layout[key]
 
 
-def axes(layout: dict[str, Any], which: str, row: int | None = None, **props: Any) -> None:
+def axes(
+    layout: dict[str, Any],
+    which: str,
+    row: int | None = None,
+    col: int = 1,
+    cols: int = 1,
+    **props: Any,
+) -> None:
     """``fig.update_xaxes`` / ``update_yaxes`` (``which`` "x" or "y") on a spec's layout made
-    by :func:`grid`: every such axis, or with ``row`` (counted from 1) that row's axis of a grid
-    of one column. Nested properties as dicts, merged into what is there."""
+    by :func:`grid` with ``cols`` columns: every such axis, or with ``row`` (counted from 1)
+    that of subplot (``row``, ``col``), as :func:`add` places traces. Nested properties as
+    dicts, merged into what is there."""
     names = sorted(k for k in layout if k.startswith(f"{which}axis"))
     if row is not None:
-        names = [f"{which}axis{_suffix(row)}"]
+        names = [f"{which}axis{_suffix((row - 1) * cols + col)}"]
     for name in names:
         merge(layout.setdefault(name, {}), props)
 

@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 
-from specmd_sim.engine import jit
 from specmd_sim.perfetto import lane_rows_compiled
 from specmd_sim.report.bars import (
     bin_traces,
@@ -38,7 +37,7 @@ from specmd_sim.report.run_data import RunData
 from specmd_sim.report.spec import Spec, add, axes, grid, merge, tidy, to_figure, trace
 from specmd_sim.report.style import PHASE_COLOURS, base_layout, ms, ui_hint
 from specmd_sim.runs import TRACE_FILE
-from specmd_sim.timeline import KIND, counter_label, lane_process, lane_rows
+from specmd_sim.timeline import KIND, counter_label, lane_process
 
 DEFAULT_MAX_SPANS = 8_000
 """Spans drawn one by one by default; beyond, the rest is aggregated (see ``lod``)."""
@@ -75,9 +74,8 @@ def tracks(run: RunData) -> Tracks:
     devices += [g for g in gpus if g not in devices]
     names = [] if gpus else ["requests", "passes"]
     row = np.zeros(len(spans), np.int64)
-    rows_of = lane_rows_compiled if jit.available() else lane_rows
-    order, bounds, sub, n_sub = rows_of(spans["lane"], spans["start"], spans["end"],
-                                        len(rec.lanes))  # fmt: skip
+    order, bounds, sub, n_sub = lane_rows_compiled(spans["lane"], spans["start"], spans["end"],
+                                                   len(rec.lanes))  # fmt: skip
     lane_names: list[str] = []
     lane_y: list[int] = []
     request_y, pass_y = np.zeros(len(run.gpus), np.int64), np.ones(len(run.gpus), np.int64)

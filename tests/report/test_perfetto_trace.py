@@ -402,6 +402,7 @@ def test_the_compiled_join_of_nothing_finds_nothing() -> None:
         )
 
 
+@pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
 @pytest.mark.parametrize("seed", range(24))
 def test_the_compiled_lane_rows_are_lane_rows(seed: int, monkeypatch) -> None:
     """Spans of lanes below 0, on the lanes and past them, with ties, zero-length spans and a
