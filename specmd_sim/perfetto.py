@@ -28,7 +28,7 @@ order, a chunk of :data:`CHUNK` spans at a time.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -47,8 +47,9 @@ from specmd_sim.timeline import (
     class_name,
     counter_label,
     flow_pairs,
+    flow_targets,
+    lane_process,
     lane_rows,
-    match_keys,
     served_class,
     served_gpu,
     step_changes,
@@ -75,18 +76,19 @@ _BOOTTIME, _CLOCK = 6, 64  # a builtin clock; the sequences' own (ids 64-127 are
 _PROCESS_UUID, _TRACK_UUID, _COUNTER_UUID, _TID = 1, 1 << 20, 2 << 20, 1 << 16
 
 CATEGORIES = ("compute", "transfer", "stall", "pass", "request")
-_CATEGORY_OF_KIND = [
+_CATEGORY_OF_KIND = np.array([
     CATEGORIES.index(
         "stall" if k == "stall" else
         "transfer" if k in (*TRANSFER_KINDS, "write_back", "nvme_read") else "compute"
     ) + 1
     for k in KINDS
-]  # fmt: skip
+])  # fmt: skip
 ANNOTATIONS = (
     "pass", "request", "layer", "expert", "expert_id", "bytes", "class", "gpu", "phase",
     "ttft_ms",
 )  # fmt: skip
 _ANN = {name: i + 1 for i, name in enumerate(ANNOTATIONS)}
+_ANN_EXPERT, _ANN_EXPERT_ID = _ANN["expert"], _ANN["expert_id"]
 CLASSES = (*(class_name(k) for k in range(len(AccessClass))), "unused")
 """The ``class`` annotation's values, interned (iids from 1): the access classes, and
 ``unused`` for a prefetch whose target layer did not run its expert."""
@@ -179,19 +181,21 @@ def perfetto_chunks(
     num_experts: int | None = None,
     metadata: dict[str, Any] | None = None,
     served: np.ndarray | None = None,
+    targets: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None,
 ) -> Iterator[bytes]:
     """The trace (a ``perfetto.protos.Trace``) as consecutive pieces of its bytes; the
-    arguments are :func:`~specmd_sim.timeline.chrome_trace_chunks`'."""
+    arguments are :func:`~specmd_sim.timeline.chrome_trace_chunks`', and ``targets``, where the
+    caller derives the flows' targets (:func:`flow_targets_compiled`) beside the trace: what
+    gives them once the layout is built (a thread's result, say)."""
     counters = counters or {}
     per_pass, per_request = per_pass or {}, per_request or {}
-    # the flows first: deriving them holds the most per span, the layout after them the rest
-    match = match_compiled if jit.available() else match_keys
-    flows = _flow_columns(flow_pairs(spans, lanes, match), spans.size)
     layout = trace_layout(spans, lanes, counters, per_pass, per_request, lane_rows_compiled)
+    found = targets() if targets is not None else flow_targets_compiled(spans, lanes)
+    flows = _flow_columns(flow_pairs(spans, lanes, found), spans.size)
     requests = _request_tracks(per_request, layout)
     interned = _interned()
     yield _descriptors(layout, requests.tracks, sorted(counters))
-    klass = served_class(spans) if served is None else served
+    klass = served_class_compiled(spans) if served is None else served
     yield from _span_packets(spans, klass, flows, lanes, per_pass, num_experts, layout, interned)
     yield from _pass_packets(per_pass, layout, interned)
     # sequences: a track's its id; after the tracks, each GPU's first tokens, the counters, the
@@ -253,7 +257,8 @@ def _span_packets(
     gpu_names = pw.table([g.encode() for g in gpus] or [b""])
     transfer = np.isin(np.arange(len(KINDS)), [_KIND[k] for k in TRANSFER_KINDS])
     bounds = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1], True]) if tid.size else []
-    encode = _encode_compiled if jit.available() else _encode_columns
+    compiled = jit.available()
+    table = np.stack(flows) if flows else np.zeros((0, spans.size), np.int32)
     for lo_track, hi_track in itertools.pairwise(bounds):
         track = int(tid[lo_track])
         yield _sequence_start(track, interned, track + _TRACK_UUID)
@@ -262,9 +267,19 @@ def _span_packets(
         for lo in range(0, mine.size, CHUNK):
             part = slice(lo, lo + CHUNK)
             i = mine[part]
+            if compiled:  # (the columns gathered by the compiled loop as it writes)
+                out = np.empty(i.size * _span_bound(len(flows), gpu_names[0].shape[1]), np.uint8)
+                end = _span_bytes(
+                    i, ts[part], te[part], track, spans["kind"], spans["pass_"],
+                    spans["request"], gpu, gpu_names[0], gpu_names[1], spans["layer"],
+                    spans["expert"], num_experts or 0, spans["bytes"], klass, transfer, table,
+                    out,
+                )  # fmt: skip
+                yield out[:end].tobytes()
+                continue
             s = {k: spans[k][i] for k in _SPAN_FIELDS}  # (columns: a row's other fields unread)
             kind, expert, k = s["kind"].astype(np.int64), s["expert"].astype(np.int64), klass[i]
-            columns = _SpanColumns(  # (int64 columns: what the compiled loop is typed for)
+            columns = _SpanColumns(
                 ts=ts[part], te=te[part], sequence=track, name=kind + 1,
                 category=np.take(_CATEGORY_OF_KIND, kind),
                 pass_=s["pass_"].astype(np.int64), request=s["request"].astype(np.int64),
@@ -276,7 +291,7 @@ def _span_packets(
                 flows=np.stack([c[i] for c in flows], axis=1).astype(np.int64) if flows
                 else np.zeros((i.size, 0), np.int64),
             )  # fmt: skip
-            yield encode(columns)
+            yield _encode_columns(columns)
 
 
 _SPAN_FIELDS = ("kind", "expert", "pass_", "request", "layer", "bytes")
@@ -309,7 +324,7 @@ class _SpanColumns:
 
 def _encode_columns(c: _SpanColumns) -> bytes:
     """The spans' begin and end packets, a column at a time (:mod:`specmd_sim.protowire`): the
-    specification of :func:`_encode_compiled`."""
+    specification of the compiled loop (:func:`_span_bytes`)."""
     n = c.ts.size
     begin = pw.field_varint(10, c.name) + pw.field_varint(3, c.category)
     begin += _int_annotation("pass", c.pass_) + _int_annotation("request", c.request)
@@ -323,18 +338,6 @@ def _encode_columns(c: _SpanColumns) -> bytes:
     for column in c.flows.T:
         begin += pw.field_fixed64(47, column, column > 0)
     return _slices(c.ts, c.te, c.sequence, begin)
-
-
-def _encode_compiled(c: _SpanColumns) -> bytes:
-    """:func:`_encode_columns`, by a compiled loop over the spans (:func:`_span_bytes`)."""
-    # at most 181 bytes a span (varints of 64-bit values at their longest) + its flows + a GPU's
-    # name (:func:`_span_bytes`): the compiled loop does not check bounds
-    out = np.empty(c.ts.size * _span_bound(c.flows.shape[1], c.gpu_names[0].shape[1]), np.uint8)
-    end = _span_bytes(
-        c.ts, c.te, c.sequence, c.name, c.category, c.pass_, c.request, c.gpu, c.gpu_names[0],
-        c.gpu_names[1], c.layer, c.expert, c.expert_name, c.size, c.klass, c.flows, out,
-    )  # fmt: skip
-    return out[:end].tobytes()
 
 
 @jit.compiled
@@ -377,42 +380,52 @@ def _put_annotation(out: np.ndarray, at: int, name: int, key: int, value: int) -
 
 
 @jit.compiled
-def _span_bytes(ts, te, sequence, name, category, pass_, request, gpu, gpu_text, gpu_len, layer,
-                expert, expert_name, size, klass, flows, out):  # type: ignore[no-untyped-def]  # fmt: skip
-    """Each span's begin and end packets into ``out``; the bytes written. Field by field as
-    :func:`_encode_columns` orders them (keys: protobuf's ``number << 3 | wire type``)."""
+def _span_bytes(rows, ts, te, sequence, kind, pass_, request, gpu, gpu_text, gpu_len, layer,
+                expert, num_experts, size, klass, transfer, flows, out):  # type: ignore[no-untyped-def]  # fmt: skip
+    """The begin and end packets of the spans ``rows`` (of the whole columns ``kind`` ...
+    ``flows``; times ``ts``, ``te`` a row each) into ``out``; the bytes written. The values
+    as :func:`_span_packets` makes the columns of :func:`_encode_columns` (the expert modulo
+    ``num_experts`` where not 0, ``size`` 0 as none, the class's iid), field by field as it
+    orders them (keys: protobuf's ``number << 3 | wire type``)."""
     at = 0
-    event = np.empty(_span_bound(flows.shape[1], gpu_text.shape[1]), np.uint8)
+    event = np.empty(_span_bound(flows.shape[0], gpu_text.shape[1]), np.uint8)
     seq_size = _varint_size(sequence)
-    for i in range(ts.size):
+    expert_name = _ANN_EXPERT if num_experts else _ANN_EXPERT_ID
+    for i in range(rows.size):
+        r = rows[i]
+        k = kind[r]
         event[0], event[1] = 0x48, 1  # TrackEvent.type = SLICE_BEGIN
         event[2] = 0x50  # .name_iid
-        e = _put_varint(event, 3, name[i])
+        e = _put_varint(event, 3, k + 1)
         event[e] = 0x18  # .category_iids
-        e = _put_varint(event, e + 1, category[i])
-        if pass_[i] >= 0:
-            e = _put_annotation(event, e, _PASS, _INT_VALUE, pass_[i])
-        if request[i] >= 0:
-            e = _put_annotation(event, e, _REQUEST, _INT_VALUE, request[i])
-        if gpu[i] >= 0:
-            length = gpu_len[gpu[i]]
+        e = _put_varint(event, e + 1, _CATEGORY_OF_KIND[k])
+        if pass_[r] >= 0:
+            e = _put_annotation(event, e, _PASS, _INT_VALUE, pass_[r])
+        if request[r] >= 0:
+            e = _put_annotation(event, e, _REQUEST, _INT_VALUE, request[r])
+        g = gpu[r]
+        if g >= 0:
+            length = gpu_len[g]
             event[e] = 0x22
             e = _put_varint(event, e + 1, 3 + _varint_size(length) + length)
             event[e], event[e + 1], event[e + 2] = 0x08, _GPU, _STRING_VALUE  # .name_iid, value
             e = _put_varint(event, e + 3, length)
             for j in range(length):
-                event[e + j] = gpu_text[gpu[i], j]
+                event[e + j] = gpu_text[g, j]
             e += length
-        if layer[i] >= 0:
-            e = _put_annotation(event, e, _LAYER, _INT_VALUE, layer[i])
-        if expert[i] >= 0:
-            e = _put_annotation(event, e, expert_name, _INT_VALUE, expert[i])
-        if size[i] >= 0:
-            e = _put_annotation(event, e, _BYTES, _INT_VALUE, size[i])
-        if klass[i] > 0:
-            e = _put_annotation(event, e, _CLASS, _STRING_IID, klass[i])
-        for f in range(flows.shape[1]):
-            flow = flows[i, f]
+        if layer[r] >= 0:
+            e = _put_annotation(event, e, _LAYER, _INT_VALUE, layer[r])
+        x = expert[r]
+        if x >= 0:
+            x = x % num_experts if num_experts else x
+            e = _put_annotation(event, e, expert_name, _INT_VALUE, x)
+        if size[r] > 0:
+            e = _put_annotation(event, e, _BYTES, _INT_VALUE, size[r])
+        c = klass[r]
+        if c >= 0 or transfer[k]:
+            e = _put_annotation(event, e, _CLASS, _STRING_IID, (c if c >= 0 else _UNUSED) + 1)
+        for f in range(flows.shape[0]):
+            flow = flows[f, r]
             if flow > 0:
                 event[e] = 0xF9  # .flow_ids (47, fixed64): 0xF9 0x02
                 event[e + 1] = 0x02
@@ -447,79 +460,194 @@ def _span_bytes(ts, te, sequence, name, category, pass_, request, gpu, gpu_text,
     return at
 
 
-def match_compiled(sources: Sequence[np.ndarray], targets: Sequence[np.ndarray]) -> np.ndarray:
-    """:func:`~specmd_sim.timeline.match_keys` by a compiled hash join (:func:`_last_equal`):
-    each key column as 64-bit integers, a source column and its target column in the type
-    both take together (as ``match_keys`` concatenates them), floats as their bits (-0.0 as
-    0.0; a NaN equals nothing), the targets' rows in a hash table, the sources' looked up."""
-    n, m = len(sources[0]), len(targets[0])
-    if not n or not m:  # (nothing to look up, or nothing to find: no table)
-        return np.full(n, -1, np.int64)
-    keys = np.empty((len(sources), n + m), np.int64)
-    nan = np.zeros(n, bool)
-    for row, source, target in zip(keys, sources, targets, strict=True):
-        both = np.concatenate((source, target))
-        if both.dtype.kind == "f":
-            both = both.astype(np.float64) + 0.0
-            nan |= np.isnan(both[:n])
-            row[:] = both.view(np.int64)
-        else:
-            row[:] = both
-    out = _last_equal(keys[:, :n], keys[:, n:])
-    out[nan] = -1
+def flow_targets_compiled(spans: np.ndarray, lanes: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~specmd_sim.timeline.flow_targets` (what ended each stall, what used each
+    prefetch) by compiled hash joins (:func:`_flow_targets`) where numba is installed, else by
+    it: transfers by device, expert and end; CPU runs by pass, expert and end; copies by device
+    and end; GPU runs by pass and expert. Each keeps the last row by position with equal keys,
+    as ``match_keys`` does; an end time is a key by its bits (-0.0 as 0.0; a NaN equals
+    nothing)."""
+    if not jit.available() or not spans.size:
+        return flow_targets(spans, lanes)
+    device = np.unique([lane_process(n) for n in lanes], return_inverse=True)[1] if lanes else []
+    lane = spans["lane"]
+    dev = np.r_[np.asarray(device, np.int64), -1][np.where(lane >= 0, lane, len(lanes))]
+    role, expert, pass_ = _ROLE[spans["kind"]], spans["expert"].astype(np.int64), spans["pass_"]
+    pass_ = pass_.astype(np.int64)
+    end = np.ascontiguousarray(spans["end"], np.float64) + 0.0
+    bits, nothing = end.view(np.int64), np.full(spans.size, -1, np.int64)
+    stall = (role & _STALL) != 0
+    waits, drains = bool((stall & (expert >= 0)).any()), bool((stall & (expert < 0)).any())
+    prefetches = bool((role & _PREFETCH).any())
+    joins = (  # (the rows, by position; the time they are grouped by; the key; what looks)
+        ((role & _TRANSFER) != 0, end, dev, expert, bits, waits),
+        ((role & _CPU_RUN) != 0, end, pass_, expert, bits, waits),
+        ((role & _COPY) != 0, end, dev, nothing, bits, drains),
+        (((role & _GPU_RUN) != 0) & (pass_ >= 0), pass_, pass_, expert, nothing, prefetches),
+    )
+    tables = [  # (a table no stall or prefetch looks in: left empty)
+        _filled(np.flatnonzero(rows) if looked else np.zeros(0, np.int64), *key, True)
+        for rows, *key, looked in joins
+    ]
+    out = np.full((2, spans.size), -1, np.int64)
+    start = np.ascontiguousarray(spans["start"], np.float64)
+    _flow_targets(role, dev, expert, pass_, start, end, *tables, out)
+    return out[0], out[1]
+
+
+def served_class_compiled(spans: np.ndarray) -> np.ndarray:
+    """:func:`~specmd_sim.timeline.served_class` by a compiled hash join (:func:`_served`)
+    where numba is installed, else by it: each transfer takes the class of the first run (by
+    position) of its (pass, expert), as the sorting join there finds it."""
+    if not jit.available() or not spans.size:
+        return served_class(spans)
+    role, out = _ROLE[spans["kind"]], spans["klass"].astype(np.int8)
+    pass_, expert = spans["pass_"].astype(np.int64), spans["expert"].astype(np.int64)
+    runs = np.flatnonzero(((role & (_GPU_RUN | _CPU_RUN)) != 0) & (out >= 0) & (pass_ >= 0))
+    table = _filled(runs, pass_, pass_, expert, np.zeros(spans.size, np.int64), False)
+    _served(role, out, pass_, expert, table)
     return out
+
+
+# each kind's roles in the joins, bits: a transfer, a copy (transfer or write-back), an expert
+# run on the GPU, on the CPU, a prefetch (promoted ones included), a stall
+_TRANSFER, _COPY, _GPU_RUN, _CPU_RUN, _PREFETCH, _STALL = 1, 2, 4, 8, 16, 32
+_ROLE = np.array(
+    [
+        (_TRANSFER | _COPY if k in TRANSFER_KINDS else 0)
+        | (_COPY if k == "write_back" else 0)
+        | (_GPU_RUN if k == "expert" else 0)
+        | (_CPU_RUN if k == "cpu_expert" else 0)
+        | (_PREFETCH if k in ("prefetch", "promoted_prefetch") else 0)
+        | (_STALL if k == "stall" else 0)
+        for k in KINDS
+    ],
+    np.int64,
+)
+_PER_GROUP = 16
+"""Keys a hash table (:func:`_filled`) holds per group on average."""
+
+Table = tuple[np.ndarray, np.ndarray, np.ndarray]
+"""A hash table of :func:`_filled`: its slots, each group's first slot, its groups' bounds."""
+
+
+def _filled(rows: np.ndarray, time: np.ndarray, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+            last: bool) -> Table:  # fmt: skip
+    """A hash table of the keys ``(a, b, c)`` of ``rows`` (in order: an equal key's row the
+    last where ``last``, else the first), grouped by ``time`` (:func:`_fill`). Allocated here,
+    by numpy, at its largest (a group's slots: its keys and a third, and one more), its slots
+    touched only as far as they are used."""
+    m = len(rows)
+    groups = max(1, m // _PER_GROUP)
+    table = (np.empty((m + m // 3 + groups, 3), np.int64), np.empty(groups + 1, np.int64),
+             np.empty(2))  # fmt: skip
+    _fill(table, rows, time, a, b, c, last)
+    return table
 
 
 @jit.compiled
-def _last_equal(sources: np.ndarray, targets: np.ndarray) -> np.ndarray:
-    """For each column of ``sources`` (a key per column, its parts in the rows), the last
-    column of ``targets`` with the same key; -1 where none has it. Open addressing, linear
-    probing, at most half full; a target overwrites an equal key's slot, so the last stays."""
-    parts, n, m = sources.shape[0], sources.shape[1], targets.shape[1]
-    out = np.full(n, -1, np.int64)
-    size = 2
-    while size < 2 * m:
-        size *= 2
-    mask = size - 1
-    table = np.full(size, -1, np.int64)
-    for j in range(m):
-        at = _slot(targets, j, parts, mask)
-        while table[at] >= 0 and not _same(targets, table[at], targets, j, parts):
-            at = (at + 1) & mask
-        table[at] = j
-    for i in range(n):
-        at = _slot(sources, i, parts, mask)
-        while table[at] >= 0:
-            if _same(sources, i, targets, table[at], parts):
-                out[i] = table[at]
-                break
-            at = (at + 1) & mask
-    return out
+def _fill(table, rows, time, a, b, c, last):  # type: ignore[no-untyped-def]
+    """Fill ``table`` (:func:`_filled`) with the keys ``(a, b, c)`` of ``rows`` (open addressing,
+    linear probing within a group). A key's group is its row's ``time`` among ``rows``' times
+    (:func:`_group`), so that a table filled and looked up about in order of time is read and
+    written a small part at a time, in the processor's caches. Each group holds its keys' count
+    and a third more slots (at most 3/4 full)."""
+    slots, base, bounds = table
+    groups = base.size - 1
+    lo, hi = np.inf, -np.inf
+    for i in rows:
+        if abs(time[i]) < np.inf:  # (finite)
+            lo, hi = min(lo, time[i]), max(hi, time[i])
+    bounds[0] = lo if lo <= hi else 0.0
+    bounds[1] = groups / (hi - lo) if lo < hi else 0.0
+    base[:] = 0
+    for i in rows:
+        base[_group(time[i], bounds, groups) + 1] += 1
+    for g in range(groups):  # (counts to each group's first slot)
+        count = base[g + 1]
+        base[g + 1] = base[g] + (count + count // 3 + 1 if count else 0)
+    slots[: base[groups]] = 0  # (row + 1; 0: empty)
+    for i in rows:
+        g = _group(time[i], bounds, groups)
+        first, size = base[g], base[g + 1] - base[g]
+        ab = (a[i] << 32) | (b[i] & 0xFFFFFFFF)
+        at = first + _home(ab, c[i]) % size
+        while slots[at, 2] and not (slots[at, 0] == ab and slots[at, 1] == c[i]):
+            at = at + 1 if at + 1 < first + size else first
+        if last or not slots[at, 2]:
+            slots[at, 0], slots[at, 1], slots[at, 2] = ab, c[i], i + 1
 
 
 @jit.compiled_inline
-def _slot(keys: np.ndarray, i: int, parts: int, mask: int) -> int:
-    """The key's home slot: its parts folded in by multiplication, then MurmurHash3's 64-bit
-    finaliser, so that every bit of every part moves the slot (64-bit constants as signed
-    integers, shifts made logical by a mask; compiled, the products wrap)."""
-    h = 0
-    for p in range(parts):  # (interpreted, Python's integers: no overflow, the same joins)
-        h = (h ^ int(keys[p, i])) * -7046029254386353131  # 0x9E3779B97F4A7C15
+def _group(value: float, bounds: np.ndarray, groups: int) -> int:
+    """The group of a key of ``value``: its place between the lowest and the highest finite
+    value (``bounds``: the lowest, the groups per unit), in ``groups`` equal parts; NaN and
+    values past the highest in the last, below the lowest in the first."""
+    x = (value - bounds[0]) * bounds[1]
+    if 0 <= x < groups - 1:
+        return int(x)
+    return 0 if x < 0 else groups - 1
+
+
+@jit.compiled_inline
+def _get(table, time, a, b, c):  # type: ignore[no-untyped-def]
+    """The row of key ``(a, b, c)`` of ``time`` in ``table`` (:func:`_fill`); -1 where none."""
+    slots, base, bounds = table
+    g = _group(time, bounds, base.size - 1)
+    first, size = base[g], base[g + 1] - base[g]
+    if not size:
+        return -1
+    ab = (a << 32) | (b & 0xFFFFFFFF)
+    at = first + _home(ab, c) % size
+    while slots[at, 2]:
+        if slots[at, 0] == ab and slots[at, 1] == c:
+            return slots[at, 2] - 1
+        at = at + 1 if at + 1 < first + size else first
+    return -1
+
+
+@jit.compiled
+def _flow_targets(role, dev, expert, pass_, start, end, transfers, cpu, copies, runs,
+                  out):  # type: ignore[no-untyped-def]  # fmt: skip
+    """:func:`flow_targets_compiled` into ``out`` (its rows: the stalls' targets, the
+    prefetches'), each stall and each prefetch looked up in the tables (:func:`_filled`)."""
+    bits = end.view(np.int64)  # (ends plus 0.0: -0.0 is 0.0)
+    for i in range(role.size):
+        if role[i] & _STALL and end[i] == end[i]:  # (a NaN equals nothing)
+            if expert[i] < 0:
+                out[0, i] = _get(copies, end[i], dev[i], -1, bits[i])
+            else:
+                j = _get(transfers, end[i], dev[i], expert[i], bits[i])
+                out[0, i] = j if j >= 0 else _get(cpu, end[i], pass_[i], expert[i], bits[i])
+        if role[i] & _PREFETCH:
+            j = _get(runs, pass_[i], pass_[i], expert[i], -1)
+            if j >= 0 and start[j] >= end[i]:
+                out[1, i] = j
+
+
+@jit.compiled
+def _served(role, klass, pass_, expert, runs):  # type: ignore[no-untyped-def]
+    """:func:`served_class_compiled`, in place of ``klass``: each transfer's class, that of the
+    run ``runs`` (:func:`_filled`) holds for its (pass, expert); -1: none."""
+    for i in range(role.size):
+        if role[i] & _TRANSFER:
+            j = _get(runs, pass_[i], pass_[i], expert[i], 0)
+            klass[i] = klass[j] if j >= 0 else -1
+
+
+@jit.compiled_inline
+def _home(a: int, b: int) -> int:
+    """A key's home (a slot, modulo its group's size): its parts folded in by multiplication,
+    then MurmurHash3's 64-bit finaliser, so that every bit of every part moves it (64-bit
+    constants as signed integers, shifts made logical by a mask; compiled, the products
+    wrap); not negative."""
+    h = (a * -7046029254386353131) ^ b  # 0x9E3779B97F4A7C15
     h ^= (h >> 33) & 0x7FFFFFFF
     h *= -49064778989728563  # 0xFF51AFD7ED558CCD
     h ^= (h >> 33) & 0x7FFFFFFF
     h *= -4265267296055464877  # 0xC4CEB9FE1A85EC53
     h ^= (h >> 33) & 0x7FFFFFFF
-    return h & mask
-
-
-@jit.compiled_inline
-def _same(a: np.ndarray, i: int, b: np.ndarray, j: int, parts: int) -> bool:
-    """Whether key ``i`` of ``a`` is key ``j`` of ``b`` (a loop: numba compiles no generator)."""
-    for p in range(parts):  # noqa: SIM110
-        if a[p, i] != b[p, j]:
-            return False
-    return True
+    return h & 0x7FFFFFFFFFFFFFFF
 
 
 def lane_rows_compiled(

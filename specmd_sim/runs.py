@@ -39,7 +39,11 @@ from specmd_sim.config import SimConfig, config_to_dict
 from specmd_sim.errors import SpecmdError, short_repr
 from specmd_sim.metric_spec import ENGINES
 from specmd_sim.metrics import RESULT_FORMAT, TABLES, RunResult
-from specmd_sim.perfetto import write_perfetto_trace
+from specmd_sim.perfetto import (
+    flow_targets_compiled,
+    served_class_compiled,
+    write_perfetto_trace,
+)
 from specmd_sim.timeline import (
     COUNTER_DTYPE,
     KINDS,
@@ -48,7 +52,7 @@ from specmd_sim.timeline import (
 )
 
 SPANS_FORMAT = "specmd-spans"
-SPANS_VERSION = 2
+SPANS_VERSION = 3
 _FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 TIMELINE_FILE = "timeline.html"
 TRACE_FILE = "trace.pftrace.gz"
@@ -98,7 +102,8 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
     (:func:`specmd_sim.atomic.atomic_folder`), so an interrupted rerun leaves the old folder as
     it was and a reader never sees the results, spans and pages of two runs mixed. ``extra``
     adds files (the timeline page) to the folder before it is put in place. The spans and the
-    trace are written in threads of their own beside ``extra`` (their compressing and compiled
+    trace are written in threads of their own beside ``extra``, and the trace's flows derived
+    in a third while the trace lays out its tracks (their compressing and compiled joins and
     encoding run without the GIL). The last file written, :data:`MANIFEST`, lists every file
     with its size: :func:`check_run_folder`.
     """
@@ -110,13 +115,16 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
         text = result.to_json()  # (serialised once: written, and read by the trace's options)
         write_text(files["result"], text)
         writing = []
-        with ThreadPoolExecutor(2) as pool:  # (they compress and encode mostly without the GIL)
+        with ThreadPoolExecutor(3) as pool:  # (they compress and encode mostly without the GIL)
             if result.spans is not None:
                 recording = result.recording()
                 assert recording is not None  # (it has spans)
                 files["spans"], files["trace"] = folder / "spans.npz", folder / TRACE_FILE
                 writing.append(pool.submit(write_spans, files["spans"], recording))
-                writing.append(pool.submit(_write_trace, files["trace"], text, recording))
+                # (the flows' joins beside the trace's layout and served classes)
+                flows = pool.submit(flow_targets_compiled, recording.spans, recording.lanes)
+                trace = (files["trace"], text, recording, flows.result)
+                writing.append(pool.submit(_write_trace, *trace))
             if extra is not None:
                 files.update(extra(folder))
             for job in writing:
@@ -125,11 +133,17 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
     return {name: run_dir / p.name for name, p in files.items()}
 
 
-def _write_trace(path: Path, result_text: str, recording: Recording) -> None:
+def _write_trace(
+    path: Path,
+    result_text: str,
+    recording: Recording,
+    targets: Callable[[], tuple[np.ndarray, np.ndarray]],
+) -> None:
     """The run folder's trace, its options (:func:`trace_options`) derived in the writer's
-    thread: the spans' served classes with them, which the page reads too."""
+    thread: the spans' served classes with them, which the page reads too; the flows'
+    ``targets`` derived beside it."""
     options = trace_options(json.loads(result_text), recording)
-    write_perfetto_trace(path, recording.spans, recording.lanes, **options)
+    write_perfetto_trace(path, recording.spans, recording.lanes, targets=targets, **options)
 
 
 def write_manifest(folder: Path, files: Iterable[Path]) -> None:
@@ -306,17 +320,17 @@ def trace_options(result: dict[str, Any], recording: Recording) -> dict[str, Any
         "per_request": result.get("per_request") or {},
         "num_experts": inputs.get("num_experts"),
         "metadata": {k: v for k, v in metadata.items() if v is not None},
-        "served": recording.served(),
+        "served": recording.served(served_class_compiled),
     }
 
 
 def write_spans(path: Path, recording: Recording) -> None:
     """Spans, lane names and counters as one ``.npz`` (no pickles, fixed zip timestamps),
-    a member per column (:data:`SPANS_VERSION` 2): an integer column in the narrowest integer
-    type that holds its values, every column's bytes grouped by significance (an ``(itemsize,
-    rows)`` byte array: the high bytes of times and ids, nearly all alike, then compress to
-    little), deflated at level 1. At ~4,000 tokens that is ~1/2 the bytes of whole rows
-    deflated at the default level, in ~1/3 of the time."""
+    a member per column (:data:`SPANS_VERSION` 3): the times as differences (:data:`DELTAS`),
+    an integer column in the narrowest integer type that holds its values, every column's
+    bytes grouped by significance (an ``(itemsize, rows)`` byte array: the high bytes of times
+    and ids, nearly all alike, then compress to little), deflated at level 1. At ~4,000 tokens
+    that is ~1/4 the bytes of whole rows deflated at the default level, in ~1/4 of the time."""
     meta: dict[str, Any] = {
         "format": SPANS_FORMAT,
         "version": SPANS_VERSION,
@@ -324,12 +338,10 @@ def write_spans(path: Path, recording: Recording) -> None:
         "kinds": list(KINDS),
         "counters": sorted(recording.counters),
         "columns": {},
+        "deltas": {},
     }
     tables = [("spans", recording.spans)]
     tables += [(f"counter_{i}", recording.counters[n]) for i, n in enumerate(meta["counters"])]
-    for table, rows in tables:  # (each column's type first: one column is held at a time)
-        for name in rows.dtype.names or ():
-            meta["columns"][f"{table}.{name}"] = _narrow_type(rows[name]).str
     with atomic_file(path) as tmp, zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
 
         def member(name: str, arr: np.ndarray) -> None:
@@ -339,11 +351,38 @@ def write_spans(path: Path, recording: Recording) -> None:
             with zf.open(info, "w", force_zip64=True) as fh:
                 np.lib.format.write_array(fh, arr, allow_pickle=False)
 
-        member("meta", np.array(json.dumps(meta, sort_keys=True)))
-        for table, rows in tables:
+        for table, rows in tables:  # (one column held at a time; the meta, their types, last)
             for name in rows.dtype.names or ():
-                stored = np.dtype(meta["columns"][f"{table}.{name}"])
-                member(f"{table}.{name}", _by_significance(rows[name].astype(stored)))
+                of = DELTAS.get((table.split("_")[0], name))
+                if of is not None:
+                    meta["deltas"][f"{table}.{name}"] = of
+                column = _stored(rows, name, of)
+                stored = _narrow_type(column)
+                meta["columns"][f"{table}.{name}"] = stored.str
+                member(f"{table}.{name}", _by_significance(np.ascontiguousarray(column, stored)))
+        member("meta", np.array(json.dumps(meta, sort_keys=True)))
+
+
+DELTAS = {("spans", "start"): "", ("spans", "end"): "start", ("counter", "time"): ""}
+"""The time columns a spans file (version 3) stores as differences, by table (``counter``:
+each counter's) and column: the 64-bit integer that is the column's bits less the bits of
+the previous row's (``""``: the first row's less 0) or of the same row's column named. In
+order of start, each spans' start is a few nanoseconds after the one before, and its end a
+few after its start, so the differences' high bytes are all alike: the times then compress
+to a quarter of their bytes, in a third of the time. Integer arithmetic that wraps, so the
+column's bits, whatever they are, come back exactly (:func:`_table`)."""
+
+
+def _stored(rows: np.ndarray, name: str, of: str | None) -> np.ndarray:
+    """Column ``name`` of ``rows`` as a spans file stores it: as differences (``of``:
+    :data:`DELTAS`) or as it is."""
+    column = rows[name]
+    if of is None:
+        return column
+    bits = np.ascontiguousarray(column).view(np.int64)
+    if of:
+        return bits - np.ascontiguousarray(rows[of]).view(np.int64)
+    return np.diff(bits, prepend=np.int64(0))
 
 
 def _narrow_type(column: np.ndarray) -> np.dtype[Any]:
@@ -365,12 +404,21 @@ def _by_significance(column: np.ndarray) -> np.ndarray:
 
 
 def _table(data: Any, meta: dict[str, Any], table: str, dtype: np.dtype) -> np.ndarray:
-    """``table``'s rows, from its columns (:func:`write_spans`)."""
+    """``table``'s rows, from its columns (:func:`write_spans`), the differences of version 3
+    (:data:`DELTAS`) summed back: a column of the previous rows' before one of another's."""
     columns = {}
-    for name in dtype.names or ():
+    deltas = meta.get("deltas", {})
+    names = sorted(dtype.names or (), key=lambda n: bool(deltas.get(f"{table}.{n}")))
+    for name in names:
         raw = data[f"{table}.{name}"]
         stored = np.dtype(meta["columns"][f"{table}.{name}"])
-        columns[name] = np.ascontiguousarray(raw.T).view(stored).reshape(-1)
+        column = np.ascontiguousarray(raw.T).view(stored).reshape(-1)
+        of = deltas.get(f"{table}.{name}")
+        if of is not None:
+            bits = column.astype(np.int64)
+            bits = bits + columns[of].view(np.int64) if of else np.cumsum(bits)
+            column = bits.view(dtype[name])
+        columns[name] = column
     rows = np.empty(len(columns[next(iter(columns))]), dtype)
     for name, column in columns.items():
         rows[name] = column
@@ -378,8 +426,8 @@ def _table(data: Any, meta: dict[str, Any], table: str, dtype: np.dtype) -> np.n
 
 
 def read_spans(path: Path) -> Recording:
-    """Read :func:`write_spans`' file (or a version 1 file: whole rows); kind ids are mapped onto
-    this version's :data:`KINDS`."""
+    """Read :func:`write_spans`' file (or one of version 2: no differences, or version 1: whole
+    rows); kind ids are mapped onto this version's :data:`KINDS`."""
     try:
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"][()]))

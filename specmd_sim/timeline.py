@@ -92,13 +92,14 @@ class Recording:
     _served: np.ndarray | None = field(default=None, init=False, repr=False)
     _deriving: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
-    def served(self) -> np.ndarray:
+    def served(self, derive: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """:func:`served_class` of the spans, derived once however many outputs read it (the
         timeline page, the trace, written side by side: a second reader waits for the
-        first's)."""
+        first's), by ``derive``: it (by default) or what computes the same (the compiled
+        ``perfetto.served_class_compiled``)."""
         with self._deriving:
             if self._served is None:
-                self._served = served_class(self.spans)
+                self._served = (derive or served_class)(self.spans)
         return self._served
 
 
@@ -344,14 +345,9 @@ def served_class(spans: np.ndarray) -> np.ndarray:
     return out
 
 
-Match = Callable[[Sequence[np.ndarray], Sequence[np.ndarray]], np.ndarray]
-"""A join of key columns, as :func:`match_keys`."""
-
-
 def match_keys(sources: Sequence[np.ndarray], targets: Sequence[np.ndarray]) -> np.ndarray:
     """For each row of the key columns ``sources``, the index of the last row (by position) of
-    the key columns ``targets`` with equal keys; -1 where none has them. (By sorting: the
-    specification of the compiled join the Perfetto trace uses, ``perfetto.match_compiled``.)"""
+    the key columns ``targets`` with equal keys; -1 where none has them (by sorting)."""
     n = len(sources[0])
     if not n or not len(targets[0]):
         return np.full(n, -1, np.int64)
@@ -376,7 +372,7 @@ def _take(rows: np.ndarray, matched: np.ndarray) -> np.ndarray:
     return np.where(matched >= 0, rows[np.maximum(matched, 0)], -1)
 
 
-def stall_causes(spans: np.ndarray, lanes: Sequence[str], match: Match = match_keys) -> np.ndarray:
+def stall_causes(spans: np.ndarray, lanes: Sequence[str]) -> np.ndarray:
     """For each stall span, the index of the span whose end ended it; -1 for other spans.
 
     A stall ends when what it waited for ends, at the same instant: the transfer of its expert
@@ -397,21 +393,23 @@ def stall_causes(spans: np.ndarray, lanes: Sequence[str], match: Match = match_k
     copies = np.flatnonzero(np.isin(kind, [*_TRANSFER_IDS, KIND["write_back"]]))
     cpu = np.flatnonzero(kind == KIND["cpu_expert"])
     waits = stall[expert[stall] >= 0]
-    by_transfer = match(
+    by_transfer = match_keys(
         (dev[waits], expert[waits], end[waits]),
         (dev[transfer], expert[transfer], end[transfer]),
     )
     found = by_transfer >= 0
     out[waits[found]] = transfer[by_transfer[found]]
     waits = waits[~found]
-    by_cpu = match((pass_[waits], expert[waits], end[waits]), (pass_[cpu], expert[cpu], end[cpu]))
+    by_cpu = match_keys(
+        (pass_[waits], expert[waits], end[waits]), (pass_[cpu], expert[cpu], end[cpu])
+    )
     out[waits] = _take(cpu, by_cpu)
     drains = stall[expert[stall] < 0]
-    out[drains] = _take(copies, match((dev[drains], end[drains]), (dev[copies], end[copies])))
+    out[drains] = _take(copies, match_keys((dev[drains], end[drains]), (dev[copies], end[copies])))
     return out
 
 
-def prefetch_uses(spans: np.ndarray, match: Match = match_keys) -> np.ndarray:
+def prefetch_uses(spans: np.ndarray) -> np.ndarray:
     """For each prefetch span (promoted ones included), the index of the expert span of the
     access it served: its target (pass, expert) run on the GPU once it had arrived; -1 for
     other spans, and for a prefetch that nothing used (its expert did not run in its target
@@ -420,7 +418,8 @@ def prefetch_uses(spans: np.ndarray, match: Match = match_keys) -> np.ndarray:
     prefetch = np.flatnonzero(np.isin(spans["kind"], [KIND["prefetch"], KIND["promoted_prefetch"]]))
     runs = np.flatnonzero((spans["kind"] == KIND["expert"]) & (spans["pass_"] >= 0))
     key = ("pass_", "expert")
-    target = _take(runs, match([spans[k][prefetch] for k in key], [spans[k][runs] for k in key]))
+    target = match_keys([spans[k][prefetch] for k in key], [spans[k][runs] for k in key])
+    target = _take(runs, target)
     after = spans["start"][np.maximum(target, 0)] >= spans["end"][prefetch]
     out[prefetch] = np.where((target >= 0) & after, target, -1)
     return out
@@ -760,18 +759,26 @@ FLOWS = ("stall ended by", "prefetch used by")
 (:func:`prefetch_uses`)."""
 
 
+def flow_targets(spans: np.ndarray, lanes: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Where each span's flows of :data:`FLOWS` go: :func:`stall_causes` and
+    :func:`prefetch_uses` (-1: none). The specification of the compiled pass the Perfetto
+    trace takes them from (``perfetto.flow_targets_compiled``)."""
+    return stall_causes(spans, lanes), prefetch_uses(spans)
+
+
 def flow_pairs(
-    spans: np.ndarray, lanes: list[str], match: Match = match_keys
+    spans: np.ndarray,
+    lanes: list[str],
+    targets: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[tuple[str, np.ndarray, np.ndarray]]:
     """The flows of :data:`FLOWS` between spans on a lane of ``lanes`` (those a trace draws), as
     ``(name, sources, targets)`` span indices: from each stall to the span that ended it
     (:func:`stall_causes`), from each prefetch to the expert span that used it
-    (:func:`prefetch_uses`), by span, their keys joined by ``match``. Numbered 1, 2, ... in
-    that order, they are the flow ids of every trace format."""
+    (:func:`prefetch_uses`); ``targets`` is :func:`flow_targets` where the caller has it.
+    Numbered 1, 2, ... in that order, they are the flow ids of every trace format."""
     drawn = (spans["lane"] >= 0) & (spans["lane"] < len(lanes))
     pairs = []
-    targets = (stall_causes(spans, lanes, match), prefetch_uses(spans, match))
-    for name, target in zip(FLOWS, targets, strict=True):
+    for name, target in zip(FLOWS, targets or flow_targets(spans, lanes), strict=True):
         src = np.flatnonzero((target >= 0) & drawn)
         src = src[drawn[target[src]]]
         pairs.append((name, src, target[src]))

@@ -18,6 +18,7 @@ import numpy as np
 
 from specmd_sim.errors import SpecmdError
 from specmd_sim.metrics import METRICS, TABLES, RunResult
+from specmd_sim.perfetto import served_class_compiled
 from specmd_sim.timeline import Recording, span_gpus
 from specmd_sim.units import format_bytes
 
@@ -208,7 +209,7 @@ class RunData:
     def classes(self) -> np.ndarray:
         """:func:`~specmd_sim.timeline.served_class` of every span (derived once a
         recording: :meth:`~specmd_sim.timeline.Recording.served`)."""
-        return self.require_spans("this view").served()
+        return self.require_spans("this view").served(served_class_compiled)
 
     @cached_property
     def pass_step(self) -> np.ndarray:

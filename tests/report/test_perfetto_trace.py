@@ -25,13 +25,22 @@ from specmd_sim.perfetto import (
     _counter_columns,
     _counter_compiled,
     _flow_columns,
+    flow_targets_compiled,
     lane_rows_compiled,
-    match_compiled,
     perfetto_chunks,
+    served_class_compiled,
 )
 from specmd_sim.report import RunData
 from specmd_sim.runs import TRACE_FILE, trace_options
-from specmd_sim.timeline import COUNTER_DTYPE, SPAN_DTYPE, lane_rows, match_keys, to_chrome_trace
+from specmd_sim.timeline import (
+    COUNTER_DTYPE,
+    KINDS,
+    SPAN_DTYPE,
+    flow_targets,
+    lane_rows,
+    served_class,
+    to_chrome_trace,
+)
 from tests.report.test_chrome_trace import ns
 
 pb = pytest.importorskip("perfetto.protos.perfetto.trace.perfetto_trace_pb2")
@@ -348,29 +357,79 @@ def test_the_compiled_span_packets_are_the_columns_ones(
     assert b"".join(perfetto_chunks(rec.spans, rec.lanes, **options)) == compiled
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_the_compiled_join_is_the_sorting_one(seed: int) -> None:
-    """Key columns of integers of several widths, of floats (-0.0 equal to 0.0, NaN equal to
-    nothing) and of both (a source column of integers, its target column of floats), values
-    that differ only in their high bits, many equal keys, none, or no rows at all: the hash join
-    finds what the sorting join finds, the last target by position with the source's key."""
+@pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
+@pytest.mark.parametrize("seed", range(12))
+def test_the_compiled_span_packets_of_random_spans_are_the_columns_ones(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Random spans (:func:`_random_spans`, their times finite and in order of start) with
+    bytes of 0, negative and up to 2**62, experts past the expert count, with and without it:
+    the compiled loop gathers and writes each annotation as the column encoder does."""
     rng = np.random.default_rng(seed)
-    n, m = (int(x) for x in rng.integers(0, 300, 2))
-    sources, targets = [], []
-    for kind in rng.choice(["i2", "i4", "i8", "f8", "mixed"], size=int(rng.integers(1, 4))):
-        values = rng.integers(-3, 4, n + m)
-        if kind == "i8":
-            values = values << int(rng.choice([0, 29, 40, 60]))  # (only high bits differ)
-        if kind == "f8":
-            values = np.where(values == 0, rng.choice([0.0, -0.0, np.nan], n + m), values / 2)
-        source, target = values[:n], values[n:]
-        if kind == "mixed":
-            target = target.astype(np.float64)
-        elif kind != "f8":
-            source, target = source.astype(kind), target.astype(kind)
-        sources.append(source)
-        targets.append(target)
-    np.testing.assert_array_equal(match_compiled(sources, targets), match_keys(sources, targets))
+    lanes = ["gpu0/compute", "gpu0/h2d", "gpu1/h2d"]
+    spans = _random_spans(rng, len(lanes))
+    spans["start"] = np.sort(rng.integers(0, 50, spans.size)) / 4
+    spans["end"] = spans["start"] + rng.integers(0, 5, spans.size) / 4
+    spans["lane"] = rng.integers(0, len(lanes), spans.size)  # (each span on a track)
+    spans["bytes"] = rng.choice([0, -1, 1, 127, 128, 2**62], spans.size)
+    spans["expert"] = rng.integers(-1, 300, spans.size)
+    spans["layer"] = rng.integers(-1, 3, spans.size)
+    spans["request"] = rng.integers(-1, 3, spans.size)
+    for num_experts in (None, 64):
+        compiled = b"".join(perfetto_chunks(spans, lanes, num_experts=num_experts))
+        monkeypatch.setattr(jit, "available", lambda: False)
+        assert b"".join(perfetto_chunks(spans, lanes, num_experts=num_experts)) == compiled
+        monkeypatch.undo()
+
+
+def _random_spans(rng: np.random.Generator, n_lanes: int) -> np.ndarray:
+    """Spans of every kind on few keys: many equal keys (the joins keep the last, or the
+    first, by position), experts and passes of -1, lanes of no name, ends that tie, -0.0 and
+    0.0, NaN and infinity."""
+    n = int(rng.integers(0, 1500))  # (up to ~30 groups a hash table: :func:`perfetto._fill`)
+    spans = np.zeros(n, SPAN_DTYPE)
+    spans["kind"] = rng.integers(0, len(KINDS), n)
+    spans["lane"] = rng.integers(-1, n_lanes, n) if n_lanes else -1
+    spans["expert"] = rng.integers(-1, 4, n)
+    spans["pass_"] = rng.integers(-1, 4, n)
+    spans["klass"] = rng.integers(-1, 4, n)
+    spans["start"] = rng.integers(0, int(rng.choice([6, 400])), n) / 2
+    end = spans["start"] + rng.integers(0, 3, n) / 2
+    spans["end"] = np.where(rng.random(n) < 0.05, rng.choice([-0.0, np.nan, np.inf], n), end)
+    return spans
+
+
+@pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
+@pytest.mark.parametrize("seed", range(40))
+def test_the_compiled_flow_targets_and_classes_are_the_sorting_ones(seed: int) -> None:
+    """On random spans (:func:`_random_spans`) on lanes of one device or two, the compiled
+    joins find what the specifications find: each stall's and each prefetch's target
+    (:func:`~specmd_sim.timeline.flow_targets`) and each span's served class."""
+    rng = np.random.default_rng(seed)
+    lanes = ["gpu0/compute", "gpu0/h2d", "gpu1/h2d", "cpu/pool"][: int(rng.integers(0, 5))]
+    spans = _random_spans(rng, len(lanes))
+    for got, want in zip(
+        flow_targets_compiled(spans, lanes), flow_targets(spans, lanes), strict=True
+    ):
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype
+    got, want = served_class_compiled(spans), served_class(spans)
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == want.dtype
+
+
+def test_the_compiled_joins_of_a_run_are_the_sorting_ones(two_gpus: RunResult) -> None:
+    """A run of two GPUs: its stalls' causes, prefetches' uses and served classes (numba
+    installed or not)."""
+    rec = two_gpus.recording()
+    assert rec is not None
+    for got, want in zip(
+        flow_targets_compiled(rec.spans, rec.lanes), flow_targets(rec.spans, rec.lanes),
+        strict=True,
+    ):  # fmt: skip
+        assert (want >= 0).any()
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(served_class_compiled(rec.spans), served_class(rec.spans))
 
 
 @pytest.mark.parametrize("whole", [True, False])
@@ -392,14 +451,6 @@ def test_counter_samples_out_of_time_order_are_one_clear_error() -> None:
     samples = np.array([(2e-3, 1.0), (1e-3, 2.0)], COUNTER_DTYPE)
     with pytest.raises(ValueError, match="counter cache_used_bytes's samples go back in time"):
         b"".join(perfetto_chunks(np.zeros(0, SPAN_DTYPE), [], {"cache_used_bytes": samples}))
-
-
-def test_the_compiled_join_of_nothing_finds_nothing() -> None:
-    """No sources, or no targets: no table is built, and the answer is the sorting join's."""
-    for sources, targets in (([np.zeros(0)], [np.arange(3.0)]), ([np.arange(3)], [np.zeros(0)])):
-        np.testing.assert_array_equal(
-            match_compiled(sources, targets), match_keys(sources, targets)
-        )
 
 
 @pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")

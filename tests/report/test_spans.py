@@ -144,6 +144,53 @@ def test_spans_file_keeps_every_value_in_narrowed_columns(tmp_path: Path) -> Non
         assert data["spans.bytes"].shape == (8, spans.size)
 
 
+def test_spans_file_keeps_the_bits_of_every_time(tmp_path: Path) -> None:
+    """Times are stored as differences of their bits (version 3): out of order, NaN, -0.0,
+    infinities, denormals and jumps across every binade come back bit for bit, counters' too;
+    in order of start the differences' high bytes are all zero."""
+    spans = _spans()
+    rng = np.random.default_rng(0)
+    odd = [np.nan, -0.0, np.inf, -np.inf, 5e-324, -1e300, 1e300, 0.0]
+    spans["start"] = rng.choice([*odd, *rng.normal(0, 1e3, 8)], spans.size)
+    spans["end"] = rng.choice([*odd, *rng.normal(0, 1e-9, 8)], spans.size)
+    spans["end"][0] = np.frombuffer(np.int64(-(2**63)).tobytes(), np.float64)[0]
+    counters = {"c": np.array([(np.nan, 1.0), (-0.0, -0.0), (1e300, 3.0)], COUNTER_DTYPE)}
+    path = tmp_path / "s.npz"
+    write_spans(path, Recording(spans, ["gpu0/compute", "gpu0/copy"], counters))
+    back = read_spans(path)
+    assert back.spans.tobytes() == spans.tobytes()
+    assert back.counters["c"].tobytes() == counters["c"].tobytes()
+    ordered = _spans()
+    ordered["start"] = np.sort(rng.uniform(1.0, 1.5, ordered.size))  # (one binade)
+    ordered["end"] = ordered["start"] + 1e-9
+    write_spans(path, Recording(ordered, ["gpu0/compute", "gpu0/copy"], {}))
+    with np.load(path) as data:
+        for name in ("start", "end"):
+            high = data[f"spans.{name}"][-1, 1:]  # (the first start: its bits less 0)
+            assert not high.any()
+        assert data["spans.end"].shape == (4, ordered.size)  # (narrowed: 1 ns in ~4.5M ulps)
+    assert np.array_equal(read_spans(path).spans, ordered)
+
+
+def test_spans_file_of_version_2_reads(tmp_path: Path) -> None:
+    """A file of version 2 (times as they are) reads back as written."""
+    spans = _spans()
+    meta = {"format": "specmd-spans", "version": 2, "lanes": ["gpu0/compute", "gpu0/copy"],
+            "kinds": list(KINDS), "counters": [], "columns": {}}  # fmt: skip
+    path = tmp_path / "s.npz"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name in SPAN_DTYPE.names or ():
+            column = np.ascontiguousarray(spans[name])
+            meta["columns"][f"spans.{name}"] = column.dtype.str
+            buf = io.BytesIO()
+            np.lib.format.write_array(buf, column.view(np.uint8).reshape(-1, column.itemsize).T)
+            zf.writestr(f"spans.{name}.npy", buf.getvalue())
+        buf = io.BytesIO()
+        np.lib.format.write_array(buf, np.array(json.dumps(meta)))
+        zf.writestr("meta.npy", buf.getvalue())
+    assert read_spans(path).spans.tobytes() == spans.tobytes()
+
+
 def test_spans_file_maps_kinds_by_name(tmp_path: Path) -> None:
     """A file written with another order of kinds reads back with this version's ids."""
     spans = _spans()
