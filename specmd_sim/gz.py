@@ -1,5 +1,6 @@
-"""The run folder's gzip files (the trace), written a chunk at a time: by zlib-ng where it is
-installed (the ``fast`` extra), else by the standard library's zlib.
+"""The run folder's gzip files (the trace), written a chunk at a time, and its zip of deflated
+members (the spans): by zlib-ng where it is installed (the ``fast`` extra), else by the
+standard library's zlib.
 
 Both write standard gzip (RFC 1952) that every reader opens (``gzip``, ``trace_processor``,
 ui.perfetto.dev); zlib-ng (https://github.com/zlib-ng/zlib-ng, through the ``zlib-ng`` package)
@@ -111,3 +112,46 @@ def _deflate(
     on: no final block)."""
     compressor = deflate.compressobj(level, deflate.DEFLATED, -15, zdict=primer)
     return compressor.compress(block) + compressor.flush(deflate.Z_SYNC_FLUSH)  # type: ignore[no-any-return]
+
+
+def write_zip(path: Path, members: Iterable[tuple[str, list[Any]]], level: int) -> None:
+    """Write a zip archive (atomically) of ``members``, each a name and the buffers its bytes
+    are (in order; read where they lie), deflated at ``level`` by :func:`compressor`'s
+    compressor, one member at a time. ZIP64 records throughout (any size), every member's time
+    1980-01-01 00:00 and no attributes, so the same members give the same bytes with one
+    compressor on one machine, as :func:`write_gzip`'s. What ``zipfile`` (and ``numpy.load``)
+    reads; written here rather than by ``zipfile``, whose deflate is the standard library's."""
+    deflate = _zlib_ng() or zlib
+    central = []
+    with atomic_file(path) as tmp, open(tmp, "wb") as out:
+        for name, parts in members:
+            compressor = deflate.compressobj(level, deflate.DEFLATED, -15)
+            packed = [compressor.compress(part) for part in parts] + [compressor.flush()]
+            crc = size = 0
+            for part in parts:
+                crc, size = deflate.crc32(part, crc), size + memoryview(part).nbytes
+            packed_size = sum(len(p) for p in packed)
+            raw = name.encode()
+            utf8 = 0 if name.isascii() else 0x800  # (general purpose flag 11: a UTF-8 name)
+            offset = out.tell()
+            extra = struct.pack("<HHQQ", 1, 16, size, packed_size)
+            out.write(_LOCAL.pack(0x04034B50, 45, utf8, 8, 0, _DATE, crc, _FULL, _FULL, len(raw),
+                                  len(extra)) + raw + extra)  # fmt: skip
+            out.writelines(packed)
+            extra = struct.pack("<HHQQQ", 1, 24, size, packed_size, offset)
+            entry = (0x02014B50, 45, 45, utf8, 8, 0, _DATE, crc, _FULL, _FULL, len(raw), len(extra))
+            central.append(_CENTRAL.pack(*entry, 0, 0, 0, 0, _FULL) + raw + extra)
+        start, n = out.tell(), len(central)
+        out.writelines(central)
+        end = out.tell()
+        out.write(struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 45, 45, 0, 0, n, n, end - start,
+                              start))  # fmt: skip
+        out.write(struct.pack("<IIQI", 0x07064B50, 0, end, 1))
+        out.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(n, 0xFFFF), min(n, 0xFFFF),
+                              min(end - start, _FULL), _FULL, 0))  # fmt: skip
+
+
+_LOCAL = struct.Struct("<IHHHHHIIIHH")
+_CENTRAL = struct.Struct("<IHHHHHHIIIHHHHHII")
+_DATE = 33  # 1980-01-01 in MS-DOS's date format ((year - 1980) << 9 | month << 5 | day)
+_FULL = 0xFFFFFFFF  # (a 32-bit field whose value is in the ZIP64 extra field)

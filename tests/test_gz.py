@@ -5,6 +5,7 @@ the same bytes for the same chunks, and the choice said (the summary, ``--profil
 from __future__ import annotations
 
 import gzip
+import zipfile
 import zlib
 from pathlib import Path
 
@@ -89,6 +90,38 @@ def test_a_failed_chunk_leaves_no_file(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="encoder failed"):
         gz.write_gzip(tmp_path / "t.gz", chunks(), 5)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["zlib-ng", "zlib"])
+def test_written_zip_is_what_zipfile_reads(tmp_path: Path, monkeypatch, fast: bool) -> None:
+    """Members of several buffers (bytes, a 2-d array where it lies), an empty one, unicode
+    names: ``zipfile`` lists each with its size and the 1980 time, checks every CRC and reads
+    back the bytes; the same members give the same archive; a failed member leaves no file."""
+    if fast:
+        pytest.importorskip("zlib_ng")
+    else:
+        _without_zlib_ng(monkeypatch)
+    array = np.arange(24_000, dtype=np.int64).reshape(8, -1)
+    members = [("a.npy", [b"head", array]), ("empty", []), ("é/c", CHUNKS)]
+    gz.write_zip(tmp_path / "a.zip", iter(members), 2)
+    gz.write_zip(tmp_path / "b.zip", iter(members), 2)
+    assert (tmp_path / "a.zip").read_bytes() == (tmp_path / "b.zip").read_bytes()
+    with zipfile.ZipFile(tmp_path / "a.zip") as archive:
+        assert archive.testzip() is None
+        infos = archive.infolist()
+        assert [i.filename for i in infos] == ["a.npy", "empty", "é/c"]
+        assert {i.date_time for i in infos} == {(1980, 1, 1, 0, 0, 0)}
+        for (_, parts), info in zip(members, infos, strict=True):
+            want = b"".join(bytes(memoryview(p).cast("B")) for p in parts)
+            assert archive.read(info) == want and info.file_size == len(want)
+
+    def failing():
+        yield "x", [b"start"]
+        raise RuntimeError("a column failed")
+
+    with pytest.raises(RuntimeError, match="a column failed"):
+        gz.write_zip(tmp_path / "c.zip", failing(), 2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.zip", "b.zip"]
 
 
 SMALL = ["--trace", "mixtral-synthetic", "--cache", "16", "--set", "workload.max_requests=1"]
