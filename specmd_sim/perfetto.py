@@ -470,28 +470,26 @@ def flow_targets_compiled(spans: np.ndarray, lanes: Sequence[str]) -> tuple[np.n
     if not jit.available() or not spans.size:
         return flow_targets(spans, lanes)
     device = np.unique([lane_process(n) for n in lanes], return_inverse=True)[1] if lanes else []
-    lane = spans["lane"]
-    dev = np.r_[np.asarray(device, np.int64), -1][np.where(lane >= 0, lane, len(lanes))]
-    role, expert, pass_ = _ROLE[spans["kind"]], spans["expert"].astype(np.int64), spans["pass_"]
-    pass_ = pass_.astype(np.int64)
-    end = np.ascontiguousarray(spans["end"], np.float64) + 0.0
-    bits, nothing = end.view(np.int64), np.full(spans.size, -1, np.int64)
+    lane = spans["lane"]  # (the columns read where they lie: no copies but the two below)
+    dev = np.r_[device, -1].astype(np.int16)[np.where(lane >= 0, lane, len(lanes))]
+    role, expert, pass_ = _ROLE[spans["kind"]], spans["expert"], spans["pass_"]
+    end = np.add(spans["end"], 0.0)  # (-0.0 as 0.0)
+    bits = end.view(np.int64)
     stall = (role & _STALL) != 0
     waits, drains = bool((stall & (expert >= 0)).any()), bool((stall & (expert < 0)).any())
     prefetches = bool((role & _PREFETCH).any())
     joins = (  # (the rows, by position; the time they are grouped by; the key; what looks)
         ((role & _TRANSFER) != 0, end, dev, expert, bits, waits),
         ((role & _CPU_RUN) != 0, end, pass_, expert, bits, waits),
-        ((role & _COPY) != 0, end, dev, nothing, bits, drains),
-        (((role & _GPU_RUN) != 0) & (pass_ >= 0), pass_, pass_, expert, nothing, prefetches),
-    )
+        ((role & _COPY) != 0, end, dev, dev, bits, drains),
+        (((role & _GPU_RUN) != 0) & (pass_ >= 0), pass_, pass_, expert, pass_, prefetches),
+    )  # (a key of two parts has its first twice)
     tables = [  # (a table no stall or prefetch looks in: left empty)
         _filled(np.flatnonzero(rows) if looked else np.zeros(0, np.int64), *key, True)
         for rows, *key, looked in joins
     ]
     out = np.full((2, spans.size), -1, np.int64)
-    start = np.ascontiguousarray(spans["start"], np.float64)
-    _flow_targets(role, dev, expert, pass_, start, end, *tables, out)
+    _flow_targets(role, dev, expert, pass_, spans["start"], end, *tables, out)
     return out[0], out[1]
 
 
@@ -502,10 +500,9 @@ def served_class_compiled(spans: np.ndarray) -> np.ndarray:
     if not jit.available() or not spans.size:
         return served_class(spans)
     role, out = _ROLE[spans["kind"]], spans["klass"].astype(np.int8)
-    pass_, expert = spans["pass_"].astype(np.int64), spans["expert"].astype(np.int64)
+    pass_, expert = spans["pass_"], spans["expert"]
     runs = np.flatnonzero(((role & (_GPU_RUN | _CPU_RUN)) != 0) & (out >= 0) & (pass_ >= 0))
-    table = _filled(runs, pass_, pass_, expert, np.zeros(spans.size, np.int64), False)
-    _served(role, out, pass_, expert, table)
+    _served(role, out, pass_, expert, _filled(runs, pass_, pass_, expert, pass_, False))
     return out
 
 
@@ -522,7 +519,7 @@ _ROLE = np.array(
         | (_STALL if k == "stall" else 0)
         for k in KINDS
     ],
-    np.int64,
+    np.int8,
 )
 _PER_GROUP = 16
 """Keys a hash table (:func:`_filled`) holds per group on average."""
@@ -570,12 +567,12 @@ def _fill(table, rows, time, a, b, c, last):  # type: ignore[no-untyped-def]
     for i in rows:
         g = _group(time[i], bounds, groups)
         first, size = base[g], base[g + 1] - base[g]
-        ab = (a[i] << 32) | (b[i] & 0xFFFFFFFF)
-        at = first + _home(ab, c[i]) % size
-        while slots[at, 2] and not (slots[at, 0] == ab and slots[at, 1] == c[i]):
+        ab, key = _key(a[i], b[i]), np.int64(c[i])
+        at = first + _home(ab, key) % size
+        while slots[at, 2] and not (slots[at, 0] == ab and slots[at, 1] == key):
             at = at + 1 if at + 1 < first + size else first
         if last or not slots[at, 2]:
-            slots[at, 0], slots[at, 1], slots[at, 2] = ab, c[i], i + 1
+            slots[at, 0], slots[at, 1], slots[at, 2] = ab, key, i + 1
 
 
 @jit.compiled_inline
@@ -597,10 +594,10 @@ def _get(table, time, a, b, c):  # type: ignore[no-untyped-def]
     first, size = base[g], base[g + 1] - base[g]
     if not size:
         return -1
-    ab = (a << 32) | (b & 0xFFFFFFFF)
-    at = first + _home(ab, c) % size
+    ab, key = _key(a, b), np.int64(c)
+    at = first + _home(ab, key) % size
     while slots[at, 2]:
-        if slots[at, 0] == ab and slots[at, 1] == c:
+        if slots[at, 0] == ab and slots[at, 1] == key:
             return slots[at, 2] - 1
         at = at + 1 if at + 1 < first + size else first
     return -1
@@ -615,12 +612,12 @@ def _flow_targets(role, dev, expert, pass_, start, end, transfers, cpu, copies, 
     for i in range(role.size):
         if role[i] & _STALL and end[i] == end[i]:  # (a NaN equals nothing)
             if expert[i] < 0:
-                out[0, i] = _get(copies, end[i], dev[i], -1, bits[i])
+                out[0, i] = _get(copies, end[i], dev[i], dev[i], bits[i])
             else:
                 j = _get(transfers, end[i], dev[i], expert[i], bits[i])
                 out[0, i] = j if j >= 0 else _get(cpu, end[i], pass_[i], expert[i], bits[i])
         if role[i] & _PREFETCH:
-            j = _get(runs, pass_[i], pass_[i], expert[i], -1)
+            j = _get(runs, pass_[i], pass_[i], expert[i], pass_[i])
             if j >= 0 and start[j] >= end[i]:
                 out[1, i] = j
 
@@ -631,8 +628,14 @@ def _served(role, klass, pass_, expert, runs):  # type: ignore[no-untyped-def]
     run ``runs`` (:func:`_filled`) holds for its (pass, expert); -1: none."""
     for i in range(role.size):
         if role[i] & _TRANSFER:
-            j = _get(runs, pass_[i], pass_[i], expert[i], 0)
+            j = _get(runs, pass_[i], pass_[i], expert[i], pass_[i])
             klass[i] = klass[j] if j >= 0 else -1
+
+
+@jit.compiled_inline
+def _key(a: int, b: int) -> int:
+    """Two 32-bit integers as one 64-bit key."""
+    return (np.int64(a) << 32) | (np.int64(b) & 0xFFFFFFFF)  # type: ignore[no-any-return]
 
 
 @jit.compiled_inline
