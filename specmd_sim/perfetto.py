@@ -416,8 +416,8 @@ def _span_bytes(rows, ts, te, sequence, kind, pass_, request, gpu, gpu_text, gpu
         if layer[r] >= 0:
             e = _put_annotation(event, e, _LAYER, _INT_VALUE, layer[r])
         x = expert[r]
+        x = x % num_experts if num_experts and x >= 0 else x
         if x >= 0:
-            x = x % num_experts if num_experts else x
             e = _put_annotation(event, e, expert_name, _INT_VALUE, x)
         if size[r] > 0:
             e = _put_annotation(event, e, _BYTES, _INT_VALUE, size[r])
@@ -471,7 +471,7 @@ def flow_targets_compiled(spans: np.ndarray, lanes: Sequence[str]) -> tuple[np.n
         return flow_targets(spans, lanes)
     device = np.unique([lane_process(n) for n in lanes], return_inverse=True)[1] if lanes else []
     lane = spans["lane"]  # (the columns read where they lie: no copies but the two below)
-    dev = np.r_[device, -1].astype(np.int16)[np.where(lane >= 0, lane, len(lanes))]
+    dev = np.r_[device, -1].astype(np.int32)[np.where(lane >= 0, lane, len(lanes))]
     role, expert, pass_ = _ROLE[spans["kind"]], spans["expert"], spans["pass_"]
     end = np.add(spans["end"], 0.0)  # (-0.0 as 0.0)
     bits = end.view(np.int64)
@@ -578,8 +578,9 @@ def _fill(table, rows, time, a, b, c, last):  # type: ignore[no-untyped-def]
 @jit.compiled_inline
 def _group(value: float, bounds: np.ndarray, groups: int) -> int:
     """The group of a key of ``value``: its place between the lowest and the highest finite
-    value (``bounds``: the lowest, the groups per unit), in ``groups`` equal parts; NaN and
-    values past the highest in the last, below the lowest in the first."""
+    value (``bounds``: the lowest, the groups per unit), in ``groups`` equal parts, those
+    outside them (or all, where the finite values are one) in the first or the last. A function
+    of the value alone: filling and looking up place a key alike."""
     x = (value - bounds[0]) * bounds[1]
     if 0 <= x < groups - 1:
         return int(x)

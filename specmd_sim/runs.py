@@ -367,7 +367,8 @@ def _members(
             column = _stored(rows, name, of)
             stored = _narrow_type(column)
             meta["columns"][f"{table}.{name}"] = stored.str
-            yield _npy(f"{table}.{name}", _by_significance(np.ascontiguousarray(column, stored)))
+            member = f"{table}.{name}" + (".delta" if of is not None else "")
+            yield _npy(member, _by_significance(np.ascontiguousarray(column, stored)))
     yield _npy("meta", np.array(json.dumps(meta, sort_keys=True)))
 
 
@@ -381,7 +382,9 @@ def _npy(name: str, array: np.ndarray) -> tuple[str, list[Any]]:
 DELTAS = {("spans", "start"): "", ("spans", "end"): "start", ("counter", "time"): ""}
 """The time columns a spans file (version 3) stores as differences, by table (``counter``:
 each counter's) and column: the 64-bit integer that is the column's bits less the bits of
-the previous row's (``""``: the first row's less 0) or of the same row's column named. In
+the previous row's (``""``: the first row's less 0) or of the same row's column named; their
+members named ``<table>.<column>.delta.npy``, so that a reader of version 2, which would take
+the differences for times, finds no member of the column and says the file is not its own. In
 order of start, each spans' start is a few nanoseconds after the one before, and its end a
 few after its start, so the differences' high bytes are all alike: the times then compress
 to a quarter of their bytes, in a third of the time. Integer arithmetic that wraps, so the
@@ -425,10 +428,10 @@ def _table(data: Any, meta: dict[str, Any], table: str, dtype: np.dtype) -> np.n
     deltas = meta.get("deltas", {})
     names = sorted(dtype.names or (), key=lambda n: bool(deltas.get(f"{table}.{n}")))
     for name in names:
-        raw = data[f"{table}.{name}"]
+        of = deltas.get(f"{table}.{name}")
+        raw = data[f"{table}.{name}" + (".delta" if of is not None else "")]
         stored = np.dtype(meta["columns"][f"{table}.{name}"])
         column = np.ascontiguousarray(raw.T).view(stored).reshape(-1)
-        of = deltas.get(f"{table}.{name}")
         if of is not None:
             bits = column.astype(np.int64)
             bits = bits + columns[of].view(np.int64) if of else np.cumsum(bits)
@@ -447,6 +450,11 @@ def read_spans(path: Path) -> Recording:
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"][()]))
             names = meta["counters"]
+            if meta.get("version", 1) > SPANS_VERSION:
+                raise SpecmdError(
+                    f"{path}: expected a spans file of version {SPANS_VERSION} or older, got "
+                    f"version {meta['version']} (written by a newer specmd-sim; upgrade it)"
+                )
             if meta.get("version", 1) == 1:
                 spans = data["spans"]
                 counters = {n: data[f"counter_{i}"] for i, n in enumerate(names)}

@@ -166,10 +166,35 @@ def test_spans_file_keeps_the_bits_of_every_time(tmp_path: Path) -> None:
     write_spans(path, Recording(ordered, ["gpu0/compute", "gpu0/copy"], {}))
     with np.load(path) as data:
         for name in ("start", "end"):
-            high = data[f"spans.{name}"][-1, 1:]  # (the first start: its bits less 0)
+            high = data[f"spans.{name}.delta"][-1, 1:]  # (the first start: its bits less 0)
             assert not high.any()
-        assert data["spans.end"].shape == (4, ordered.size)  # (narrowed: 1 ns in ~4.5M ulps)
+        assert data["spans.end.delta"].shape == (4, ordered.size)  # (narrowed: 1 ns in ~4.5M ulps)
     assert np.array_equal(read_spans(path).spans, ordered)
+
+
+def test_spans_file_of_a_newer_version_is_one_clear_error(tmp_path: Path) -> None:
+    """A file of a later version than this one reads is refused, naming its version; and a
+    version-2 reader, which would take version 3's differences for times, finds no member of
+    a time column (they are ``.delta`` members) and so refuses the file too."""
+    path = tmp_path / "s.npz"
+    write_spans(path, Recording(_spans(), ["gpu0/compute", "gpu0/copy"], {}))
+    with zipfile.ZipFile(path) as zf:
+        names = set(zf.namelist())
+        members = {n: zf.read(n) for n in names}
+    assert {"spans.start.delta.npy", "spans.end.delta.npy"} <= names
+    assert not {"spans.start.npy", "spans.end.npy"} & names
+    meta = json.loads(str(np.load(io.BytesIO(members["meta.npy"]))[()]))
+    meta["version"] = 4
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, np.array(json.dumps(meta)))
+    members["meta.npy"] = buf.getvalue()
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    with pytest.raises(
+        SpecmdError, match="expected a spans file of version 3 or older, got version 4"
+    ):
+        read_spans(path)
 
 
 def test_spans_file_of_version_2_reads(tmp_path: Path) -> None:
