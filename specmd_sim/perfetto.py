@@ -644,8 +644,9 @@ def _home(a: int, b: int) -> int:
     """A key's home (a slot, modulo its group's size): its parts folded in by multiplication,
     then MurmurHash3's 64-bit finaliser, so that every bit of every part moves it (64-bit
     constants as signed integers, shifts made logical by a mask; compiled, the products
-    wrap); not negative."""
-    h = (a * -7046029254386353131) ^ b  # 0x9E3779B97F4A7C15
+    wrap; interpreted, Python's integers do not overflow: other slots, the same joins); not
+    negative."""
+    h = (int(a) * -7046029254386353131) ^ int(b)  # 0x9E3779B97F4A7C15
     h ^= (h >> 33) & 0x7FFFFFFF
     h *= -49064778989728563  # 0xFF51AFD7ED558CCD
     h ^= (h >> 33) & 0x7FFFFFFF
