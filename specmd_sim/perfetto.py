@@ -241,7 +241,7 @@ def _descriptors(layout: TraceLayout, request_tracks: list[tuple[int, str]],
 def _span_packets(
     spans: np.ndarray,
     klass: np.ndarray,
-    flows: list[np.ndarray],
+    flows: np.ndarray,
     lanes: list[str],
     per_pass: Mapping[str, Sequence[Any]],
     num_experts: int | None,
@@ -258,7 +258,6 @@ def _span_packets(
     transfer = np.isin(np.arange(len(KINDS)), [_KIND[k] for k in TRANSFER_KINDS])
     bounds = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1], True]) if tid.size else []
     compiled = jit.available()
-    table = np.stack(flows) if flows else np.zeros((0, spans.size), np.int32)
     for lo_track, hi_track in itertools.pairwise(bounds):
         track = int(tid[lo_track])
         yield _sequence_start(track, interned, track + _TRACK_UUID)
@@ -272,7 +271,7 @@ def _span_packets(
                 end = _span_bytes(
                     i, ts[part], te[part], track, spans["kind"], spans["pass_"],
                     spans["request"], gpu, gpu_names[0], gpu_names[1], spans["layer"],
-                    spans["expert"], num_experts or 0, spans["bytes"], klass, transfer, table,
+                    spans["expert"], num_experts or 0, spans["bytes"], klass, transfer, flows,
                     out,
                 )  # fmt: skip
                 yield out[:end].tobytes()
@@ -288,8 +287,7 @@ def _span_packets(
                 expert_name=_ANN["expert" if num_experts else "expert_id"],
                 size=np.where(s["bytes"] != 0, s["bytes"], -1).astype(np.int64),
                 klass=np.where((k >= 0) | transfer[kind], np.where(k >= 0, k, _UNUSED) + 1, 0),
-                flows=np.stack([c[i] for c in flows], axis=1).astype(np.int64) if flows
-                else np.zeros((i.size, 0), np.int64),
+                flows=flows[:, i].T.astype(np.int64),
             )  # fmt: skip
             yield _encode_columns(columns)
 
@@ -717,26 +715,24 @@ def _lane_rows_sorted(lane, start, end, n_lanes, low):  # type: ignore[no-untype
     return order, first[-low : -low + n_lanes + 1].copy(), rows, n_sub
 
 
-def _flow_columns(pairs: list[tuple[str, np.ndarray, np.ndarray]], n: int) -> list[np.ndarray]:
+def _flow_columns(pairs: list[tuple[str, np.ndarray, np.ndarray]], n: int) -> np.ndarray:
     """The flow ids each of ``n`` spans carries (ids 1, 2, ... in the order of ``pairs``; 0:
-    none), in as many columns as the most any span carries: a flow's id on both its slices,
-    a span's ids in the order of their flows, sources before targets."""
+    none), as a table of as many rows as the most any span carries, a column a span: a flow's
+    id on both its slices, a span's ids in the order of their flows, sources before targets."""
     sources = [src for _, src, _ in pairs]
     total = sum(src.size for src in sources)
     ends = np.concatenate([*sources, *(dst for _, _, dst in pairs), np.zeros(0, np.int64)])
     ids = np.tile(np.arange(1, total + 1), 2)
     dtype = np.int32 if total < 2**31 else np.int64
     if jit.available():
-        return list(_flow_table(ends.astype(np.int64), ids, n, np.zeros(0, dtype)))
+        return _flow_table(ends.astype(np.int64), ids, n, np.zeros(0, dtype))  # type: ignore[no-any-return]
     order = np.argsort(ends, kind="stable")
     ends, ids = ends[order], ids[order]
     nth = np.arange(ends.size) - np.searchsorted(ends, ends)
-    columns = []
-    for k in range(int(nth.max()) + 1 if nth.size else 0):
-        column = np.zeros(n, dtype)
-        column[ends[nth == k]] = ids[nth == k]
-        columns.append(column)
-    return columns
+    table = np.zeros((int(nth.max()) + 1 if nth.size else 0, n), dtype)
+    for k, row in enumerate(table):
+        row[ends[nth == k]] = ids[nth == k]
+    return table
 
 
 @jit.compiled

@@ -55,7 +55,6 @@ from specmd_sim.timeline import (
 
 SPANS_FORMAT = "specmd-spans"
 SPANS_VERSION = 3
-_FIXED_TIME = (1980, 1, 1, 0, 0, 0)
 TIMELINE_FILE = "timeline.html"
 TRACE_FILE = "trace.pftrace.gz"
 """The Perfetto trace (protobuf). Folders written before it hold the Chrome JSON trace instead
