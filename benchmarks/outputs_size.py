@@ -148,8 +148,8 @@ def measure(tokens: int, repeat: int, folder: Path) -> dict[str, Any]:
 
     run_dir = folder / f"folder-{tokens}"
 
-    def page(out: Path) -> dict[str, Path]:
-        write_timeline(RunData.from_result(result, None), out / TIMELINE_FILE)
+    def page(out: Path, written: dict[str, Any]) -> dict[str, Path]:
+        write_timeline(RunData(written, result.recording()), out / TIMELINE_FILE)
         return {"timeline": out / TIMELINE_FILE}
 
     # as specmd run writes it: the spans and the trace beside the page

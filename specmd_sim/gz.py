@@ -44,7 +44,15 @@ def compressor() -> tuple[str, str | None]:
     return "zlib", "zlib-ng is not installed (pip install 'specmd-sim[fast]')"
 
 
-def write_gzip(path: Path, chunks: Iterable[bytes], level: int) -> None:
+def gzip_bytes(data: bytes, levels: dict[str, int]) -> bytes:
+    """``data`` as one gzip member (no name, time 0) by :func:`compressor`'s compressor, at
+    its level in ``levels`` (by compressor name)."""
+    name, _ = compressor()
+    deflate = _zlib_ng() or zlib
+    return deflate.compress(data, levels[name], wbits=31)  # type: ignore[no-any-return]
+
+
+def write_gzip(path: Path, chunks: Iterable[bytes | memoryview], level: int) -> None:
     """Write ``chunks`` gzip-compressed at ``level`` to ``path`` (atomically). A chunk is read
     where it lies until it is compressed: it must not change once given.
 

@@ -22,7 +22,13 @@ ui.perfetto.dev and ``trace_processor`` read natively (gzipped as well):
   0 on the first track) and the counters' change points (``COUNTER`` events).
 
 The packets are built a column at a time (:mod:`specmd_sim.protowire`), each track's in time
-order, a chunk of :data:`CHUNK` spans at a time.
+order, a chunk of :data:`CHUNK` spans at a time. Their fields are ordered for the compressor
+(protobuf readers take any order): a packet's time, then its sequence and flags, then its
+event, so that what repeats from packet to packet (the sequence, the event's type, name and
+category) runs unbroken; in a span's event, the annotations that rarely change between
+neighbours (request, GPU, bytes, class, pass) before those that do (layer, expert, flows). At
+4,000 tokens that deflates 123 MB of protobuf to 9.6 MB at level 4, where the fields in the
+order of their numbers took 10.1 MB (2 cores, 2026-12-07: ``benchmarks/outputs_size.py``).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from specmd_sim.timeline import KIND as _KIND
 from specmd_sim.timeline import (
     KINDS,
     TRANSFER_KINDS,
+    LaneRowsOf,
     TraceLayout,
     class_name,
     counter_label,
@@ -60,12 +67,13 @@ from specmd_sim.timeline import (
 
 CHUNK = 1 << 16
 """Spans (or counter samples) encoded at a time: ~15 MB of numpy arrays in flight."""
-GZIP_LEVEL = 5
-"""The default job's trace at 4,000 tokens (123 MB of protobuf) by zlib-ng (:mod:`specmd_sim.gz`):
-10.8 MB at level 3 in 0.31 s, 10.1 MB at 4 in 0.48 s, 9.5 MB at 5 in 0.51 s, 9.3 MB at 6 in
-0.94 s; by zlib: 10.7 MB at 3 in 0.68 s, 9.8 MB at 5 in 1.02 s (2 cores, 2026-12-06). Level 5
-keeps the trace under 20 bytes an access with either, compressing in a thread while the page
-is built."""
+GZIP_LEVEL = 4
+"""The default job's trace at 4,000 tokens (123 MB of protobuf, fields ordered as the module's
+docstring says) by zlib-ng (:mod:`specmd_sim.gz`), in ``write_gzip``'s CPU seconds: 12.0 MB at
+level 2 in 0.16 s, 10.2 MB at 3 in 0.22 s, 9.6 MB at 4 in 0.26 s, 9.1 MB at 5 in 0.30 s (2
+cores, 2026-12-07); by the standard library's zlib, 10.1 MB at 4 (0.47 s as one stream), 9.4
+MB at 5 (0.53 s). Level 4 keeps the trace under 20 bytes an access with either (18.8 and 19.7);
+level 3 by zlib-ng only just (19.9)."""
 
 # TrackEvent.Type; TracePacket.sequence_flags
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
@@ -165,9 +173,9 @@ def _slices(ts: np.ndarray, te: np.ndarray, sequence: int, begin: pw.Blocks) -> 
     n = ts.size
     seq = pw.const_varint(10, sequence) + pw.const_varint(13, NEEDS_STATE)
     event = pw.const_varint(9, SLICE_BEGIN) + begin
-    first = pw.field_varint(8, ts) + pw.field_message(11, event, n) + seq
+    first = pw.field_varint(8, ts) + seq + pw.field_message(11, event, n)
     end = pw.const_varint(9, SLICE_END)
-    second = pw.field_varint(8, te) + pw.field_message(11, end, n) + seq
+    second = pw.field_varint(8, te) + seq + pw.field_message(11, end, n)
     return pw.flatten(pw.field_message(1, first, n) + pw.field_message(1, second, n), n)
 
 
@@ -181,31 +189,35 @@ def perfetto_chunks(
     num_experts: int | None = None,
     metadata: dict[str, Any] | None = None,
     served: np.ndarray | None = None,
+    rows: LaneRowsOf | None = None,
     targets: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None,
-) -> Iterator[bytes]:
-    """The trace (a ``perfetto.protos.Trace``) as consecutive pieces of its bytes; the
+) -> Iterator[bytes | memoryview]:
+    """The trace (a ``perfetto.protos.Trace``) as consecutive pieces of its bytes (``bytes``,
+    or a ``memoryview`` of a buffer of its own); the
     arguments are :func:`~specmd_sim.timeline.chrome_trace_chunks`', and ``targets``, where the
     caller derives the flows' targets (:func:`flow_targets_compiled`) beside the trace: what
     gives them once the layout is built (a thread's result, say)."""
     counters = counters or {}
     per_pass, per_request = per_pass or {}, per_request or {}
-    layout = trace_layout(spans, lanes, counters, per_pass, per_request, lane_rows_compiled)
-    found = targets() if targets is not None else flow_targets_compiled(spans, lanes)
-    flows = _flow_columns(flow_pairs(spans, lanes, found), spans.size)
+    if rows is None:
+        rows = lane_rows_compiled(spans["lane"], spans["start"], spans["end"], len(lanes))
+    layout = trace_layout(spans, lanes, counters, per_pass, per_request, rows)
     requests = _request_tracks(per_request, layout)
     interned = _interned()
     yield _descriptors(layout, requests.tracks, sorted(counters))
-    klass = served_class_compiled(spans) if served is None else served
-    yield from _span_packets(spans, klass, flows, lanes, per_pass, num_experts, layout, interned)
-    yield from _pass_packets(per_pass, layout, interned)
     # sequences: a track's its id; after the tracks, each GPU's first tokens, the counters, the
-    # metadata
+    # metadata. The spans' last: what needs no flows is written while they are derived
     first_tokens = len(layout.tracks) + len(requests.tracks) + 1
-    yield from _request_packets(per_request, requests, layout, interned, first_tokens)
     counters_from = first_tokens + len(layout.pass_pids)
     yield from _counter_packets(counters, counters_from, interned)
+    yield from _pass_packets(per_pass, layout, interned)
+    yield from _request_packets(per_request, requests, layout, interned, first_tokens)
     if metadata and layout.tracks:
         yield _metadata_packet(metadata, interned, counters_from + len(counters))
+    found = targets() if targets is not None else flow_targets_compiled(spans, lanes)
+    flows = _flow_columns(flow_pairs(spans, lanes, found), spans.size)
+    klass = served_class_compiled(spans) if served is None else served
+    yield from _span_packets(spans, klass, flows, lanes, per_pass, num_experts, layout, interned)
 
 
 def _descriptors(layout: TraceLayout, request_tracks: list[tuple[int, str]],
@@ -247,7 +259,7 @@ def _span_packets(
     num_experts: int | None,
     layout: TraceLayout,
     interned: bytes,
-) -> Iterator[bytes]:
+) -> Iterator[bytes | memoryview]:
     """Each track's spans, a sequence per track, in time order (a sub-track's spans never
     overlap), with the class each served (``klass``) and their flows (:func:`_flow_columns`)."""
     order = layout.order[np.argsort(layout.tid, kind="stable")]
@@ -274,7 +286,7 @@ def _span_packets(
                     spans["expert"], num_experts or 0, spans["bytes"], klass, transfer, flows,
                     out,
                 )  # fmt: skip
-                yield out[:end].tobytes()
+                yield memoryview(out[:end])  # (a buffer of its own: no copy)
                 continue
             s = {k: spans[k][i] for k in _SPAN_FIELDS}  # (columns: a row's other fields unread)
             kind, expert, k = s["kind"].astype(np.int64), s["expert"].astype(np.int64), klass[i]
@@ -325,14 +337,14 @@ def _encode_columns(c: _SpanColumns) -> bytes:
     specification of the compiled loop (:func:`_span_bytes`)."""
     n = c.ts.size
     begin = pw.field_varint(10, c.name) + pw.field_varint(3, c.category)
-    begin += _int_annotation("pass", c.pass_) + _int_annotation("request", c.request)
+    begin += _int_annotation("request", c.request)
     value = pw.field_bytes(6, c.gpu_names, np.maximum(c.gpu, 0))
     begin += _annotation("gpu", value, n, c.gpu >= 0)
-    begin += _int_annotation("layer", c.layer)
-    body = pw.const_varint(1, c.expert_name) + pw.field_varint(4, np.maximum(c.expert, 0))
-    begin += pw.field_message(4, body, n, c.expert >= 0)
     begin += _int_annotation("bytes", c.size)
     begin += _annotation("class", pw.field_varint(17, c.klass), n, c.klass > 0)
+    begin += _int_annotation("pass", c.pass_) + _int_annotation("layer", c.layer)
+    body = pw.const_varint(1, c.expert_name) + pw.field_varint(4, np.maximum(c.expert, 0))
+    begin += pw.field_message(4, body, n, c.expert >= 0)
     for column in c.flows.T:
         begin += pw.field_fixed64(47, column, column > 0)
     return _slices(c.ts, c.te, c.sequence, begin)
@@ -346,7 +358,7 @@ def _span_bound(flows: int, gpu_name: int) -> int:
     return 200 + 10 * flows + gpu_name
 
 
-@jit.compiled
+@jit.compiled_inline
 def _varint_size(value: int) -> int:
     size = 1
     while value >= 128:
@@ -355,7 +367,7 @@ def _varint_size(value: int) -> int:
     return size
 
 
-@jit.compiled
+@jit.compiled_inline
 def _put_varint(out: np.ndarray, at: int, value: int) -> int:
     while value >= 128:
         out[at] = (value & 0x7F) | 0x80
@@ -365,7 +377,7 @@ def _put_varint(out: np.ndarray, at: int, value: int) -> int:
     return at + 1
 
 
-@jit.compiled
+@jit.compiled_inline
 def _put_annotation(out: np.ndarray, at: int, name: int, key: int, value: int) -> int:
     """A debug annotation: ``name`` (its interned iid) and a varint ``value`` under ``key``."""
     body = 2 + _varint_size(key) + _varint_size(value)
@@ -375,6 +387,20 @@ def _put_annotation(out: np.ndarray, at: int, name: int, key: int, value: int) -
     out[at + 1] = name
     at = _put_varint(out, at + 2, key)
     return _put_varint(out, at, value)
+
+
+@jit.compiled_inline
+def _packet_head(out: np.ndarray, at: int, size: int, time: int, sequence: int) -> int:
+    """A packet's key and ``size``, then its fields before the track event (in the order of
+    the module's docstring): its ``time`` (a delta), its ``sequence`` and flags."""
+    out[at] = 0x0A  # Trace.packet
+    at = _put_varint(out, at + 1, size)
+    out[at] = 0x40  # TracePacket.timestamp
+    at = _put_varint(out, at + 1, time)
+    out[at] = 0x50  # .trusted_packet_sequence_id
+    at = _put_varint(out, at + 1, sequence)
+    out[at], out[at + 1] = 0x68, 2  # .sequence_flags = SEQ_NEEDS_INCREMENTAL_STATE
+    return at + 2
 
 
 @jit.compiled
@@ -397,8 +423,6 @@ def _span_bytes(rows, ts, te, sequence, kind, pass_, request, gpu, gpu_text, gpu
         e = _put_varint(event, 3, k + 1)
         event[e] = 0x18  # .category_iids
         e = _put_varint(event, e + 1, _CATEGORY_OF_KIND[k])
-        if pass_[r] >= 0:
-            e = _put_annotation(event, e, _PASS, _INT_VALUE, pass_[r])
         if request[r] >= 0:
             e = _put_annotation(event, e, _REQUEST, _INT_VALUE, request[r])
         g = gpu[r]
@@ -411,17 +435,19 @@ def _span_bytes(rows, ts, te, sequence, kind, pass_, request, gpu, gpu_text, gpu
             for j in range(length):
                 event[e + j] = gpu_text[g, j]
             e += length
+        if size[r] > 0:
+            e = _put_annotation(event, e, _BYTES, _INT_VALUE, size[r])
+        c = klass[r]
+        if c >= 0 or transfer[k]:
+            e = _put_annotation(event, e, _CLASS, _STRING_IID, (c if c >= 0 else _UNUSED) + 1)
+        if pass_[r] >= 0:
+            e = _put_annotation(event, e, _PASS, _INT_VALUE, pass_[r])
         if layer[r] >= 0:
             e = _put_annotation(event, e, _LAYER, _INT_VALUE, layer[r])
         x = expert[r]
         x = x % num_experts if num_experts and x >= 0 else x
         if x >= 0:
             e = _put_annotation(event, e, expert_name, _INT_VALUE, x)
-        if size[r] > 0:
-            e = _put_annotation(event, e, _BYTES, _INT_VALUE, size[r])
-        c = klass[r]
-        if c >= 0 or transfer[k]:
-            e = _put_annotation(event, e, _CLASS, _STRING_IID, (c if c >= 0 else _UNUSED) + 1)
         for f in range(flows.shape[0]):
             flow = flows[f, r]
             if flow > 0:
@@ -430,31 +456,18 @@ def _span_bytes(rows, ts, te, sequence, kind, pass_, request, gpu, gpu_text, gpu
                 for b in range(8):
                     event[e + 2 + b] = (flow >> (8 * b)) & 0xFF
                 e += 10
-        # the begin packet: timestamp, the event, the sequence and its flags
-        size_ = 1 + _varint_size(ts[i]) + 1 + _varint_size(e) + e + 1 + seq_size + 2
-        out[at] = 0x0A  # Trace.packet
-        at = _put_varint(out, at + 1, size_)
-        out[at] = 0x40  # TracePacket.timestamp
-        at = _put_varint(out, at + 1, ts[i])
+        # the begin packet: timestamp, the sequence and its flags, the event
+        size_ = 1 + _varint_size(ts[i]) + 1 + seq_size + 2 + 1 + _varint_size(e) + e
+        at = _packet_head(out, at, size_, ts[i], sequence)
         out[at] = 0x5A  # .track_event
         at = _put_varint(out, at + 1, e)
         out[at : at + e] = event[:e]
         at += e
-        out[at] = 0x50  # .trusted_packet_sequence_id
-        at = _put_varint(out, at + 1, sequence)
-        out[at], out[at + 1] = 0x68, 2  # .sequence_flags = SEQ_NEEDS_INCREMENTAL_STATE
-        at += 2
         # the end packet
-        size_ = 1 + _varint_size(te[i]) + 1 + 1 + 2 + 1 + seq_size + 2
-        out[at] = 0x0A
-        at = _put_varint(out, at + 1, size_)
-        out[at] = 0x40
-        at = _put_varint(out, at + 1, te[i])
+        size_ = 1 + _varint_size(te[i]) + 1 + seq_size + 2 + 4
+        at = _packet_head(out, at, size_, te[i], sequence)
         out[at], out[at + 1], out[at + 2], out[at + 3] = 0x5A, 2, 0x48, 2  # type = SLICE_END
-        out[at + 4] = 0x50
-        at = _put_varint(out, at + 5, sequence)
-        out[at], out[at + 1] = 0x68, 2
-        at += 2
+        at += 4
     return at
 
 
@@ -891,9 +904,9 @@ def _first_tokens(
 
 
 def _timed(delta: np.ndarray, event: pw.Blocks, n: int, sequence: int) -> pw.Blocks:
-    """A packet per row: its time (a delta), the track event and its sequence."""
-    packet = pw.field_varint(8, delta) + pw.field_message(11, event, n)
-    return packet + pw.const_varint(10, sequence) + pw.const_varint(13, NEEDS_STATE)
+    """A packet per row: its time (a delta), its sequence and flags, the track event."""
+    packet = pw.field_varint(8, delta) + pw.const_varint(10, sequence)
+    return packet + pw.const_varint(13, NEEDS_STATE) + pw.field_message(11, event, n)
 
 
 def _counter_packets(
@@ -937,18 +950,15 @@ def _counter_compiled(delta: np.ndarray, values: np.ndarray, whole: bool, sequen
 @jit.compiled
 def _counter_bytes(delta, ints, doubles, whole, sequence, out):  # type: ignore[no-untyped-def]
     """Each sample's ``TracePacket`` (a field of the ``Trace``) into ``out``; the bytes written:
-    its time, the ``COUNTER`` event with its value (``ints`` if ``whole``, else the 8 bytes of
-    each of ``doubles``), its sequence, ``NEEDS_STATE``."""
+    its time, its sequence, ``NEEDS_STATE``, the ``COUNTER`` event with its value (``ints`` if
+    ``whole``, else the 8 bytes of each of ``doubles``)."""
     at = 0
     for i in range(delta.size):
         value = 2 + _varint_size(ints[i]) if whole else 2 + 8
         event = 2 + value
-        inner = 1 + _varint_size(delta[i]) + 1 + _varint_size(event) + event
-        inner += 1 + _varint_size(sequence) + 2
-        out[at] = 0x0A  # Trace.packet
-        at = _put_varint(out, at + 1, inner)
-        out[at] = 0x40  # .timestamp
-        at = _put_varint(out, at + 1, delta[i])
+        inner = 1 + _varint_size(delta[i]) + 1 + _varint_size(sequence) + 2
+        inner += 1 + _varint_size(event) + event
+        at = _packet_head(out, at, inner, delta[i], sequence)
         out[at] = 0x5A  # .track_event
         at = _put_varint(out, at + 1, event)
         out[at], out[at + 1] = 0x48, 4  # .type = COUNTER
@@ -960,10 +970,6 @@ def _counter_bytes(delta, ints, doubles, whole, sequence, out):  # type: ignore[
             for b in range(8):
                 out[at + 4 + b] = doubles[i, b]
             at += 12
-        out[at] = 0x50  # .trusted_packet_sequence_id
-        at = _put_varint(out, at + 1, sequence)
-        out[at], out[at + 1] = 0x68, 2  # .sequence_flags = NEEDS_STATE
-        at += 2
     return at
 
 

@@ -43,6 +43,7 @@ from specmd_sim.metric_spec import ENGINES
 from specmd_sim.metrics import RESULT_FORMAT, TABLES, RunResult
 from specmd_sim.perfetto import (
     flow_targets_compiled,
+    lane_rows_compiled,
     served_class_compiled,
     write_perfetto_trace,
 )
@@ -93,7 +94,10 @@ def default_run_dir(engine: str, config: SimConfig) -> Path:
 
 MANIFEST = "manifest.json"
 RUN_FOLDER_FORMAT = "specmd-run-folder"
-Extra = Callable[[Path], dict[str, Path]]
+Extra = Callable[[Path, dict[str, Any]], dict[str, Path]]
+"""What adds files to a run folder being written (:func:`write_run`): given the folder and the
+``result.json`` mapping as written (read, not changed: the trace reads it beside), the files
+it wrote by name."""
 
 
 def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> dict[str, Path]:
@@ -102,32 +106,34 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
     The folder is written whole into a temporary sibling and then renamed into place
     (:func:`specmd_sim.atomic.atomic_folder`), so an interrupted rerun leaves the old folder as
     it was and a reader never sees the results, spans and pages of two runs mixed. ``extra``
-    adds files (the timeline page) to the folder before it is put in place. The spans and the
-    trace are written in threads of their own beside ``extra``, and the trace's flows derived
-    in a third while the trace lays out its tracks (their compressing and compiled joins and
-    encoding run without the GIL). The last file written, :data:`MANIFEST`, lists every file
-    with its size: :func:`check_run_folder`.
+    adds files (the timeline page) to the folder before it is put in place (:data:`Extra`).
+    The spans and the trace are written in threads of their own beside ``extra``, and the
+    trace's flows derived in a third while the trace lays out its tracks (their compressing
+    and compiled joins and encoding run without the GIL). The last file written,
+    :data:`MANIFEST`, lists every file with its size: :func:`check_run_folder`.
     """
     run_dir = Path(run_dir)
     check_run_target(run_dir, "run folder")
     with atomic_folder(run_dir, "run folder") as folder:
         files = {"config": folder / "config.yaml", "result": folder / "result.json"}
-        files["config"].write_text(yaml.safe_dump(result.config, sort_keys=True), encoding="utf-8")
-        text = result.to_json()  # (serialised once: written, and read by the trace's options)
-        write_text(files["result"], text)
+        recording = result.recording()
+        if recording is not None:
+            files["spans"], files["trace"] = folder / "spans.npz", folder / TRACE_FILE
         writing = []
         with ThreadPoolExecutor(3) as pool:  # (they compress and encode mostly without the GIL)
-            if result.spans is not None:
-                recording = result.recording()
-                assert recording is not None  # (it has spans)
-                files["spans"], files["trace"] = folder / "spans.npz", folder / TRACE_FILE
+            if recording is not None:  # (the spans, and the flows' joins, from the start)
                 writing.append(pool.submit(write_spans, files["spans"], recording))
-                # (the flows' joins beside the trace's layout and served classes)
                 flows = pool.submit(flow_targets_compiled, recording.spans, recording.lanes)
-                trace = (files["trace"], text, recording, flows.result)
+            config = yaml.safe_dump(result.config, sort_keys=True)
+            files["config"].write_text(config, encoding="utf-8")
+            text = result.to_json()  # (serialised and parsed once: the trace and the page read it)
+            write_text(files["result"], text)
+            written = json.loads(text)
+            if recording is not None:  # (its layout and served classes beside the flows)
+                trace = (files["trace"], written, recording, flows.result)
                 writing.append(pool.submit(_write_trace, *trace))
             if extra is not None:
-                files.update(extra(folder))
+                files.update(extra(folder, written))
             for job in writing:
                 job.result()
         write_manifest(folder, files.values())
@@ -136,14 +142,14 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
 
 def _write_trace(
     path: Path,
-    result_text: str,
+    result: dict[str, Any],
     recording: Recording,
     targets: Callable[[], tuple[np.ndarray, np.ndarray]],
 ) -> None:
     """The run folder's trace, its options (:func:`trace_options`) derived in the writer's
     thread: the spans' served classes with them, which the page reads too; the flows'
     ``targets`` derived beside it."""
-    options = trace_options(json.loads(result_text), recording)
+    options = trace_options(result, recording)
     write_perfetto_trace(path, recording.spans, recording.lanes, targets=targets, **options)
 
 
@@ -322,6 +328,7 @@ def trace_options(result: dict[str, Any], recording: Recording) -> dict[str, Any
         "num_experts": inputs.get("num_experts"),
         "metadata": {k: v for k, v in metadata.items() if v is not None},
         "served": recording.served(served_class_compiled),
+        "rows": recording.lane_rows(lane_rows_compiled),
     }
 
 

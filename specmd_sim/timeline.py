@@ -91,6 +91,8 @@ class Recording:
     counters: dict[str, np.ndarray] = field(default_factory=dict)
     _served: np.ndarray | None = field(default=None, init=False, repr=False)
     _deriving: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _rows: LaneRowsOf | None = field(default=None, init=False, repr=False)
+    _placing: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def served(self, derive: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
         """:func:`served_class` of the spans, derived once however many outputs read it (the
@@ -101,6 +103,16 @@ class Recording:
             if self._served is None:
                 self._served = (derive or served_class)(self.spans)
         return self._served
+
+    def lane_rows(self, derive: LaneRows | None = None) -> LaneRowsOf:
+        """:func:`lane_rows` of the spans (their lanes' sub-tracks, by their times in
+        seconds), derived once as :meth:`served` is, by ``derive``: it (by default) or what
+        computes the same (the compiled ``perfetto.lane_rows_compiled``)."""
+        with self._placing:
+            if self._rows is None:
+                s = self.spans
+                self._rows = (derive or lane_rows)(s["lane"], s["start"], s["end"], len(self.lanes))
+        return self._rows
 
 
 SPAN_CHUNK_ROWS = 1 << 14
@@ -528,11 +540,13 @@ def trace_layout(
     counters: Mapping[str, np.ndarray],
     per_pass: Mapping[str, Sequence[Any]],
     per_request: Mapping[str, Sequence[Any]],
-    rows_of: LaneRows | None = None,
+    rows: LaneRowsOf | None = None,
 ) -> TraceLayout:
     """The :class:`TraceLayout` of a run's spans, counters and pass and request tables; each
-    lane's sub-tracks by ``rows_of`` (default :func:`lane_rows`)."""
-    rows_of = rows_of or lane_rows
+    lane's sub-tracks ``rows`` (:func:`lane_rows` of the spans, where the caller has them:
+    :meth:`Recording.lane_rows`)."""
+    if rows is None:
+        rows = lane_rows(spans["lane"], spans["start"], spans["end"], len(lanes))
     processes = list(dict.fromkeys(lane_process(name) for name in lanes))
     for name in counters:
         device = name.rpartition("/")[0]
@@ -548,7 +562,7 @@ def trace_layout(
     pass_pids = list(dict.fromkeys(pass_pid))
     tracks = [(pid, "passes") for pid in pass_pids]
     start_ns, end_ns = to_ns(spans["start"]), to_ns(spans["end"])
-    order, tid = _span_tracks(spans["lane"], start_ns, end_ns, lanes, pid_of, tracks, rows_of)
+    order, tid = _span_tracks(rows, lanes, pid_of, tracks)
     span_tid = np.zeros(spans.size, np.int32)  # 0: a span on no track
     span_tid[order] = tid
     track_pid = np.array([0] + [pid for pid, _ in tracks])
@@ -566,6 +580,7 @@ def chrome_trace_chunks(
     num_experts: int | None = None,
     metadata: dict[str, Any] | None = None,
     served: np.ndarray | None = None,
+    rows: LaneRowsOf | None = None,
 ) -> Iterator[str]:
     """The Chrome Trace Event Format (JSON object form), for ui.perfetto.dev and chrome://tracing,
     as consecutive pieces of one compact JSON text, at most :data:`TRACE_CHUNK` events each, so
@@ -594,8 +609,8 @@ def chrome_trace_chunks(
       the flow network, ``network/<resource>_bytes_per_s``, to a process ``network``);
     - ``otherData``: ``metadata`` (e.g. model, hardware, policies).
 
-    ``served`` is :func:`served_class` of the spans where the caller has it already
-    (:meth:`Recording.served`).
+    ``served`` is :func:`served_class` of the spans and ``rows`` their :func:`lane_rows` where
+    the caller has them already (:meth:`Recording.served`, :meth:`Recording.lane_rows`).
 
     Span and counter events, nearly all of a trace, are formatted from the arrays' columns, not
     built as a dict each and dumped: that is what makes a long run's trace cheap (``_span_text``).
@@ -605,7 +620,7 @@ def chrome_trace_chunks(
     """
     counters = counters or {}
     per_pass, per_request = per_pass or {}, per_request or {}
-    layout = trace_layout(spans, lanes, counters, per_pass, per_request)
+    layout = trace_layout(spans, lanes, counters, per_pass, per_request, rows)
     pid_of, tracks = layout.pid_of, layout.tracks
     pass_pid, request_pid = layout.pass_pid, layout.request_pid
     start_ns, end_ns, order, tid = layout.start_ns, layout.end_ns, layout.order, layout.tid
@@ -704,18 +719,12 @@ def served_gpu(
 
 
 def _span_tracks(
-    lane: np.ndarray,
-    start_ns: np.ndarray,
-    end_ns: np.ndarray,
-    lanes: list[str],
-    pid_of: dict[str, int],
-    tracks: list[tuple[int, str]],
-    rows_of: LaneRows,
+    placed: LaneRowsOf, lanes: list[str], pid_of: dict[str, int], tracks: list[tuple[int, str]]
 ) -> tuple[np.ndarray, np.ndarray]:
     """The spans of ``lanes`` in trace order (by lane, then start, then position) and the track
-    (tid) of each; each lane's sub-tracks (``rows_of``: :func:`lane_rows`) are appended to
+    (tid) of each; each lane's sub-tracks (``placed``: :func:`lane_rows`) are appended to
     ``tracks``."""
-    order, bounds, rows, n_sub = rows_of(lane, start_ns, end_ns, len(lanes))
+    order, bounds, rows, n_sub = placed
     tid = np.zeros(order.size, np.int32)
     for lane_id, name in enumerate(lanes):
         lo, hi = bounds[lane_id], bounds[lane_id + 1]
@@ -726,16 +735,13 @@ def _span_tracks(
     return order, tid
 
 
-LaneRows = Callable[
-    [np.ndarray, np.ndarray, np.ndarray, int],
-    tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
-]
-"""Spans grouped by lane, each lane split into sub-tracks, as :func:`lane_rows`."""
+LaneRowsOf = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""Spans grouped by lane, each lane split into sub-tracks: :func:`lane_rows`' result."""
+LaneRows = Callable[[np.ndarray, np.ndarray, np.ndarray, int], LaneRowsOf]
+"""What computes :data:`LaneRowsOf` as :func:`lane_rows` does."""
 
 
-def lane_rows(
-    lane: np.ndarray, start: np.ndarray, end: np.ndarray, n_lanes: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def lane_rows(lane: np.ndarray, start: np.ndarray, end: np.ndarray, n_lanes: int) -> LaneRowsOf:
     """The spans by lane, then start, then position (``order``; those of a lane below 0
     first, none of a lane from ``n_lanes`` on), where each lane's begin in that order (``bounds``,
     ``n_lanes + 1`` of them), each span's sub-track in its lane (``rows``, :func:`track_rows` of

@@ -39,6 +39,18 @@ def test_written_gzip_unpacks_to_the_chunks(tmp_path: Path, monkeypatch, fast: b
 
 
 @pytest.mark.parametrize("fast", [True, False], ids=["zlib-ng", "zlib"])
+def test_gzip_bytes_unpack_and_name_no_time(monkeypatch, fast: bool) -> None:
+    if fast:
+        pytest.importorskip("zlib_ng")
+    else:
+        _without_zlib_ng(monkeypatch)
+    data = b"".join(CHUNKS)
+    packed = gz.gzip_bytes(data, {"zlib-ng": 2, "zlib": 1})
+    assert gzip.decompress(packed) == data and packed[4:8] == b"\0\0\0\0"
+    assert packed == gz.gzip_bytes(data, {"zlib-ng": 2, "zlib": 1})
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["zlib-ng", "zlib"])
 def test_blocks_join_into_one_stream_whatever_the_chunks_and_threads(
     tmp_path: Path, monkeypatch, fast: bool
 ) -> None:

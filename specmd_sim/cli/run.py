@@ -115,13 +115,13 @@ def _timeline_writer(
 ) -> Callable[[Path], dict[str, Path]]:
     """Writes the run's timeline page into the folder being written (``write_run``'s extra)."""
 
-    def write(folder: Path) -> dict[str, Path]:
+    def write(folder: Path, written: dict[str, Any]) -> dict[str, Path]:
         from specmd_sim.report import RunData, write_timeline
         from specmd_sim.runs import TIMELINE_FILE
 
         page = folder / TIMELINE_FILE
         with prof.phase(TIMELINE_PHASE):
-            write_timeline(RunData.from_result(result, run_dir), page)
+            write_timeline(RunData(written, result.recording(), run_dir), page)
         return {"timeline": page}
 
     return write

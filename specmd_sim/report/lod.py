@@ -60,19 +60,17 @@ def choose_detail(
     if window is None:
         if total <= max_spans:
             return Detail(np.ones(total, bool), None, total)
-        lo = float(start.min())
-        candidates = np.ones(total, bool)
+        lo, candidates, starts = float(start.min()), None, start
     else:
         lo = float(window[0])
         candidates = (start < window[1]) & (end > window[0])
-    idx = np.flatnonzero(candidates)
-    if idx.size > max_spans:
-        order = idx[np.argsort(start[idx], kind="stable")]
-        cut = float(start[order[max_spans]])
-        exact = candidates & (start < cut)
-        return Detail(exact, (lo, cut), total)
-    hi = float(window[1]) if window is not None else float(end.max())
-    return Detail(candidates, (lo, hi), total)
+        starts = start[candidates]
+    if starts.size > max_spans:  # (the start of the max_spans + 1-th, by start)
+        cut = float(np.partition(starts, max_spans)[max_spans])
+        exact = start < cut
+        return Detail(exact if candidates is None else candidates & exact, (lo, cut), total)
+    assert window is not None and candidates is not None  # (else more than max_spans)
+    return Detail(candidates, (lo, float(window[1])), total)
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,9 +139,10 @@ def bin_spans(
         m = by_group[first:stop]
         if not in_order:
             m = m[np.argsort(s[m], kind="stable")]
-        starts, sizes = s[m], b[m]
-        ends = np.sort(e[m])
-        busy[row, kind] = _busy_before(starts, ends, hi) - _busy_before(starts, ends, lo)
+        starts, sizes, ends = s[m], b[m], e[m]
+        if not bool(np.all(ends[1:] >= ends[:-1])):  # (a sub-lane's spans end in order)
+            ends = np.sort(ends)
+        busy[row, kind] = _busy_between(starts, ends, lo, hi)
         n_lo = np.searchsorted(starts, lo)
         n_hi = np.where(last, np.searchsorted(starts, hi, "right"), np.searchsorted(starts, hi))
         count[row, kind] = n_hi - n_lo
@@ -152,11 +151,18 @@ def bin_spans(
     return Bins(lo, hi, busy, count, nbytes)
 
 
-def _busy_before(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """Total time the spans (sorted ``starts``, sorted ``ends``) cover before each ``t``."""
+def _busy_between(
+    starts: np.ndarray, ends: np.ndarray, lo: np.ndarray, hi: np.ndarray
+) -> np.ndarray:
+    """Total time the spans (sorted ``starts``, sorted ``ends``) cover between each ``lo`` and
+    its ``hi``: what they cover before ``hi`` less what they cover before ``lo``."""
     cs, ce = np.r_[0.0, np.cumsum(starts)], np.r_[0.0, np.cumsum(ends)]
-    ns, ne = np.searchsorted(starts, t), np.searchsorted(ends, t)
-    return (ns * t - cs[ns]) - (ne * t - ce[ne])
+
+    def before(t: np.ndarray) -> np.ndarray:
+        ns, ne = np.searchsorted(starts, t), np.searchsorted(ends, t)
+        return (ns * t - cs[ns]) - (ne * t - ce[ne])  # type: ignore[no-any-return]
+
+    return before(hi) - before(lo)
 
 
 BAR_DTYPE = np.dtype(

@@ -74,8 +74,7 @@ def tracks(run: RunData) -> Tracks:
     devices += [g for g in gpus if g not in devices]
     names = [] if gpus else ["requests", "passes"]
     row = np.zeros(len(spans), np.int64)
-    order, bounds, sub, n_sub = lane_rows_compiled(spans["lane"], spans["start"], spans["end"],
-                                                   len(rec.lanes))  # fmt: skip
+    order, bounds, sub, n_sub = rec.lane_rows(lane_rows_compiled)
     lane_names: list[str] = []
     lane_y: list[int] = []
     request_y, pass_y = np.zeros(len(run.gpus), np.int64), np.ones(len(run.gpus), np.int64)
@@ -252,10 +251,11 @@ def _pass_traces(run: RunData, y: np.ndarray, window: tuple[float, float] | None
         keep = (passes["start"] < window[1]) & (passes["end"] > window[0])
     spans = run.spans
     stall = spans["kind"] == KIND["stall"]
-    stall_s = np.zeros(passes.size)
     pos = np.searchsorted(passes["pass_"], spans["pass_"][stall])
-    np.add.at(
-        stall_s, np.clip(pos, 0, passes.size - 1), spans["end"][stall] - spans["start"][stall]
+    stall_s = np.bincount(
+        np.clip(pos, 0, passes.size - 1),
+        weights=spans["end"][stall] - spans["start"][stall],
+        minlength=passes.size,
     )
     dur = passes["end"] - passes["start"]
     names = ("prefill", "decode")

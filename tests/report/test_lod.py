@@ -107,6 +107,36 @@ def test_bins_of_spans_in_order_of_start_are_those_of_any_order(rows: list, max_
         np.testing.assert_array_equal(getattr(bins[0], name), getattr(bins[1], name))
 
 
+@given(
+    st.lists(st.integers(0, 9), min_size=1, max_size=40),
+    st.integers(1, 30),
+    st.none() | st.tuples(st.integers(0, 9), st.integers(1, 10)),
+)
+def test_detail_cuts_at_the_start_a_stable_sort_puts_after_the_limit(
+    starts: list, max_spans: int, window: tuple | None
+) -> None:
+    """The exact spans are those before the start of the ``max_spans + 1``-th span in order of
+    start (of those in the window), whatever order they come in and however many share one."""
+    spans = make_spans([(float(s), s + 0.5, 0, "expert") for s in starts])
+    if window is not None:
+        window = (float(window[0]), float(window[0] + window[1]))
+    detail = choose_detail(spans, max_spans, window)
+    start, end = spans["start"], spans["end"]
+    inside = np.ones(start.size, bool) if window is None else (
+        (start < window[1]) & (end > window[0]))  # fmt: skip
+    idx = np.flatnonzero(inside)
+    if window is None and start.size <= max_spans:
+        assert detail.complete and detail.exact.all()
+        return
+    if idx.size > max_spans:
+        cut = start[idx[np.argsort(start[idx], kind="stable")][max_spans]]
+        np.testing.assert_array_equal(detail.exact, inside & (start < cut))
+        assert detail.window == (start.min() if window is None else window[0], cut)
+    else:
+        np.testing.assert_array_equal(detail.exact, inside)
+        assert detail.window == window
+
+
 def test_step_bins_min_max_mean() -> None:
     time = np.array([1.0, 2.0, 3.0, 3.5])
     value = np.array([10.0, 0.0, 5.0, 7.0])

@@ -98,6 +98,29 @@ def test_the_served_classes_are_derived_once_for_readers_side_by_side(monkeypatc
     assert all(g is got[0] for g in got)
 
 
+def test_the_lanes_sub_tracks_are_derived_once_for_readers_side_by_side() -> None:
+    """The page and the trace place a recording's spans on their lanes' sub-tracks alike:
+    derived once (by its specification here), the second reader given the first's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from specmd_sim.timeline import lane_rows
+
+    spans, calls = _spans(), []
+
+    def counted(*args: object) -> object:
+        calls.append(1)
+        time.sleep(0.05)
+        return lane_rows(*args)  # type: ignore[arg-type]
+
+    rec = Recording(spans, ["gpu0/compute", "gpu0/copy-h2d-0"])
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda _: rec.lane_rows(counted), range(8)))
+    assert len(calls) == 1 and all(g is got[0] for g in got)
+    want = lane_rows(spans["lane"], spans["start"], spans["end"], 2)
+    for a, b in zip(got[0], want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_lane_and_counter_names() -> None:
     assert (lane_process("gpu0/copy-h2d-1"), lane_track("gpu0/copy-h2d-1")) == (
         "gpu0",
