@@ -26,9 +26,12 @@ order, a chunk of :data:`CHUNK` spans at a time. Their fields are ordered for th
 (protobuf readers take any order): a packet's time, then its sequence and flags, then its
 event, so that what repeats from packet to packet (the sequence, the event's type, name and
 category) runs unbroken; in a span's event, the annotations that rarely change between
-neighbours (request, GPU, bytes, class, pass) before those that do (layer, expert, flows). At
-4,000 tokens that deflates 123 MB of protobuf to 9.6 MB at level 4, where the fields in the
-order of their numbers took 10.1 MB (2 cores, 2026-12-07: ``benchmarks/outputs_size.py``).
+neighbours (request, GPU, bytes, class, pass) before those that do (layer, expert, flows). And
+the spans of all tracks are interleaved in order of start (each track's packets still in its
+order), so that a flow's id, on slices of two tracks, recurs within the compressor's window.
+At 4,000 tokens that deflates 123 MB of protobuf to 9.8 MB at level 3, where the fields in the
+order of their numbers, a track after another, took 10.8 MB (2 cores, 2026-12-07:
+``benchmarks/outputs_size.py``).
 """
 
 from __future__ import annotations
@@ -67,13 +70,13 @@ from specmd_sim.timeline import (
 
 CHUNK = 1 << 16
 """Spans (or counter samples) encoded at a time: ~15 MB of numpy arrays in flight."""
-GZIP_LEVEL = 4
-"""The default job's trace at 4,000 tokens (123 MB of protobuf, fields ordered as the module's
-docstring says) by zlib-ng (:mod:`specmd_sim.gz`), in ``write_gzip``'s CPU seconds: 12.0 MB at
-level 2 in 0.16 s, 10.2 MB at 3 in 0.22 s, 9.6 MB at 4 in 0.26 s, 9.1 MB at 5 in 0.30 s (2
-cores, 2026-12-07); by the standard library's zlib, 10.1 MB at 4 (0.47 s as one stream), 9.4
-MB at 5 (0.53 s). Level 4 keeps the trace under 20 bytes an access with either (18.8 and 19.7);
-level 3 by zlib-ng only just (19.9)."""
+GZIP_LEVEL = 3
+"""The default job's trace at 4,000 tokens (123 MB of protobuf, fields ordered and spans
+interleaved as the module's docstring says) by zlib-ng (:mod:`specmd_sim.gz`), in
+``write_gzip``'s CPU seconds: 11.1 MB at level 2 in 0.15 s, 9.8 MB at 3 in 0.22 s, 9.1 MB at
+4 in 0.27 s, 8.7 MB at 5 in 0.31 s; by the standard library's zlib (one stream), 10.0 MB at 3
+in 0.35 s, 9.7 MB at 4 in 0.44 s (2 cores, 2026-12-07). Level 3 keeps the trace under 20
+bytes an access with either (19.2 and 19.5; 19.2 at 40,000 tokens too)."""
 
 # TrackEvent.Type; TracePacket.sequence_flags
 SLICE_BEGIN, SLICE_END, INSTANT, COUNTER = 1, 2, 3, 4
@@ -167,11 +170,13 @@ def _deltas(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return begin, end - start
 
 
-def _slices(ts: np.ndarray, te: np.ndarray, sequence: int, begin: pw.Blocks) -> bytes:
+def _slices(ts: np.ndarray, te: np.ndarray, sequence: int | np.ndarray, begin: pw.Blocks) -> bytes:
     """A begin packet and an end packet per row (``begin``: the begin event's fields beyond
-    its type), one row after another; ``ts`` and ``te`` as deltas (:func:`_deltas`)."""
+    its type), one row after another, on ``sequence`` (one, or a row's each); ``ts`` and ``te``
+    as deltas on their sequence's clock (:func:`_deltas`)."""
     n = ts.size
-    seq = pw.const_varint(10, sequence) + pw.const_varint(13, NEEDS_STATE)
+    on = pw.const_varint(10, sequence) if np.ndim(sequence) == 0 else pw.field_varint(10, sequence)
+    seq = on + pw.const_varint(13, NEEDS_STATE)
     event = pw.const_varint(9, SLICE_BEGIN) + begin
     first = pw.field_varint(8, ts) + seq + pw.field_message(11, event, n)
     end = pw.const_varint(9, SLICE_END)
@@ -190,13 +195,13 @@ def perfetto_chunks(
     metadata: dict[str, Any] | None = None,
     served: np.ndarray | None = None,
     rows: LaneRowsOf | None = None,
-    targets: Callable[[], tuple[np.ndarray, np.ndarray]] | None = None,
+    flows: Callable[[], np.ndarray] | None = None,
 ) -> Iterator[bytes | memoryview]:
     """The trace (a ``perfetto.protos.Trace``) as consecutive pieces of its bytes (``bytes``,
     or a ``memoryview`` of a buffer of its own); the
-    arguments are :func:`~specmd_sim.timeline.chrome_trace_chunks`', and ``targets``, where the
-    caller derives the flows' targets (:func:`flow_targets_compiled`) beside the trace: what
-    gives them once the layout is built (a thread's result, say)."""
+    arguments are :func:`~specmd_sim.timeline.chrome_trace_chunks`', and ``flows``, where the
+    caller derives the spans' flow ids (:func:`flow_table`) beside the trace: what gives them
+    once the packets that need none are made (a thread's result, say)."""
     counters = counters or {}
     per_pass, per_request = per_pass or {}, per_request or {}
     if rows is None:
@@ -214,10 +219,9 @@ def perfetto_chunks(
     yield from _request_packets(per_request, requests, layout, interned, first_tokens)
     if metadata and layout.tracks:
         yield _metadata_packet(metadata, interned, counters_from + len(counters))
-    found = targets() if targets is not None else flow_targets_compiled(spans, lanes)
-    flows = _flow_columns(flow_pairs(spans, lanes, found), spans.size)
+    ids = flows() if flows is not None else flow_table(spans, lanes)
     klass = served_class_compiled(spans) if served is None else served
-    yield from _span_packets(spans, klass, flows, lanes, per_pass, num_experts, layout, interned)
+    yield from _span_packets(spans, klass, ids, lanes, per_pass, num_experts, layout, interned)
 
 
 def _descriptors(layout: TraceLayout, request_tracks: list[tuple[int, str]],
@@ -260,48 +264,59 @@ def _span_packets(
     layout: TraceLayout,
     interned: bytes,
 ) -> Iterator[bytes | memoryview]:
-    """Each track's spans, a sequence per track, in time order (a sub-track's spans never
-    overlap), with the class each served (``klass``) and their flows (:func:`_flow_columns`)."""
-    order = layout.order[np.argsort(layout.tid, kind="stable")]
-    tid = layout.span_tid[order]
+    """Each track's spans, a sequence per track in time order (a sub-track's spans never
+    overlap), with the class each served (``klass``) and their flows (:func:`_flow_columns`):
+    every track's first packets, then the spans of all tracks interleaved in order of start,
+    so that a flow's two ends, on two tracks, lie close together in the file and the
+    compressor finds the second's id (at 4,000 tokens, 4% fewer bytes at level 3 than one
+    track after another)."""
+    tid = layout.span_tid  # (0: on no track, a lane of no name: not drawn)
+    order = layout.order[tid[layout.order] > 0]
+    order = order[np.argsort(tid[order], kind="stable")]  # (by track, each in its order)
     gpus = list(dict.fromkeys(per_pass.get("gpu", [])))
     gpu = served_gpu(spans, lanes, per_pass, gpus).astype(np.int16)  # (GPUs: a few)
     gpu_names = pw.table([g.encode() for g in gpus] or [b""])
     transfer = np.isin(np.arange(len(KINDS)), [_KIND[k] for k in TRANSFER_KINDS])
-    bounds = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1], True]) if tid.size else []
-    compiled = jit.available()
+    ts, te = np.zeros(spans.size, np.int64), np.zeros(spans.size, np.int64)  # (a span's deltas)
+    on_track = tid[order]
+    bounds = np.flatnonzero(np.r_[True, on_track[1:] != on_track[:-1], True]) if order.size else []
     for lo_track, hi_track in itertools.pairwise(bounds):
-        track = int(tid[lo_track])
+        track = int(on_track[lo_track])
         yield _sequence_start(track, interned, track + _TRACK_UUID)
         mine = order[lo_track:hi_track]
-        ts, te = _deltas(layout.start_ns[mine], layout.end_ns[mine])
-        for lo in range(0, mine.size, CHUNK):
-            part = slice(lo, lo + CHUNK)
-            i = mine[part]
-            if compiled:  # (the columns gathered by the compiled loop as it writes)
-                out = np.empty(i.size * _span_bound(len(flows), gpu_names[0].shape[1]), np.uint8)
-                end = _span_bytes(
-                    i, ts[part], te[part], track, spans["kind"], spans["pass_"],
-                    spans["request"], gpu, gpu_names[0], gpu_names[1], spans["layer"],
-                    spans["expert"], num_experts or 0, spans["bytes"], klass, transfer, flows,
-                    out,
-                )  # fmt: skip
-                yield memoryview(out[:end])  # (a buffer of its own: no copy)
-                continue
-            s = {k: spans[k][i] for k in _SPAN_FIELDS}  # (columns: a row's other fields unread)
-            kind, expert, k = s["kind"].astype(np.int64), s["expert"].astype(np.int64), klass[i]
-            columns = _SpanColumns(
-                ts=ts[part], te=te[part], sequence=track, name=kind + 1,
-                category=np.take(_CATEGORY_OF_KIND, kind),
-                pass_=s["pass_"].astype(np.int64), request=s["request"].astype(np.int64),
-                gpu=gpu[i].astype(np.int64), gpu_names=gpu_names, layer=s["layer"].astype(np.int64),
-                expert=np.where(expert >= 0, expert % num_experts, -1) if num_experts else expert,
-                expert_name=_ANN["expert" if num_experts else "expert_id"],
-                size=np.where(s["bytes"] != 0, s["bytes"], -1).astype(np.int64),
-                klass=np.where((k >= 0) | transfer[kind], np.where(k >= 0, k, _UNUSED) + 1, 0),
-                flows=flows[:, i].T.astype(np.int64),
+        ts[mine], te[mine] = _deltas(layout.start_ns[mine], layout.end_ns[mine])
+    # every track's spans in order of start, then position (each track's own order: a
+    # recording's are in that order already)
+    rows = np.flatnonzero(tid > 0)
+    start = spans["start"][rows]
+    if not bool(np.all(start[1:] >= start[:-1])):
+        rows = rows[np.argsort(start, kind="stable")]
+    compiled = jit.available()
+    for lo in range(0, rows.size, CHUNK):
+        i = rows[lo : lo + CHUNK]
+        if compiled:  # (the columns gathered by the compiled loop as it writes)
+            out = np.empty(i.size * _span_bound(len(flows), gpu_names[0].shape[1]), np.uint8)
+            end = _span_bytes(
+                i, ts, te, tid, spans["kind"], spans["pass_"], spans["request"], gpu,
+                gpu_names[0], gpu_names[1], spans["layer"], spans["expert"], num_experts or 0,
+                spans["bytes"], klass, transfer, flows, out,
             )  # fmt: skip
-            yield _encode_columns(columns)
+            yield memoryview(out[:end])  # (a buffer of its own: no copy)
+            continue
+        s = {k: spans[k][i] for k in _SPAN_FIELDS}  # (columns: a row's other fields unread)
+        kind, expert, k = s["kind"].astype(np.int64), s["expert"].astype(np.int64), klass[i]
+        columns = _SpanColumns(
+            ts=ts[i], te=te[i], sequence=tid[i].astype(np.int64), name=kind + 1,
+            category=np.take(_CATEGORY_OF_KIND, kind),
+            pass_=s["pass_"].astype(np.int64), request=s["request"].astype(np.int64),
+            gpu=gpu[i].astype(np.int64), gpu_names=gpu_names, layer=s["layer"].astype(np.int64),
+            expert=np.where(expert >= 0, expert % num_experts, -1) if num_experts else expert,
+            expert_name=_ANN["expert" if num_experts else "expert_id"],
+            size=np.where(s["bytes"] != 0, s["bytes"], -1).astype(np.int64),
+            klass=np.where((k >= 0) | transfer[kind], np.where(k >= 0, k, _UNUSED) + 1, 0),
+            flows=flows[:, i].T.astype(np.int64),
+        )  # fmt: skip
+        yield _encode_columns(columns)
 
 
 _SPAN_FIELDS = ("kind", "expert", "pass_", "request", "layer", "bytes")
@@ -309,15 +324,15 @@ _SPAN_FIELDS = ("kind", "expert", "pass_", "request", "layer", "bytes")
 
 @dataclass
 class _SpanColumns:
-    """A chunk of one track's spans as the columns their packets are made of: times as deltas
-    (:func:`_deltas`), the name iid, category iid, the int annotations (-1: none), the GPU (an
-    index into ``gpu_names``, -1: none), the expert annotation's name iid (``expert`` where
-    the expert count is known, else ``expert_id``), the class iid (0: none) and the flow ids
-    (0: none)."""
+    """A chunk of spans as the columns their packets are made of: times as deltas on their
+    track's clock (:func:`_deltas`), each one's sequence (its track), the name iid, category
+    iid, the int annotations (-1: none), the GPU (an index into ``gpu_names``, -1: none), the
+    expert annotation's name iid (``expert`` where the expert count is known, else
+    ``expert_id``), the class iid (0: none) and the flow ids (0: none)."""
 
     ts: np.ndarray
     te: np.ndarray
-    sequence: int
+    sequence: np.ndarray
     name: np.ndarray
     category: np.ndarray
     pass_: np.ndarray
@@ -404,19 +419,21 @@ def _packet_head(out: np.ndarray, at: int, size: int, time: int, sequence: int) 
 
 
 @jit.compiled
-def _span_bytes(rows, ts, te, sequence, kind, pass_, request, gpu, gpu_text, gpu_len, layer,
+def _span_bytes(rows, ts, te, track, kind, pass_, request, gpu, gpu_text, gpu_len, layer,
                 expert, num_experts, size, klass, transfer, flows, out):  # type: ignore[no-untyped-def]  # fmt: skip
-    """The begin and end packets of the spans ``rows`` (of the whole columns ``kind`` ...
-    ``flows``; times ``ts``, ``te`` a row each) into ``out``; the bytes written. The values
+    """The begin and end packets of the spans ``rows`` (of the whole columns ``ts`` ...
+    ``flows``: a span's times as deltas, its track, the sequence it is on) into ``out``; the
+    bytes written. The values
     as :func:`_span_packets` makes the columns of :func:`_encode_columns` (the expert modulo
     ``num_experts`` where not 0, ``size`` 0 as none, the class's iid), field by field as it
     orders them (keys: protobuf's ``number << 3 | wire type``)."""
     at = 0
     event = np.empty(_span_bound(flows.shape[0], gpu_text.shape[1]), np.uint8)
-    seq_size = _varint_size(sequence)
     expert_name = _ANN_EXPERT if num_experts else _ANN_EXPERT_ID
     for i in range(rows.size):
         r = rows[i]
+        sequence = track[r]
+        seq_size = _varint_size(sequence)
         k = kind[r]
         event[0], event[1] = 0x48, 1  # TrackEvent.type = SLICE_BEGIN
         event[2] = 0x50  # .name_iid
@@ -457,18 +474,25 @@ def _span_bytes(rows, ts, te, sequence, kind, pass_, request, gpu, gpu_text, gpu
                     event[e + 2 + b] = (flow >> (8 * b)) & 0xFF
                 e += 10
         # the begin packet: timestamp, the sequence and its flags, the event
-        size_ = 1 + _varint_size(ts[i]) + 1 + seq_size + 2 + 1 + _varint_size(e) + e
-        at = _packet_head(out, at, size_, ts[i], sequence)
+        size_ = 1 + _varint_size(ts[r]) + 1 + seq_size + 2 + 1 + _varint_size(e) + e
+        at = _packet_head(out, at, size_, ts[r], sequence)
         out[at] = 0x5A  # .track_event
         at = _put_varint(out, at + 1, e)
         out[at : at + e] = event[:e]
         at += e
         # the end packet
-        size_ = 1 + _varint_size(te[i]) + 1 + seq_size + 2 + 4
-        at = _packet_head(out, at, size_, te[i], sequence)
+        size_ = 1 + _varint_size(te[r]) + 1 + seq_size + 2 + 4
+        at = _packet_head(out, at, size_, te[r], sequence)
         out[at], out[at + 1], out[at + 2], out[at + 3] = 0x5A, 2, 0x48, 2  # type = SLICE_END
         at += 4
     return at
+
+
+def flow_table(spans: np.ndarray, lanes: list[str]) -> np.ndarray:
+    """The flow ids each span carries (:func:`_flow_columns` of
+    :func:`~specmd_sim.timeline.flow_pairs`, their targets by :func:`flow_targets_compiled`):
+    what the trace's span packets need of the flows, derived in one call (a thread's)."""
+    return _flow_columns(flow_pairs(spans, lanes, flow_targets_compiled(spans, lanes)), spans.size)
 
 
 def flow_targets_compiled(spans: np.ndarray, lanes: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

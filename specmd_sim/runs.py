@@ -42,7 +42,7 @@ from specmd_sim.errors import SpecmdError, short_repr
 from specmd_sim.metric_spec import ENGINES
 from specmd_sim.metrics import RESULT_FORMAT, TABLES, RunResult
 from specmd_sim.perfetto import (
-    flow_targets_compiled,
+    flow_table,
     lane_rows_compiled,
     served_class_compiled,
     write_perfetto_trace,
@@ -108,8 +108,8 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
     it was and a reader never sees the results, spans and pages of two runs mixed. ``extra``
     adds files (the timeline page) to the folder before it is put in place (:data:`Extra`).
     The spans and the trace are written in threads of their own beside ``extra``, and the
-    trace's flows derived in a third while the trace lays out its tracks (their compressing
-    and compiled joins and encoding run without the GIL). The last file written,
+    spans' flow ids derived in a third while the trace writes what needs none (their
+    compressing and compiled joins and encoding run without the GIL). The last file written,
     :data:`MANIFEST`, lists every file with its size: :func:`check_run_folder`.
     """
     run_dir = Path(run_dir)
@@ -123,7 +123,7 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
         with ThreadPoolExecutor(3) as pool:  # (they compress and encode mostly without the GIL)
             if recording is not None:  # (the spans, and the flows' joins, from the start)
                 writing.append(pool.submit(write_spans, files["spans"], recording))
-                flows = pool.submit(flow_targets_compiled, recording.spans, recording.lanes)
+                flows = pool.submit(flow_table, recording.spans, recording.lanes)
             config = yaml.safe_dump(result.config, sort_keys=True)
             files["config"].write_text(config, encoding="utf-8")
             text = result.to_json()  # (serialised and parsed once: the trace and the page read it)
@@ -144,13 +144,13 @@ def _write_trace(
     path: Path,
     result: dict[str, Any],
     recording: Recording,
-    targets: Callable[[], tuple[np.ndarray, np.ndarray]],
+    flows: Callable[[], np.ndarray],
 ) -> None:
     """The run folder's trace, its options (:func:`trace_options`) derived in the writer's
-    thread: the spans' served classes with them, which the page reads too; the flows'
-    ``targets`` derived beside it."""
+    thread: the spans' served classes with them, which the page reads too; the spans' flow
+    ids (``flows``) derived beside it."""
     options = trace_options(result, recording)
-    write_perfetto_trace(path, recording.spans, recording.lanes, targets=targets, **options)
+    write_perfetto_trace(path, recording.spans, recording.lanes, flows=flows, **options)
 
 
 def write_manifest(folder: Path, files: Iterable[Path]) -> None:
@@ -370,11 +370,11 @@ def _members(
             of = DELTAS.get((table.split("_")[0], name))
             if of is not None:
                 meta["deltas"][f"{table}.{name}"] = of
-            column = _stored(rows, name, of)
+            column = np.ascontiguousarray(_stored(rows, name, of))  # (then read fast)
             stored = _narrow_type(column)
             meta["columns"][f"{table}.{name}"] = stored.str
             member = f"{table}.{name}" + (".delta" if of is not None else "")
-            yield _npy(member, _by_significance(np.ascontiguousarray(column, stored)))
+            yield _npy(member, _by_significance(column.astype(stored, copy=False)))
     yield _npy("meta", np.array(json.dumps(meta, sort_keys=True)))
 
 

@@ -251,10 +251,10 @@ def _pass_traces(run: RunData, y: np.ndarray, window: tuple[float, float] | None
         keep = (passes["start"] < window[1]) & (passes["end"] > window[0])
     spans = run.spans
     stall = spans["kind"] == KIND["stall"]
-    pos = np.searchsorted(passes["pass_"], spans["pass_"][stall])
+    pos = np.searchsorted(passes["pass_"], np.compress(stall, spans["pass_"]))
     stall_s = np.bincount(
         np.clip(pos, 0, passes.size - 1),
-        weights=spans["end"][stall] - spans["start"][stall],
+        weights=np.compress(stall, spans["end"]) - np.compress(stall, spans["start"]),
         minlength=passes.size,
     )
     dur = passes["end"] - passes["start"]

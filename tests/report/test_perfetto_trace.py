@@ -285,6 +285,40 @@ def test_every_flow_binds_to_two_slices(timed: RunResult) -> None:
     assert ends and set(ends.values()) == {2}
 
 
+def test_the_tracks_spans_are_interleaved_in_order_of_start(timed: RunResult) -> None:
+    """The span slices of all tracks come in order of start in the file (a flow's two ends
+    close together), each track's in its own order (its incremental clock reads them right:
+    :func:`check_same`)."""
+    read = check_same(timed)
+    starts = [s["start"] for s in read.slices if s["category"][0] not in ("pass", "request")]
+    assert starts == sorted(starts) and len({s["track"] for s in read.slices}) > 2
+
+
+@pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
+@pytest.mark.parametrize("seed", range(6))
+def test_spans_in_any_order_make_a_trace_of_them(seed: int, monkeypatch) -> None:
+    """Spans not in order of start (not a recording's: put together by a user), some on no
+    lane: each span on a lane is one slice of its lane's tracks, with its times; the compiled
+    loops write the column encoders' bytes."""
+    rng = np.random.default_rng(seed)
+    lanes = ["gpu0/compute", "gpu0/h2d", "gpu1/h2d"]
+    spans = _random_spans(rng, len(lanes))
+    spans["end"] = spans["start"] + rng.integers(0, 5, spans.size) / 4  # (finite)
+    spans = spans[rng.permutation(spans.size)]
+    compiled = b"".join(perfetto_chunks(spans, lanes, num_experts=4))
+    monkeypatch.setattr(jit, "available", lambda: False)
+    assert b"".join(perfetto_chunks(spans, lanes, num_experts=4)) == compiled
+    slices = _proto_view(read_trace(compiled))["slices"]
+    got = Counter((process, track.split(" #")[0], name, start, end)
+                  for (process, track), items in slices.items()
+                  for name, _, start, end, _ in items)  # fmt: skip
+    on = spans[spans["lane"] >= 0]
+    want = Counter((*lanes[lane].split("/"), KINDS[kind], ns(start * 1e6), ns(end * 1e6))
+                   for lane, kind, start, end
+                   in zip(on["lane"], on["kind"], on["start"], on["end"], strict=True))  # fmt: skip
+    assert got == want
+
+
 def test_the_run_folder_writes_it_gzipped_with_no_time_in_the_header(
     timed: RunResult, timed_dir: Path
 ) -> None:
