@@ -272,7 +272,9 @@ def _span_packets(
     track after another)."""
     tid = layout.span_tid  # (0: on no track, a lane of no name: not drawn)
     order = layout.order[tid[layout.order] > 0]
-    order = order[np.argsort(tid[order], kind="stable")]  # (by track, each in its order)
+    by_track = tid[order].astype(np.int16 if len(layout.tracks) < 2**15 else np.int32)
+    order = order[np.argsort(by_track, kind="stable")]  # (by track, each in its order; 16-bit
+    # keys sort by radix)
     gpus = list(dict.fromkeys(per_pass.get("gpu", [])))
     gpu = served_gpu(spans, lanes, per_pass, gpus).astype(np.int16)  # (GPUs: a few)
     gpu_names = pw.table([g.encode() for g in gpus] or [b""])
@@ -287,8 +289,8 @@ def _span_packets(
         ts[mine], te[mine] = _deltas(layout.start_ns[mine], layout.end_ns[mine])
     # every track's spans in order of start, then position (each track's own order: a
     # recording's are in that order already)
-    rows = np.flatnonzero(tid > 0)
-    start = spans["start"][rows]
+    on = tid > 0
+    rows, start = np.flatnonzero(on), np.compress(on, spans["start"])
     if not bool(np.all(start[1:] >= start[:-1])):
         rows = rows[np.argsort(start, kind="stable")]
     compiled = jit.available()
