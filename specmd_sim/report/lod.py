@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from specmd_sim.engine import jit
 from specmd_sim.timeline import KINDS
 
 DRAW_ORDER = (
@@ -141,11 +142,17 @@ def bin_spans(
     shape = (n_rows, len(KINDS), lo.size)
     busy, count, nbytes = np.zeros(shape), np.zeros(shape, np.int64), np.zeros(shape)
     b = of_rest(spans["bytes"], np.float64)
+    in_order = bool(np.all(s[1:] >= s[:-1]))  # (a recording's spans are: by start)
+    if in_order and jit.available():
+        found = _bins_compiled(key, groups, s, e, b, lo, hi, last)
+        if found is not None:
+            row, kind = np.divmod(groups, len(KINDS))
+            busy[row, kind], count[row, kind], nbytes[row, kind] = found
+            return Bins(lo, hi, busy, count, nbytes)
     if groups[-1] < 2**15:  # (a stable sort of 16-bit keys is a radix sort: linear)
         key = key.astype(np.int16)
     by_group = np.argsort(key, kind="stable")  # each group's spans together, in their order
     bounds = np.searchsorted(key[by_group], np.r_[groups, groups[-1] + 1])
-    in_order = bool(np.all(s[1:] >= s[:-1]))  # (a recording's spans are: by start)
     for g, first, stop in zip(groups.tolist(), bounds[:-1], bounds[1:], strict=True):
         row, kind = divmod(g, len(KINDS))
         m = by_group[first:stop]
@@ -161,6 +168,81 @@ def bin_spans(
         cum = _running_sum(sizes)
         nbytes[row, kind] = cum[n_hi] - cum[n_lo]
     return Bins(lo, hi, busy, count, nbytes)
+
+
+def _bins_compiled(
+    key: np.ndarray,
+    groups: np.ndarray,
+    s: np.ndarray,
+    e: np.ndarray,
+    b: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    last: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """:func:`bin_spans`' busy time, counts and bytes of each group (``groups``, the keys
+    present) and bin, for spans in order of start, by one compiled pass over them
+    (:func:`_prefixes`) in place of a sort and a gather per group; the same numbers, bit for
+    bit: the same sums in the same order, the same arithmetic after. None where a group's
+    spans do not end in order of start (or an end is NaN): then the sort is needed."""
+    slot = np.full(int(groups[-1]) + 1, -1, np.int64)
+    slot[groups] = np.arange(groups.size)
+    shape = (5, groups.size, lo.size)
+    n, sums, nbytes = np.zeros(shape, np.int64), np.zeros(shape), np.zeros(shape)
+    if not _prefixes(slot[key], s, e, b, lo, hi, last, n, sums, nbytes):
+        return None
+    # (as _busy_between's ``before``, at each bin's ``hi`` less at its ``lo``)
+    busy = ((n[1] * hi - sums[1]) - (n[4] * hi - sums[4])) - (
+        (n[0] * lo - sums[0]) - (n[3] * lo - sums[3])
+    )
+    return busy, n[2] - n[0], nbytes[2] - nbytes[0]
+
+
+@jit.compiled
+def _prefixes(group, s, e, b, lo, hi, last, n, sums, nbytes):  # type: ignore[no-untyped-def]
+    """For spans in order of start (``s``; ends ``e``, bytes ``b``, each's ``group`` slot), at
+    each bin ``j`` of each group ``g``: how many of its spans, their running sum and that of
+    their bytes (``n``, ``sums``, ``nbytes`` at ``[q, g, j]``), for each query ``q``: 0 starts
+    before ``lo``, 1 starts before ``hi``, 2 starts before ``hi`` or at it where the bin is its
+    segment's last, 3 ends before ``lo``, 4 ends before ``hi``. Each a prefix of the group's
+    spans, taken as they pass the bins' edges (which increase). False where a group's ends do
+    not come in order (or one is NaN)."""
+    groups = n.shape[1]
+    at = np.zeros((5, groups), np.int64)  # each query's next bin, by group
+    count, total = np.zeros((2, groups), np.int64), np.zeros((2, groups))
+    total_b, end = np.zeros(groups), np.full(groups, -np.inf)
+    out = (at, n, sums, nbytes)
+    for i in range(s.size):
+        g, x, y = group[i], s[i], e[i]
+        if not y >= end[g]:  # (an end before the last, or NaN)
+            return False
+        end[g] = y
+        for q, edges in ((0, lo), (1, hi), (2, hi)):  # (unrolled: a tuple of arrays)
+            _passed(q, g, x, edges, last, out, count[0, g], total[0, g], total_b[g])
+        count[0, g] += 1
+        total[0, g] += x
+        total_b[g] += b[i]
+        for q, edges in ((3, lo), (4, hi)):
+            _passed(q, g, y, edges, last, out, count[1, g], total[1, g], total_b[g])
+        count[1, g] += 1
+        total[1, g] += y
+    for g in range(groups):  # (the bins past every span: all of them)
+        for q, edges in ((0, lo), (1, hi), (2, hi), (3, lo), (4, hi)):
+            k = 0 if q < 3 else 1
+            _passed(q, g, np.inf, edges, last, out, count[k, g], total[k, g], total_b[g])
+    return True
+
+
+@jit.compiled_inline
+def _passed(q, g, value, edges, last, out, count, total, total_b):  # type: ignore[no-untyped-def]
+    """Query ``q`` of group ``g`` (:func:`_prefixes`) at each next edge ``value`` has passed
+    (is at or past it; past it, for query 2 at a segment's last bin): the prefix so far."""
+    at, n, sums, nbytes = out
+    j = at[q, g]
+    while j < edges.size and (edges[j] < value if q == 2 and last[j] else edges[j] <= value):
+        n[q, g, j], sums[q, g, j], nbytes[q, g, j] = count, total, total_b
+        j += 1
+    at[q, g] = j
 
 
 def _busy_between(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specmd_sim.report.lod import bin_bars, bin_spans, choose_detail, step_bins
+from specmd_sim.engine import jit
+from specmd_sim.report.lod import _bins_compiled, bin_bars, bin_spans, choose_detail, step_bins
 from specmd_sim.timeline import KIND, KINDS, SPAN_DTYPE
 
 SPAN_ROWS = st.lists(
@@ -135,6 +137,72 @@ def test_detail_cuts_at_the_start_a_stable_sort_puts_after_the_limit(
     else:
         np.testing.assert_array_equal(detail.exact, inside)
         assert detail.window == window
+
+
+LANE_RUNS = st.lists(
+    st.tuples(st.integers(0, 8), st.integers(0, 6), st.integers(0, 2), st.sampled_from(KINDS)),
+    min_size=1,
+    max_size=80,
+)
+"""(gap, length, lane, kind) of up to 80 spans, each lane's one after another."""
+
+
+def _compared(spans: np.ndarray, max_spans: int, budget: int, window: tuple | None) -> None:
+    """The bins of the compiled pass are the sorting path's, bit for bit."""
+    detail = choose_detail(spans, max_spans, window)
+    compiled = bin_spans(spans, spans["lane"], 3, detail, budget)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jit, "available", lambda: False)
+        sorting = bin_spans(spans, spans["lane"], 3, detail, budget)
+    assert (compiled is None) == (sorting is None)
+    if compiled is None:
+        return
+    for name in ("lo", "hi", "busy", "count", "nbytes"):
+        np.testing.assert_array_equal(getattr(compiled, name), getattr(sorting, name))
+
+
+def _taken(spans: np.ndarray) -> bool:
+    """Whether the compiled pass takes the spans (each group's ends in order)."""
+    key = spans["lane"].astype(np.int64) * len(KINDS) + spans["kind"]
+    groups, s, e = np.flatnonzero(np.bincount(key)), spans["start"], spans["end"]
+    edges = np.linspace(s.min(), e.max(), 9)
+    found = _bins_compiled(key, groups, s, e, np.ones(s.size), edges[:-1], edges[1:],
+                           np.arange(8) == 7)  # fmt: skip
+    return found is not None
+
+
+@pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
+@settings(max_examples=80, deadline=None)
+@given(LANE_RUNS, st.integers(1, 30), st.integers(8, 400),
+       st.none() | st.tuples(st.integers(0, 60), st.integers(1, 40)))  # fmt: skip
+def test_the_compiled_bins_are_the_sorting_ones_to_the_bit(
+    rows: list, max_spans: int, budget: int, window: tuple | None
+) -> None:
+    """Spans in order of start whose lanes' spans follow each other (a recording's sub-lanes)
+    are binned by one compiled pass, to the bins the sorting path makes, windows splitting
+    them included."""
+    free, runs = [0.0] * 3, []  # (each lane's spans after its last one's end)
+    for gap, length, lane, kind in rows:
+        start = free[lane] + gap / 4
+        free[lane] = start + length / 4
+        runs.append((start, free[lane], lane, kind))
+    spans = make_spans(sorted(runs, key=lambda r: r[0]))
+    spans["bytes"] = np.arange(spans.size) * 7 + 1
+    assert _taken(spans)
+    _compared(spans, max_spans, budget, None if window is None else
+              (window[0] / 4, (window[0] + window[1]) / 4))  # fmt: skip
+
+
+@pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
+def test_spans_that_end_out_of_order_are_left_to_the_sorting_path() -> None:
+    """A group whose spans end out of order (one of a lane's spans inside another's), or an
+    end that is NaN: the compiled pass is not taken, the bins are the sorting path's."""
+    spans = make_spans([(0, 10, 0, "prefetch"), (1, 2, 0, "prefetch"), (3, 4, 1, "expert")])
+    assert not _taken(spans)
+    _compared(spans, 1, 40, None)
+    spans = make_spans([(0, 1, 0, "prefetch"), (1, 2, 0, "prefetch")])
+    spans["end"][0] = np.nan
+    assert not _taken(spans)
 
 
 def test_step_bins_min_max_mean() -> None:
