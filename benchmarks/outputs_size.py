@@ -16,7 +16,10 @@ least-stale eviction, top-k prefetching; seed 0), two ways:
 - **by part**, in this process, on the same run: the engine (``simulate``), the run folder as
   ``specmd run`` writes it (``write_run`` with the timeline page: the spans and the trace in
   threads beside the page), then each output written alone: ``result.json``, ``spans.npz``,
-  the Perfetto trace, the timeline page; each one's seconds, bytes and bytes per access;
+  the Perfetto trace, the timeline page; each one's seconds, bytes and bytes per access. Each
+  call is given the run's recording as the engine leaves it, nothing derived from it yet (the
+  served classes and lanes' sub-tracks the trace and the page share are derived once a
+  recording: each call derives them, as ``specmd run`` does once);
 - **the page in a browser**: the whole process's ``timeline.html`` opened in headless Chromium
   (where it is installed) until every figure is drawn, on the page's own clock.
 
@@ -30,6 +33,7 @@ swing with the machine's load: each is the best of ``--repeat``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import subprocess
@@ -56,6 +60,7 @@ from specmd_sim.runs import (
     write_run,
     write_spans,
 )
+from specmd_sim.timeline import Recording
 from specmd_sim.traces import PRESETS, generate_trace, save_trace
 
 PROMPT = 16
@@ -126,18 +131,26 @@ def measure(tokens: int, repeat: int, folder: Path) -> dict[str, Any]:
         page_drawn_s = min(drawn)
     cfg = SimConfig.model_validate(settings)
     engine_s, result = _best(repeat, lambda: simulate(cfg))
-    recording = result.recording()
-    options = trace_options(json.loads(result.to_json()), recording)
+
+    def fresh() -> Recording:
+        """The result's recording as the engine gives it: nothing derived from it yet (what
+        the trace and the page share is derived once a recording, and must be in each call)."""
+        recording = dataclasses.replace(result).recording()
+        assert recording is not None
+        return recording
+
+    def trace(path: Path) -> None:
+        recording = fresh()
+        options = trace_options(json.loads(result.to_json()), recording)
+        write_perfetto_trace(path, recording.spans, recording.lanes, **options)
+
     parts: dict[str, tuple[Path, Callable[[Path], Any]]] = {
         "result.json": (folder / "result.json", result.write),
-        "spans.npz": (folder / "spans.npz", lambda p: write_spans(p, recording)),
-        TRACE_FILE: (
-            folder / TRACE_FILE,
-            lambda p: write_perfetto_trace(p, recording.spans, recording.lanes, **options),
-        ),
+        "spans.npz": (folder / "spans.npz", lambda p: write_spans(p, fresh())),
+        TRACE_FILE: (folder / TRACE_FILE, trace),
         TIMELINE_FILE: (
             folder / TIMELINE_FILE,
-            lambda p: write_timeline(RunData.from_result(result, None), p),
+            lambda p: write_timeline(RunData(json.loads(result.to_json()), fresh()), p),
         ),
     }
     outputs = {}
@@ -148,12 +161,18 @@ def measure(tokens: int, repeat: int, folder: Path) -> dict[str, Any]:
 
     run_dir = folder / f"folder-{tokens}"
 
-    def page(out: Path, written: dict[str, Any]) -> dict[str, Path]:
-        write_timeline(RunData(written, result.recording()), out / TIMELINE_FILE)
-        return {"timeline": out / TIMELINE_FILE}
+    def run_folder() -> None:
+        """As ``specmd run`` writes it: the spans and the trace beside the page, of a result
+        whose recording has nothing derived yet."""
+        again = dataclasses.replace(result)
 
-    # as specmd run writes it: the spans and the trace beside the page
-    outputs_s, _ = _best(repeat, lambda: write_run(run_dir, result, page))
+        def page(out: Path, written: dict[str, Any]) -> dict[str, Path]:
+            write_timeline(RunData(written, again.recording()), out / TIMELINE_FILE)
+            return {"timeline": out / TIMELINE_FILE}
+
+        write_run(run_dir, again, page)
+
+    outputs_s, _ = _best(repeat, run_folder)
     res = {
         "tokens": tokens,
         "accesses": accesses,

@@ -5,12 +5,13 @@ standard library's zlib.
 Both write standard gzip (RFC 1952) that every reader opens (``gzip``, ``trace_processor``,
 ui.perfetto.dev); zlib-ng (https://github.com/zlib-ng/zlib-ng, through the ``zlib-ng`` package)
 finds its matches faster. The default run's Perfetto trace at 4,000 tokens, 123 MB of protobuf,
-takes it ~0.5 s at level 5 for 9.5 MB, where zlib takes ~1.0 s for 9.8 MB (2 cores,
-2026-12-06; ``benchmarks/outputs_size.py``). The compressed bytes differ between the two,
-and zlib-ng does not promise the same bytes across its versions or CPU architectures (its
-issue #795): the same inputs give the same bytes with one compressor on one machine; what
-they unpack to is the same everywhere. :func:`compressor` is the one check that picks it, and
-says why the fast one is not taken (``specmd run`` and its ``--profile`` print it).
+takes it ~0.22 s of CPU at level 3 for 9.8 MB, where zlib takes ~0.35 s for 10.0 MB (2 cores,
+2026-12-07; ``perfetto.GZIP_LEVEL``, ``benchmarks/outputs_size.py``). The compressed bytes
+differ between the two, and zlib-ng does not promise the same bytes across its versions or
+CPU architectures (its issue #795): the same inputs give the same bytes with one compressor on
+one machine; what they unpack to is the same everywhere. :func:`compressor` is the one check
+that picks it, and says why the fast one is not taken (``specmd run`` and its ``--profile``
+print it).
 """
 
 from __future__ import annotations

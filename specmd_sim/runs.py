@@ -116,6 +116,7 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
     check_run_target(run_dir, "run folder")
     with atomic_folder(run_dir, "run folder") as folder:
         files = {"config": folder / "config.yaml", "result": folder / "result.json"}
+        result.check_names()  # (its one error before any work: result.json is written later)
         recording = result.recording()
         if recording is not None:
             files["spans"], files["trace"] = folder / "spans.npz", folder / TRACE_FILE
@@ -311,7 +312,9 @@ def _got(data: dict[str, Any], key: str) -> str:
 def trace_options(result: dict[str, Any], recording: Recording) -> dict[str, Any]:
     """What a trace writer (:func:`specmd_sim.perfetto.perfetto_chunks`,
     :func:`specmd_sim.timeline.chrome_trace_chunks`) takes from ``result.json``: the engine's
-    pass and request tables, the counters, the expert count and the run's metadata."""
+    pass and request tables, the counters, the expert count and the run's metadata; and from
+    ``recording``, derived once for every reader of it, the spans' served classes and their
+    lanes' sub-tracks (:meth:`~specmd_sim.timeline.Recording.served`, ``lane_rows``)."""
     cfg, inputs = result["config"], result["inputs"]
     metadata = {
         "model": inputs.get("model"),

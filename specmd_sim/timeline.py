@@ -609,8 +609,9 @@ def chrome_trace_chunks(
       the flow network, ``network/<resource>_bytes_per_s``, to a process ``network``);
     - ``otherData``: ``metadata`` (e.g. model, hardware, policies).
 
-    ``served`` is :func:`served_class` of the spans and ``rows`` their :func:`lane_rows` where
-    the caller has them already (:meth:`Recording.served`, :meth:`Recording.lane_rows`).
+    ``served`` is :func:`served_class` of the spans and ``rows`` their :func:`lane_rows` (of
+    their times in seconds, as the spans' own order of start has them) where the caller has
+    them already (:meth:`Recording.served`, :meth:`Recording.lane_rows`).
 
     Span and counter events, nearly all of a trace, are formatted from the arrays' columns, not
     built as a dict each and dumped: that is what makes a long run's trace cheap (``_span_text``).

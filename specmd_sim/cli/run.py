@@ -7,7 +7,7 @@ import gc
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -40,6 +40,7 @@ from specmd_sim.units import format_bytes
 if TYPE_CHECKING:
     from specmd_sim.config import SimConfig
     from specmd_sim.engine.common import Progress as EngineProgress
+    from specmd_sim.runs import Extra
 
 
 @contextlib.contextmanager
@@ -110,9 +111,7 @@ TIMELINE_PHASE = "timeline page"
 FOLDER_PHASE = "run folder after the page (spans, trace: written beside it)"
 
 
-def _timeline_writer(
-    result: Any, run_dir: Path, prof: RunProfile
-) -> Callable[[Path], dict[str, Path]]:
+def _timeline_writer(result: Any, run_dir: Path, prof: RunProfile) -> Extra:
     """Writes the run's timeline page into the folder being written (``write_run``'s extra)."""
 
     def write(folder: Path, written: dict[str, Any]) -> dict[str, Path]:

@@ -55,7 +55,8 @@ def choose_detail(
     Without ``window``: all spans when there are at most ``max_spans``, else the earliest ones:
     every span starting before the start of the ``max_spans + 1``-th (by start time). With
     ``window`` (seconds): the spans overlapping it, and if they are more than ``max_spans``
-    the earliest of them, the window then ending where they stop.
+    the earliest of them, the window then ending where they stop (at its start where they
+    all start before it).
     """
     total = len(spans)
     start, end = spans["start"], spans["end"]
@@ -70,7 +71,8 @@ def choose_detail(
     if starts.size > max_spans:  # (the start of the max_spans + 1-th, by start)
         cut = float(np.partition(starts, max_spans)[max_spans])
         exact = start < cut
-        return Detail(exact if candidates is None else candidates & exact, (lo, cut), total)
+        window_ = (lo, max(lo, cut))  # (never before it starts: then the bins would overlap)
+        return Detail(exact if candidates is None else candidates & exact, window_, total)
     assert window is not None and candidates is not None  # (else more than max_spans)
     return Detail(candidates, (lo, float(window[1])), total)
 
@@ -143,7 +145,8 @@ def bin_spans(
     busy, count, nbytes = np.zeros(shape), np.zeros(shape, np.int64), np.zeros(shape)
     b = of_rest(spans["bytes"], np.float64)
     in_order = bool(np.all(s[1:] >= s[:-1]))  # (a recording's spans are: by start)
-    if in_order and jit.available():
+    rising = bool(np.all(lo[1:] > lo[:-1]) and np.all(hi[1:] > hi[:-1]))  # (what it walks)
+    if in_order and rising and jit.available():
         found = _bins_compiled(key, groups, s, e, b, lo, hi, last)
         if found is not None:
             row, kind = np.divmod(groups, len(KINDS))
