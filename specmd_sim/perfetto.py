@@ -53,6 +53,7 @@ from specmd_sim.timeline import (
     KINDS,
     TRANSFER_KINDS,
     LaneRowsOf,
+    Served,
     TraceLayout,
     class_name,
     counter_label,
@@ -62,6 +63,7 @@ from specmd_sim.timeline import (
     lane_rows,
     served_class,
     served_gpu,
+    served_of,
     step_changes,
     to_ns,
     trace_layout,
@@ -193,7 +195,7 @@ def perfetto_chunks(
     per_request: Mapping[str, Sequence[Any]] | None = None,
     num_experts: int | None = None,
     metadata: dict[str, Any] | None = None,
-    served: np.ndarray | None = None,
+    served: Served | None = None,
     rows: LaneRowsOf | None = None,
     flows: Callable[[], np.ndarray] | None = None,
 ) -> Iterator[bytes | memoryview]:
@@ -220,7 +222,7 @@ def perfetto_chunks(
     if metadata and layout.tracks:
         yield _metadata_packet(metadata, interned, counters_from + len(counters))
     ids = flows() if flows is not None else flow_table(spans, lanes)
-    klass = served_class_compiled(spans) if served is None else served
+    klass = served_class_compiled(spans) if served is None else served_of(served)
     yield from _span_packets(spans, klass, ids, lanes, per_pass, num_experts, layout, interned)
 
 

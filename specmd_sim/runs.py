@@ -22,6 +22,7 @@ shape first.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -330,7 +331,9 @@ def trace_options(result: dict[str, Any], recording: Recording) -> dict[str, Any
         "per_request": result.get("per_request") or {},
         "num_experts": inputs.get("num_experts"),
         "metadata": {k: v for k, v in metadata.items() if v is not None},
-        "served": recording.served(served_class_compiled),
+        # (when first needed: the trace's span packets come last, and the page may need them
+        # first)
+        "served": functools.partial(recording.served, served_class_compiled),
         "rows": recording.lane_rows(lane_rows_compiled),
     }
 

@@ -579,7 +579,7 @@ def chrome_trace_chunks(
     per_request: Mapping[str, Sequence[Any]] | None = None,
     num_experts: int | None = None,
     metadata: dict[str, Any] | None = None,
-    served: np.ndarray | None = None,
+    served: Served | None = None,
     rows: LaneRowsOf | None = None,
 ) -> Iterator[str]:
     """The Chrome Trace Event Format (JSON object form), for ui.perfetto.dev and chrome://tracing,
@@ -609,9 +609,10 @@ def chrome_trace_chunks(
       the flow network, ``network/<resource>_bytes_per_s``, to a process ``network``);
     - ``otherData``: ``metadata`` (e.g. model, hardware, policies).
 
-    ``served`` is :func:`served_class` of the spans and ``rows`` their :func:`lane_rows` (of
-    their times in seconds, as the spans' own order of start has them) where the caller has
-    them already (:meth:`Recording.served`, :meth:`Recording.lane_rows`).
+    ``served`` is :func:`served_class` of the spans (or what gives it when first needed) and
+    ``rows`` their :func:`lane_rows` (of their times in seconds, as the spans' own order of
+    start has them) where the caller has them already (:meth:`Recording.served`,
+    :meth:`Recording.lane_rows`).
 
     Span and counter events, nearly all of a trace, are formatted from the arrays' columns, not
     built as a dict each and dumped: that is what makes a long run's trace cheap (``_span_text``).
@@ -653,7 +654,7 @@ def chrome_trace_chunks(
         )
         while batch := list(itertools.islice(events, TRACE_CHUNK)):
             yield "," + ",".join(map(_dumps, batch))
-    klass = served_class(spans) if served is None else served
+    klass = served_class(spans) if served is None else served_of(served)
     gpus = list(dict.fromkeys(per_pass.get("gpu", [])))
     gpu = served_gpu(spans, lanes, per_pass, gpus)
     track_pid = layout.track_pid
@@ -734,6 +735,16 @@ def _span_tracks(
         n_rows = int(n_sub[lane_id])
         tracks += [(pid, track if n_rows == 1 else f"{track} #{r}") for r in range(n_rows)]
     return order, tid
+
+
+Served = np.ndarray | Callable[[], np.ndarray]
+"""The served classes of a run's spans (:func:`served_class`), or what gives them when first
+needed (a recording's, derived once: :meth:`Recording.served`)."""
+
+
+def served_of(served: Served) -> np.ndarray:
+    """The served classes ``served`` holds or gives."""
+    return served() if callable(served) else served
 
 
 LaneRowsOf = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
