@@ -106,6 +106,10 @@ BLOCK = 1 << 22
 """Bytes compressed as one block: 4 MiB (the default run's trace at 4,000 tokens is ~30)."""
 WINDOW = 1 << 15
 MAX_THREADS = 4
+MEM_LEVEL = 9
+"""deflate's memory for its hash table, at its most: the default run's trace at 4,000 tokens,
+level 3, by zlib-ng in 0.189 s of CPU against 0.197 s at the default 8, and 0.1% smaller (2
+cores, 2026-12-07)."""
 _FINAL_BLOCK = b"\x03\x00"  # (a fixed-Huffman block of no symbols, marked final)
 
 
@@ -119,7 +123,7 @@ def _deflate(
 ) -> bytes:
     """``block`` as raw deflate primed with ``primer``, ended by a sync flush (the stream goes
     on: no final block)."""
-    compressor = deflate.compressobj(level, deflate.DEFLATED, -15, zdict=primer)
+    compressor = deflate.compressobj(level, deflate.DEFLATED, -15, MEM_LEVEL, zdict=primer)
     return compressor.compress(block) + compressor.flush(deflate.Z_SYNC_FLUSH)  # type: ignore[no-any-return]
 
 

@@ -701,46 +701,46 @@ def lane_rows_compiled(
     where numba is installed and the spans come in order of start (a recording's do: sorted by
     start, then lane), with integer lanes and ends of the starts' type, none NaN; else by it (so
     callers call this one). A counting sort by lane keeps each lane's spans in their order,
-    and each span goes to the lowest-numbered sub-track of its lane free by its start."""
-    if not jit.available() or (
-        lane.size
-        and not (
-            lane.dtype.kind == "i"
-            and end.dtype == start.dtype
-            and bool(np.all(start[1:] >= start[:-1]))
-            and not (end.dtype.kind == "f" and bool(np.isnan(end).any()))
-        )
-    ):
+    and each span goes to the lowest-numbered sub-track of its lane free by its start. The
+    columns are read where they lie (a recording's rows' fields) and the results allocated by
+    numpy (see :func:`_filled`)."""
+    if not jit.available() or lane.dtype.kind != "i" or end.dtype != start.dtype:
         return lane_rows(lane, start, end, n_lanes)
-    low = min(int(lane.min()), 0) if lane.size else 0
-    lane = np.ascontiguousarray(lane, np.int64)
-    start, end = np.ascontiguousarray(start), np.ascontiguousarray(end)
-    return _lane_rows_sorted(lane, start, end, n_lanes, low)  # type: ignore[no-any-return]
+    low = min(int(lane.min()), 0) if lane.size else 0  # (lanes below 0 first, by lane)
+    counts = np.zeros(n_lanes - low + 1, np.int64)  # (each lane's from low, then those past)
+    if not _lane_counts(lane, start, end, n_lanes, low, counts):  # (out of order, a NaN end)
+        return lane_rows(lane, start, end, n_lanes)
+    first = np.r_[0, np.cumsum(counts)]  # (each lane's first place in the order)
+    order, rows = np.empty(int(first[n_lanes - low]), np.int64), np.zeros(lane.size, np.int32)
+    n_sub = _lane_rows_sorted(lane, start, end, n_lanes, low, first[:-2].copy(), order, rows)
+    return order, first[-low : n_lanes - low + 1], rows, n_sub
 
 
 @jit.compiled
-def _lane_rows_sorted(lane, start, end, n_lanes, low):  # type: ignore[no-untyped-def]
-    """:func:`lane_rows_compiled` of spans in order of start; lanes from ``low`` (<= 0) up."""
-    n, buckets = lane.size, n_lanes - low
-    first = np.zeros(buckets + 1, np.int64)  # each lane's first place in the order
-    for i in range(n):
-        if lane[i] < n_lanes:
-            first[lane[i] - low + 1] += 1
-    for b in range(buckets):
-        first[b + 1] += first[b]
-    order = np.empty(first[buckets], np.int64)
-    at = first[:buckets].copy()
-    for i in range(n):
-        b = lane[i] - low
-        if lane[i] < n_lanes:
-            order[at[b]] = i
-            at[b] += 1
-    rows = np.zeros(n, np.int32)
+def _lane_counts(lane, start, end, n_lanes, low, counts):  # type: ignore[no-untyped-def]
+    """Each lane's count of spans into ``counts`` (lanes from ``low``, then those from
+    ``n_lanes`` on); False where the spans are not in order of start or an end is NaN."""
+    for i in range(lane.size):
+        if (i and not start[i] >= start[i - 1]) or end[i] != end[i]:
+            return False
+        counts[min(lane[i], n_lanes) - low] += 1
+    return True
+
+
+@jit.compiled
+def _lane_rows_sorted(lane, start, end, n_lanes, low, at, order, rows):  # type: ignore[no-untyped-def]
+    """:func:`lane_rows_compiled` of spans in order of start: each span's place in ``order``
+    from its lane's place ``at`` (lanes from ``low``), its sub-track into ``rows``; each lane's
+    count of sub-tracks."""
     n_sub = np.zeros(n_lanes, np.int64)
     ends = np.empty((n_lanes, 4), start.dtype)  # each sub-track's last end, by lane
-    for i in range(n):
+    for i in range(lane.size):
         lane_id = lane[i]
-        if lane_id < 0 or lane_id >= n_lanes:
+        if lane_id >= n_lanes:
+            continue
+        order[at[lane_id - low]] = i
+        at[lane_id - low] += 1
+        if lane_id < 0:
             continue
         k = 0
         while k < n_sub[lane_id] and ends[lane_id, k] > start[i]:
@@ -753,7 +753,7 @@ def _lane_rows_sorted(lane, start, end, n_lanes, low):  # type: ignore[no-untype
             n_sub[lane_id] += 1
         ends[lane_id, k] = end[i]
         rows[i] = k
-    return order, first[-low : -low + n_lanes + 1].copy(), rows, n_sub
+    return n_sub
 
 
 def _flow_columns(pairs: list[tuple[str, np.ndarray, np.ndarray]], n: int) -> np.ndarray:
