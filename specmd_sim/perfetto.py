@@ -275,14 +275,14 @@ def _span_packets(
     tid = layout.span_tid  # (0: on no track, a lane of no name: not drawn)
     order = layout.order[tid[layout.order] > 0]
     by_track = tid[order].astype(np.int16 if len(layout.tracks) < 2**15 else np.int32)
-    order = order[np.argsort(by_track, kind="stable")]  # (by track, each in its order; 16-bit
-    # keys sort by radix)
+    sort = np.argsort(by_track, kind="stable")  # (by track, each in its order; 16-bit keys
+    # sort by radix)
+    order, on_track = order[sort], by_track[sort]
     gpus = list(dict.fromkeys(per_pass.get("gpu", [])))
     gpu = served_gpu(spans, lanes, per_pass, gpus).astype(np.int16)  # (GPUs: a few)
     gpu_names = pw.table([g.encode() for g in gpus] or [b""])
     transfer = np.isin(np.arange(len(KINDS)), [_KIND[k] for k in TRANSFER_KINDS])
     ts, te = np.zeros(spans.size, np.int64), np.zeros(spans.size, np.int64)  # (a span's deltas)
-    on_track = tid[order]
     bounds = np.flatnonzero(np.r_[True, on_track[1:] != on_track[:-1], True]) if order.size else []
     for lo_track, hi_track in itertools.pairwise(bounds):
         track = int(on_track[lo_track])
@@ -409,6 +409,12 @@ def _put_annotation(out: np.ndarray, at: int, name: int, key: int, value: int) -
 
 
 @jit.compiled_inline
+def _head_size(time: int, sequence: int) -> int:
+    """The bytes of a packet's fields before its track event (:func:`_packet_head`)."""
+    return 1 + _varint_size(time) + 1 + _varint_size(sequence) + 2
+
+
+@jit.compiled_inline
 def _packet_head(out: np.ndarray, at: int, size: int, time: int, sequence: int) -> int:
     """A packet's key and ``size``, then its fields before the track event (in the order of
     the module's docstring): its ``time`` (a delta), its ``sequence`` and flags."""
@@ -426,9 +432,9 @@ def _packet_head(out: np.ndarray, at: int, size: int, time: int, sequence: int) 
 def _span_bytes(rows, ts, te, track, kind, pass_, request, gpu, gpu_text, gpu_len, layer,
                 expert, num_experts, size, klass, transfer, flows, out):  # type: ignore[no-untyped-def]  # fmt: skip
     """The begin and end packets of the spans ``rows`` (of the whole columns ``ts`` ...
-    ``flows``: a span's times as deltas, its track, the sequence it is on) into ``out``; the
-    bytes written. The values
-    as :func:`_span_packets` makes the columns of :func:`_encode_columns` (the expert modulo
+    ``flows``: a span's times as deltas on its track's clock, its track, which is the sequence
+    it is on, ...) into ``out``; the bytes written. The values as :func:`_span_packets`
+    makes the columns of :func:`_encode_columns` (the expert modulo
     ``num_experts`` where not 0, ``size`` 0 as none, the class's iid), field by field as it
     orders them (keys: protobuf's ``number << 3 | wire type``)."""
     at = 0
@@ -437,7 +443,6 @@ def _span_bytes(rows, ts, te, track, kind, pass_, request, gpu, gpu_text, gpu_le
     for i in range(rows.size):
         r = rows[i]
         sequence = track[r]
-        seq_size = _varint_size(sequence)
         k = kind[r]
         event[0], event[1] = 0x48, 1  # TrackEvent.type = SLICE_BEGIN
         event[2] = 0x50  # .name_iid
@@ -478,14 +483,14 @@ def _span_bytes(rows, ts, te, track, kind, pass_, request, gpu, gpu_text, gpu_le
                     event[e + 2 + b] = (flow >> (8 * b)) & 0xFF
                 e += 10
         # the begin packet: timestamp, the sequence and its flags, the event
-        size_ = 1 + _varint_size(ts[r]) + 1 + seq_size + 2 + 1 + _varint_size(e) + e
+        size_ = _head_size(ts[r], sequence) + 1 + _varint_size(e) + e
         at = _packet_head(out, at, size_, ts[r], sequence)
         out[at] = 0x5A  # .track_event
         at = _put_varint(out, at + 1, e)
         out[at : at + e] = event[:e]
         at += e
         # the end packet
-        size_ = 1 + _varint_size(te[r]) + 1 + seq_size + 2 + 4
+        size_ = _head_size(te[r], sequence) + 4
         at = _packet_head(out, at, size_, te[r], sequence)
         out[at], out[at + 1], out[at + 2], out[at + 3] = 0x5A, 2, 0x48, 2  # type = SLICE_END
         at += 4
@@ -696,7 +701,7 @@ def _home(a: int, b: int) -> int:
 
 def lane_rows_compiled(
     lane: np.ndarray, start: np.ndarray, end: np.ndarray, n_lanes: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> LaneRowsOf:
     """:func:`~specmd_sim.timeline.lane_rows` in one compiled pass (:func:`_lane_rows_sorted`)
     where numba is installed and the spans come in order of start (a recording's do: sorted by
     start, then lane), with integer lanes and ends of the starts' type, none NaN; else by it (so
@@ -984,8 +989,7 @@ def _counter_bytes(delta, ints, doubles, whole, sequence, out):  # type: ignore[
     for i in range(delta.size):
         value = 2 + _varint_size(ints[i]) if whole else 2 + 8
         event = 2 + value
-        inner = 1 + _varint_size(delta[i]) + 1 + _varint_size(sequence) + 2
-        inner += 1 + _varint_size(event) + event
+        inner = _head_size(delta[i], sequence) + 1 + _varint_size(event) + event
         at = _packet_head(out, at, inner, delta[i], sequence)
         out[at] = 0x5A  # .track_event
         at = _put_varint(out, at + 1, event)

@@ -131,7 +131,7 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
             text = result.to_json()  # (serialised and parsed once: the trace and the page read it)
             write_text(files["result"], text)
             written = json.loads(text)
-            if recording is not None:  # (its layout and served classes beside the flows)
+            if recording is not None:  # (its layout and first packets beside the flows)
                 trace = (files["trace"], written, recording, flows.result)
                 writing.append(pool.submit(_write_trace, *trace))
             if extra is not None:
@@ -149,8 +149,8 @@ def _write_trace(
     flows: Callable[[], np.ndarray],
 ) -> None:
     """The run folder's trace, its options (:func:`trace_options`) derived in the writer's
-    thread: the spans' served classes with them, which the page reads too; the spans' flow
-    ids (``flows``) derived beside it."""
+    thread (the lanes' sub-tracks, which the page reads too; the served classes when first
+    needed); the spans' flow ids (``flows``) derived beside it."""
     options = trace_options(result, recording)
     write_perfetto_trace(path, recording.spans, recording.lanes, flows=flows, **options)
 

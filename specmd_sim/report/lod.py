@@ -194,10 +194,7 @@ def _bins_compiled(
     n, sums, nbytes = np.zeros(shape, np.int64), np.zeros(shape), np.zeros(shape)
     if not _prefixes(slot[key], s, e, b, lo, hi, last, n, sums, nbytes):
         return None
-    # (as _busy_between's ``before``, at each bin's ``hi`` less at its ``lo``)
-    busy = ((n[1] * hi - sums[1]) - (n[4] * hi - sums[4])) - (
-        (n[0] * lo - sums[0]) - (n[3] * lo - sums[3])
-    )
+    busy = _covered(n[1], sums[1], n[4], sums[4], hi) - _covered(n[0], sums[0], n[3], sums[3], lo)
     return busy, n[2] - n[0], nbytes[2] - nbytes[0]
 
 
@@ -257,9 +254,17 @@ def _busy_between(
 
     def before(t: np.ndarray) -> np.ndarray:
         ns, ne = np.searchsorted(starts, t), np.searchsorted(ends, t)
-        return (ns * t - cs[ns]) - (ne * t - ce[ne])  # type: ignore[no-any-return]
+        return _covered(ns, cs[ns], ne, ce[ne], t)
 
     return before(hi) - before(lo)
+
+
+def _covered(
+    n_starts: np.ndarray, starts: np.ndarray, n_ends: np.ndarray, ends: np.ndarray, t: np.ndarray
+) -> np.ndarray:
+    """The time spans cover before ``t``, from the count and sum of their starts before it and
+    of their ends before it (the one formula of both ways of binning: the same bits)."""
+    return (n_starts * t - starts) - (n_ends * t - ends)  # type: ignore[no-any-return]
 
 
 def _running_sum(values: np.ndarray) -> np.ndarray:
