@@ -438,12 +438,16 @@ def _span_bytes(rows, ts, te, track, kind, pass_, request, gpu, gpu_text, gpu_le
     ``num_experts`` where not 0, ``size`` 0 as none, the class's iid), field by field as it
     orders them (keys: protobuf's ``number << 3 | wire type``)."""
     at = 0
-    event = np.empty(_span_bound(flows.shape[0], gpu_text.shape[1]), np.uint8)
     expert_name = _ANN_EXPERT if num_experts else _ANN_EXPERT_ID
     for i in range(rows.size):
         r = rows[i]
         sequence = track[r]
         k = kind[r]
+        # the event written where it goes if its packet's size and its own take a byte each
+        # (nearly all do), moved on where not
+        head = _head_size(ts[r], sequence)
+        placed = at + 2 + head + 2
+        event = out[placed:]
         event[0], event[1] = 0x48, 1  # TrackEvent.type = SLICE_BEGIN
         event[2] = 0x50  # .name_iid
         e = _put_varint(event, 3, k + 1)
@@ -483,12 +487,14 @@ def _span_bytes(rows, ts, te, track, kind, pass_, request, gpu, gpu_text, gpu_le
                     event[e + 2 + b] = (flow >> (8 * b)) & 0xFF
                 e += 10
         # the begin packet: timestamp, the sequence and its flags, the event
-        size_ = _head_size(ts[r], sequence) + 1 + _varint_size(e) + e
+        size_ = head + 1 + _varint_size(e) + e
+        moved = _varint_size(size_) + _varint_size(e) - 2
+        if moved:
+            for j in range(e - 1, -1, -1):
+                out[placed + moved + j] = out[placed + j]
         at = _packet_head(out, at, size_, ts[r], sequence)
         out[at] = 0x5A  # .track_event
-        at = _put_varint(out, at + 1, e)
-        out[at : at + e] = event[:e]
-        at += e
+        at = _put_varint(out, at + 1, e) + e
         # the end packet
         size_ = _head_size(te[r], sequence) + 4
         at = _packet_head(out, at, size_, te[r], sequence)

@@ -416,6 +416,34 @@ def test_the_compiled_span_packets_of_random_spans_are_the_columns_ones(
         monkeypatch.undo()
 
 
+@pytest.mark.skipif(not jit.available(), reason="numba (the fast extra) is not installed")
+@pytest.mark.parametrize("name", [1, 60, 100, 110, 125, 200])
+def test_the_compiled_span_packets_of_long_events_are_the_columns_ones(
+    name: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spans of a host's CPU run for two GPUs of long names (the GPU annotation): begin events
+    whose packet, or the event itself, takes more than a byte to say its size (the compiled
+    loop writes an event where it goes if both take one, and moves it on where not) are
+    written as the column encoder writes them."""
+    rng = np.random.default_rng(name)
+    gpus = ["g" * name + "0", "g" * name + "1"]
+    lanes = [f"{gpus[0]}/compute", f"{gpus[1]}/compute", "cpu/pool"]
+    spans = _random_spans(rng, len(lanes))
+    spans["start"] = np.sort(rng.integers(0, 50, spans.size)) / 4
+    spans["end"] = spans["start"] + rng.integers(0, 5, spans.size) / 4
+    spans["lane"] = rng.integers(0, len(lanes), spans.size)
+    spans["bytes"] = rng.choice([0, 1, 2**62], spans.size)
+    per_pass = {
+        "pass": [0, 1, 2, 3], "gpu": [gpus[0], gpus[1], gpus[0], gpus[1]],
+        "request": [0, 0, 0, 0], "phase": ["decode"] * 4,
+        "start_s": [0.0, 3.0, 6.0, 9.0], "end_s": [3.0, 6.0, 9.0, 12.0],
+    }  # fmt: skip
+    compiled = b"".join(perfetto_chunks(spans, lanes, per_pass=per_pass))
+    monkeypatch.setattr(jit, "available", lambda: False)
+    assert b"".join(perfetto_chunks(spans, lanes, per_pass=per_pass)) == compiled
+    assert compiled.count(gpus[0].encode()) > 2  # (the GPU annotated: not only the tracks')
+
+
 def _random_spans(rng: np.random.Generator, n_lanes: int) -> np.ndarray:
     """Spans of every kind on few keys: many equal keys (the joins keep the last, or the
     first, by position), experts and passes of -1, lanes of no name, ends that tie, -0.0 and
