@@ -50,7 +50,7 @@ def gzip_bytes(data: bytes, levels: dict[str, int]) -> bytes:
     its level in ``levels`` (by compressor name)."""
     name, _ = compressor()
     deflate = _zlib_ng() or zlib
-    return deflate.compress(data, levels[name], wbits=31)  # type: ignore[no-any-return]
+    return deflate.compress(data, levels[name], wbits=31)
 
 
 def write_gzip(path: Path, chunks: Iterable[bytes | memoryview], level: int) -> None:
@@ -124,7 +124,7 @@ def _deflate(
     """``block`` as raw deflate primed with ``primer``, ended by a sync flush (the stream goes
     on: no final block)."""
     compressor = deflate.compressobj(level, deflate.DEFLATED, -15, MEM_LEVEL, zdict=primer)
-    return compressor.compress(block) + compressor.flush(deflate.Z_SYNC_FLUSH)  # type: ignore[no-any-return]
+    return compressor.compress(block) + compressor.flush(deflate.Z_SYNC_FLUSH)
 
 
 def write_zip(path: Path, members: Iterable[tuple[str, list[Any]]], level: int) -> None:

@@ -21,7 +21,9 @@ from typing import Any, Literal
 
 from specmd_sim.units import format_bytes, format_seconds
 
-Unit = Literal["count", "fraction", "s", "B", "B/s", "B/token", "tok/s", "req/s", "id", "text"]
+Unit = Literal[
+    "count", "fraction", "s", "B", "B/s", "B/token", "tok/s", "req/s", "id", "text", "factor"
+]
 Better = Literal["higher", "lower", "none"]
 
 UNITS: dict[str, str] = {

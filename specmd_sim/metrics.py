@@ -150,7 +150,7 @@ def _clean(value: Any) -> Any:
 
 
 def cache_metrics(stats: CacheStats) -> dict[str, Any]:
-    totals = stats.totals()
+    totals: dict[str, Any] = stats.totals()  # (the counts, and the hit rate added here)
     accesses = totals["accesses"]
     totals["hit_rate"] = totals["hits"] / accesses if accesses else 0.0
     return totals

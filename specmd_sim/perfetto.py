@@ -177,7 +177,11 @@ def _slices(ts: np.ndarray, te: np.ndarray, sequence: int | np.ndarray, begin: p
     its type), one row after another, on ``sequence`` (one, or a row's each); ``ts`` and ``te``
     as deltas on their sequence's clock (:func:`_deltas`)."""
     n = ts.size
-    on = pw.const_varint(10, sequence) if np.ndim(sequence) == 0 else pw.field_varint(10, sequence)
+    on = (
+        pw.field_varint(10, sequence)
+        if isinstance(sequence, np.ndarray)
+        else pw.const_varint(10, sequence)
+    )
     seq = on + pw.const_varint(13, NEEDS_STATE)
     event = pw.const_varint(9, SLICE_BEGIN) + begin
     first = pw.field_varint(8, ts) + seq + pw.field_message(11, event, n)
@@ -283,7 +287,9 @@ def _span_packets(
     gpu_names = pw.table([g.encode() for g in gpus] or [b""])
     transfer = np.isin(np.arange(len(KINDS)), [_KIND[k] for k in TRANSFER_KINDS])
     ts, te = np.zeros(spans.size, np.int64), np.zeros(spans.size, np.int64)  # (a span's deltas)
-    bounds = np.flatnonzero(np.r_[True, on_track[1:] != on_track[:-1], True]) if order.size else []
+    bounds: np.ndarray | list[int] = (
+        np.flatnonzero(np.r_[True, on_track[1:] != on_track[:-1], True]) if order.size else []
+    )
     for lo_track, hi_track in itertools.pairwise(bounds):
         track = int(on_track[lo_track])
         yield _sequence_start(track, interned, track + _TRACK_UUID)
@@ -305,7 +311,7 @@ def _span_packets(
                 gpu_names[0], gpu_names[1], spans["layer"], spans["expert"], num_experts or 0,
                 spans["bytes"], klass, transfer, flows, out,
             )  # fmt: skip
-            yield memoryview(out[:end])  # (a buffer of its own: no copy)
+            yield out[:end].data  # (memoryview(out[:end]): a buffer of its own, no copy)
             continue
         s = {k: spans[k][i] for k in _SPAN_FIELDS}  # (columns: a row's other fields unread)
         kind, expert, k = s["kind"].astype(np.int64), s["expert"].astype(np.int64), klass[i]
@@ -429,8 +435,8 @@ def _packet_head(out: np.ndarray, at: int, size: int, time: int, sequence: int) 
 
 
 @jit.compiled
-def _span_bytes(rows, ts, te, track, kind, pass_, request, gpu, gpu_text, gpu_len, layer,
-                expert, num_experts, size, klass, transfer, flows, out):  # type: ignore[no-untyped-def]  # fmt: skip
+def _span_bytes(rows, ts, te, track, kind, pass_, request, gpu, gpu_text, gpu_len, layer,  # type: ignore[no-untyped-def]
+                expert, num_experts, size, klass, transfer, flows, out):  # fmt: skip
     """The begin and end packets of the spans ``rows`` (of the whole columns ``ts`` ...
     ``flows``: a span's times as deltas on its track's clock, its track, which is the sequence
     it is on, ...) into ``out``; the bytes written. The values as :func:`_span_packets`
@@ -519,7 +525,9 @@ def flow_targets_compiled(spans: np.ndarray, lanes: Sequence[str]) -> tuple[np.n
     nothing)."""
     if not jit.available() or not spans.size:
         return flow_targets(spans, lanes)
-    device = np.unique([lane_process(n) for n in lanes], return_inverse=True)[1] if lanes else []
+    device: np.ndarray | list[int] = (
+        np.unique([lane_process(n) for n in lanes], return_inverse=True)[1] if lanes else []
+    )
     lane = spans["lane"]  # (the columns read where they lie: no copies but the two below)
     dev = np.r_[device, -1].astype(np.int32)[np.where(lane >= 0, lane, len(lanes))]
     role, expert, pass_ = _ROLE[spans["kind"]], spans["expert"], spans["pass_"]
@@ -534,12 +542,12 @@ def flow_targets_compiled(spans: np.ndarray, lanes: Sequence[str]) -> tuple[np.n
         ((role & _COPY) != 0, end, dev, dev, bits, drains),
         (((role & _GPU_RUN) != 0) & (pass_ >= 0), pass_, pass_, expert, pass_, prefetches),
     )  # (a key of two parts has its first twice)
-    tables = [  # (a table no stall or prefetch looks in: left empty)
-        _filled(np.flatnonzero(rows) if looked else np.zeros(0, np.int64), *key, True)
-        for rows, *key, looked in joins
+    transfers, cpu, copies, runs = [  # (a table no stall or prefetch looks in: left empty)
+        _filled(np.flatnonzero(rows) if looked else np.zeros(0, np.int64), time, a, b, c, True)
+        for rows, time, a, b, c, looked in joins
     ]
     out = np.full((2, spans.size), -1, np.int64)
-    _flow_targets(role, dev, expert, pass_, spans["start"], end, *tables, out)
+    _flow_targets(role, dev, expert, pass_, spans["start"], end, transfers, cpu, copies, runs, out)
     return out[0], out[1]
 
 
@@ -655,8 +663,8 @@ def _get(table, time, a, b, c):  # type: ignore[no-untyped-def]
 
 
 @jit.compiled
-def _flow_targets(role, dev, expert, pass_, start, end, transfers, cpu, copies, runs,
-                  out):  # type: ignore[no-untyped-def]  # fmt: skip
+def _flow_targets(role, dev, expert, pass_, start, end, transfers, cpu, copies, runs,  # type: ignore[no-untyped-def]
+                  out):  # fmt: skip
     """:func:`flow_targets_compiled` into ``out`` (its rows: the stalls' targets, the
     prefetches'), each stall and each prefetch looked up in the tables (:func:`_filled`)."""
     bits = end.view(np.int64)  # (ends plus 0.0: -0.0 is 0.0)
@@ -684,13 +692,13 @@ def _served(role, klass, pass_, expert, runs):  # type: ignore[no-untyped-def]
 
 
 @jit.compiled_inline
-def _key(a: int, b: int) -> int:
+def _key(a: int, b: int) -> np.int64:
     """Two 32-bit integers as one 64-bit key."""
-    return (np.int64(a) << 32) | (np.int64(b) & 0xFFFFFFFF)  # type: ignore[no-any-return]
+    return (np.int64(a) << 32) | (np.int64(b) & 0xFFFFFFFF)
 
 
 @jit.compiled_inline
-def _home(a: int, b: int) -> int:
+def _home(a: int | np.int64, b: int | np.int64) -> int:
     """A key's home (a slot, modulo its group's size): its parts folded in by multiplication,
     then MurmurHash3's 64-bit finaliser, so that every bit of every part moves it (64-bit
     constants as signed integers, shifts made logical by a mask; compiled, the products
@@ -777,7 +785,7 @@ def _flow_columns(pairs: list[tuple[str, np.ndarray, np.ndarray]], n: int) -> np
     ids = np.tile(np.arange(1, total + 1), 2)
     dtype = np.int32 if total < 2**31 else np.int64
     if jit.available():
-        return _flow_table(ends.astype(np.int64), ids, n, np.zeros(0, dtype))  # type: ignore[no-any-return]
+        return _flow_table(ends.astype(np.int64), ids, n, np.zeros(0, dtype))
     order = np.argsort(ends, kind="stable")
     ends, ids = ends[order], ids[order]
     nth = np.arange(ends.size) - np.searchsorted(ends, ends)

@@ -39,7 +39,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, ValidationError
 
@@ -48,7 +48,7 @@ from specmd_sim.errors import SpecmdError, from_validation_error
 from specmd_sim.metrics import METRICS
 from specmd_sim.schema_base import InputModel
 
-BASELINE_FORMAT = "specmd-baseline"
+BASELINE_FORMAT: Final = "specmd-baseline"
 RUN_KEY = "run"
 
 Better = Literal["lower", "higher", "both"]

@@ -436,7 +436,7 @@ def _by_significance(column: np.ndarray) -> np.ndarray:
 def _table(data: Any, meta: dict[str, Any], table: str, dtype: np.dtype) -> np.ndarray:
     """``table``'s rows, from its columns (:func:`write_spans`), the differences of version 3
     (:data:`DELTAS`) summed back: a column of the previous rows' before one of another's."""
-    columns = {}
+    columns: dict[str, np.ndarray] = {}
     deltas = meta.get("deltas", {})
     names = sorted(dtype.names or (), key=lambda n: bool(deltas.get(f"{table}.{n}")))
     for name in names:

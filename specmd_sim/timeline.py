@@ -397,7 +397,9 @@ def stall_causes(spans: np.ndarray, lanes: Sequence[str]) -> np.ndarray:
     stall = np.flatnonzero(spans["kind"] == KIND["stall"])
     if not stall.size:
         return out
-    device = np.unique([lane_process(n) for n in lanes], return_inverse=True)[1] if lanes else []
+    device: np.ndarray | list[int] = (
+        np.unique([lane_process(n) for n in lanes], return_inverse=True)[1] if lanes else []
+    )
     of_lane = np.r_[np.asarray(device, np.int64), -1]  # a lane of no name (-1): no device
     dev = of_lane[np.where(spans["lane"] >= 0, spans["lane"], len(lanes))]
     kind, expert, end, pass_ = spans["kind"], spans["expert"], spans["end"], spans["pass_"]

@@ -13,13 +13,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Protocol, TypeVar, cast
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 T = TypeVar("T")
+
+
+class _StatsTable(Protocol):
+    """What ``pstats.Stats`` holds (an attribute its stubs leave out): per function
+    ``(file, line, name)``, its ``(calls, primitive calls, tottime, cumtime, callers)``."""
+
+    stats: dict[tuple[str, int, str], tuple[int, int, float, float, dict[object, object]]]
+
 
 # (label, path fragments of the functions' files), first match wins
 _PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -55,7 +63,8 @@ class RunProfile:
         profiler = cProfile.Profile()
         with self.phase(name):
             result = profiler.runcall(fn)
-        stats: Any = pstats.Stats(profiler).stats  # {(file, line, name): (.., .., tottime, ..)}
+        # (cast: pstats.Stats sets .stats in its constructor; typeshed does not declare it)
+        stats = cast(_StatsTable, pstats.Stats(profiler)).stats
         for (filename, _, _), (_, _, tottime, _, _) in stats.items():
             part = _part(filename)
             self.engine[part] = self.engine.get(part, 0.0) + tottime

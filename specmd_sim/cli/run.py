@@ -7,7 +7,7 @@ import gc
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -40,7 +40,9 @@ from specmd_sim.units import format_bytes
 if TYPE_CHECKING:
     from specmd_sim.config import SimConfig
     from specmd_sim.engine.common import Progress as EngineProgress
+    from specmd_sim.metrics import RunResult
     from specmd_sim.runs import Extra
+    from specmd_sim.scenario import Scenario
 
 
 @contextlib.contextmanager
@@ -71,6 +73,8 @@ def _execute(
     from specmd_sim.scenario import build_scenario
     from specmd_sim.scenario.schedule import is_online
 
+    # (the call both engines take below: a built scenario and the progress callback)
+    run_engine: Callable[[Scenario, EngineProgress | None], RunResult]
     if engine == "simulate":  # only the engine that runs (a replay imports no SimPy)
         from specmd_sim import simulate as run_engine
     else:

@@ -106,7 +106,7 @@ def trace_info(
 
 def _predictor_rows(
     trace: str, kind: str, lookahead: int, assignments: list[str] | None
-) -> list[dict[str, object]]:
+) -> list[dict[str, float | int | str]]:
     from specmd_sim.config import apply_overrides, build_config
     from specmd_sim.scenario.quality import predictor_quality
 

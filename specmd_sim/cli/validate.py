@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from specmd_sim.cli.app import app, runtimes_app, validate_app
 from specmd_sim.cli.common import JsonOpt, console, print_quantities
+
+if TYPE_CHECKING:
+    from specmd_sim.hardware.schema import CoreLevel
+    from specmd_sim.runtime.schema import Setting
 
 _ = app  # the groups are registered on the app in cli/app.py
 
@@ -49,7 +53,7 @@ def runtimes_show(
     if json_:
         typer.echo(json.dumps(r.model_dump(mode="json"), indent=2))
         return
-    facts = list(r.settings())
+    facts: list[tuple[str, Setting | CoreLevel]] = list(r.settings())
     if r.host_reference is not None:
         facts.append(("host_reference.core", r.host_reference.core))
     print_quantities(f"{r.id}: {r.name}", list(r.quantities()), facts)

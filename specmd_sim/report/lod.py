@@ -149,13 +149,14 @@ def bin_spans(
     if in_order and rising and jit.available():
         found = _bins_compiled(key, groups, s, e, b, lo, hi, last)
         if found is not None:
-            row, kind = np.divmod(groups, len(KINDS))
-            busy[row, kind], count[row, kind], nbytes[row, kind] = found
+            rows_of, kinds_of = np.divmod(groups, len(KINDS))
+            busy[rows_of, kinds_of], count[rows_of, kinds_of], nbytes[rows_of, kinds_of] = found
             return Bins(lo, hi, busy, count, nbytes)
     if groups[-1] < 2**15:  # (a stable sort of 16-bit keys is a radix sort: linear)
         key = key.astype(np.int16)
     by_group = np.argsort(key, kind="stable")  # each group's spans together, in their order
-    bounds = np.searchsorted(key[by_group], np.r_[groups, groups[-1] + 1])
+    group_keys: np.ndarray = np.r_[groups, groups[-1] + 1]  # (each group's key, and one past)
+    bounds = np.searchsorted(key[by_group], group_keys)
     for g, first, stop in zip(groups.tolist(), bounds[:-1], bounds[1:], strict=True):
         row, kind = divmod(g, len(KINDS))
         m = by_group[first:stop]
@@ -264,7 +265,7 @@ def _covered(
 ) -> np.ndarray:
     """The time spans cover before ``t``, from the count and sum of their starts before it and
     of their ends before it (the one formula of both ways of binning: the same bits)."""
-    return (n_starts * t - starts) - (n_ends * t - ends)  # type: ignore[no-any-return]
+    return (n_starts * t - starts) - (n_ends * t - ends)
 
 
 def _running_sum(values: np.ndarray) -> np.ndarray:

@@ -90,8 +90,10 @@ def taxonomy_figure(run: RunData) -> go.Figure:
 def prefetch_figure(run: RunData) -> go.Figure:
     """Prefetch accounting and the bytes moved for demand and prefetch."""
     m = run.metrics
-    keys = ("prefetch_issued", "prefetch_completed", "prefetch_used", "prefetch_wasted",
-            "prefetch_cancelled", "prefetch_dropped")  # fmt: skip
+    keys: tuple[str, ...] = (
+        "prefetch_issued", "prefetch_completed", "prefetch_used", "prefetch_wasted",
+        "prefetch_cancelled", "prefetch_dropped",
+    )  # fmt: skip
     keys = tuple(k for k in keys if k in m)
     fig = make_subplots(
         rows=1, cols=2, column_widths=[0.65, 0.35], horizontal_spacing=0.16,
@@ -338,7 +340,7 @@ def write_run_report(run: RunData, path: Path) -> dict[str, go.Figure]:
     m, i, cfg = run.metrics, run.inputs, run.config
     figures = run_figures(run)
     cards = [(METRICS[k].label, METRICS[k].format(m[k])) for k in _CARDS if k in m]
-    facts = [
+    facts: list[list[object]] = [  # (a row: the input's name, its value)
         ["engine", run.engine],
         ["model", f"{i['model']} ({i['num_layers']} layers × {i['num_experts']} experts, "
                   f"top-{i['top_k']}, {format_bytes(i['expert_bytes'])} per expert)"],

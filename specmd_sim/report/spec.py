@@ -114,7 +114,8 @@ def _typed(v: np.ndarray) -> Any:
     code = _SHORT_TYPES.get(str(v.dtype))  # ('>f8' is no type of plotly's: a list)
     if code is None or not v.size:
         return _listed(v)
-    out = {"dtype": code, "bdata": base64.b64encode(np.ascontiguousarray(v)).decode("ascii")}
+    data = np.ascontiguousarray(v).data  # (the array's buffer, as a memoryview: no copy)
+    out = {"dtype": code, "bdata": base64.b64encode(data).decode("ascii")}
     if v.ndim > 1:
         out["shape"] = str(v.shape)[1:-1]
     return out

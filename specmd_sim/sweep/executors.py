@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import multiprocessing
 import os
 import signal
@@ -50,7 +51,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict
 
 from specmd_sim.errors import SpecmdError
 
@@ -243,8 +244,8 @@ def _stops_held() -> Iterator[None]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        for s in dict.fromkeys(caught):
-            signal.raise_signal(s)
+        for signum in dict.fromkeys(caught):
+            signal.raise_signal(signum)
 
 
 def _collect(
@@ -277,6 +278,13 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
 # --- Ray -------------------------------------------------------------------------------------
 
 
+class _RayQuiet(TypedDict):
+    """The options of ``ray.init`` that keep Ray's logs off the sweep's output."""
+
+    log_to_driver: bool
+    logging_level: int
+
+
 class RayExecutor:
     """One Ray task per point, on a cluster at ``address`` or a local instance."""
 
@@ -299,7 +307,8 @@ class RayExecutor:
 
         if ray.is_initialized():
             return False
-        quiet = {"log_to_driver": False, "logging_level": "WARNING"}
+        # (the level as ray.init types it; the name "WARNING" it also takes is this level)
+        quiet: _RayQuiet = {"log_to_driver": False, "logging_level": logging.WARNING}
         if self.address is not None:
             ray.init(address=self.address, **quiet)
         else:

@@ -140,6 +140,7 @@ def search_smallest(
     good: float | None = None
     for value in grid:
         if len(probes) >= search.max_runs:
+            assert below is not None  # (max_runs >= 1: the values before this one probed, failed)
             return SmallestResult("max-runs", None, below, results[below], probes)
         if meets(value):
             good = value

@@ -53,10 +53,15 @@ def subjects(
         name = slug(Path(path).stem)
         while name in out:
             name += "-2"
-        out[name] = lambda seed, trace=trace: trace
+        out[name] = _always(trace)
         if trace.pred_scores is not None:
             recorded.append(name)
     return out, tuple(recorded)
+
+
+def _always(trace: Trace) -> Callable[[int], Trace]:
+    """A subject that is ``trace`` whatever the seed."""
+    return lambda seed: trace
 
 
 def reproduce_specmd(
