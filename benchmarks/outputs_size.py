@@ -150,6 +150,7 @@ def measure(tokens: int, repeat: int, folder: Path) -> dict[str, Any]:
         """``specmd run``'s wall time, and its run folder's (``write_run``'s) in it."""
         out = folder / f"run-{tokens}"
         cmd = [sys.executable, "-c", WHOLE, str(timed), "run", "--config", str(config)]
+        timed.unlink(missing_ok=True)  # (a run that fails leaves none: no stale seconds)
         started = time.perf_counter()
         subprocess.run([*cmd, "--out", str(out)], check=True, capture_output=True, env=env)
         return time.perf_counter() - started, float(timed.read_text())
