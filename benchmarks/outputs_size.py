@@ -11,7 +11,7 @@ least-stale eviction, top-k prefetching; seed 0), two ways:
 - **whole process**: ``specmd run --config ... --out ...`` in a process of its own, its wall
   time, as a user waits for it (Python's start and imports, the inputs, the engine, every
   output): the accesses per second it makes; and in it, the seconds its run folder takes
-  (``write_run``, the timeline page beside it, timed in that process: :data:`WHOLE`), as a
+  (``write_run``, the timeline page beside it, timed in that process: ``timed_run.py``), as a
   share of its wall time. Each module's bytecode is compiled, as an installed package's is,
   by a first run not timed (under a folder of the benchmark's own, ``PYTHONPYCACHEPREFIX``,
   whatever ``PYTHONDONTWRITEBYTECODE`` says);
@@ -43,7 +43,6 @@ import itertools
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from process import timed
 from settings import stated
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -88,37 +88,6 @@ AT_MOST = {
 }  # (the others: at least)
 
 
-WHOLE = """
-import gc, os, sys, time
-from pathlib import Path
-
-# as `specmd run` has it: pydantic's plug-ins not looked for (process_main), the run folder's
-# module imported with the cycle collector off (the command's set-up)
-os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-gc.disable()
-from specmd_sim import runs
-gc.enable()
-from specmd_sim.cli import process_main
-
-timed, write_run = Path(sys.argv.pop(1)), runs.write_run
-
-def timed_write_run(*args, **kwargs):
-    started = time.perf_counter()
-    try:
-        return write_run(*args, **kwargs)
-    finally:
-        timed.write_text(repr(time.perf_counter() - started))
-
-runs.write_run = timed_write_run
-sys.argv[0] = "specmd"
-process_main()
-"""
-"""``specmd run`` with its run folder timed: the seconds ``write_run`` takes in the process
-(its threads, the page beside them, the modules and compiled code they load, the memory
-they touch first) into the file named first. Its module is imported first (to be wrapped),
-under the conditions the command imports it in."""
-
-
 def _best(repeat: int, fn: Callable[[], Any]) -> tuple[float, Any]:
     times, out = [], None
     for _ in range(repeat):
@@ -153,19 +122,18 @@ def measure(tokens: int, repeat: int, folder: Path) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(folder / "bytecode")
 
-    timed = folder / "write_run-seconds"
-
+    seconds_file = folder / "write_run-seconds"
+    driver = Path(__file__).with_name("timed_run.py")
     runs_made = itertools.count()
 
     def whole() -> tuple[float, float]:
         """``specmd run``'s wall time, and its run folder's (``write_run``'s) in it; each run
         to a new folder (replacing one would add its removal)."""
         out = folder / f"run-{tokens}-{next(runs_made)}"
-        cmd = [sys.executable, "-c", WHOLE, str(timed), "run", "--config", str(config)]
-        timed.unlink(missing_ok=True)  # (a run that fails leaves none: no stale seconds)
-        started = time.perf_counter()
-        subprocess.run([*cmd, "--out", str(out)], check=True, capture_output=True, env=env)
-        return time.perf_counter() - started, float(timed.read_text())
+        seconds_file.unlink(missing_ok=True)  # (a run that fails leaves none: no stale seconds)
+        cmd = [sys.executable, str(driver), str(seconds_file), "run", "--config", str(config)]
+        wall, _, _ = timed([*cmd, "--out", str(out)], env)
+        return wall, float(seconds_file.read_text())
 
     whole()
     runs = [whole() for _ in range(repeat)]

@@ -111,15 +111,11 @@ def bin_spans(
     if not rest.any():
         return None
     shown = detail.shown
-    if not rest[:shown].any():  # (the exact spans first, as a recording's are: the rest a slice)
+    tail = not rest[:shown].any()  # (the exact spans first, as a recording's are: the rest a
+    # slice; else np.compress, which gathers a field of the rows ~2x faster than a boolean index)
 
-        def of_rest(column: np.ndarray, dtype: Any) -> np.ndarray:
-            return column[shown:].astype(dtype)
-
-    else:  # (np.compress gathers a field of the rows ~2x faster than a boolean index does)
-
-        def of_rest(column: np.ndarray, dtype: Any) -> np.ndarray:
-            return np.compress(rest, column).astype(dtype, copy=False)
+    def of_rest(column: np.ndarray, dtype: Any) -> np.ndarray:
+        return np.ascontiguousarray(column[shown:] if tail else np.compress(rest, column), dtype)
 
     s, e = of_rest(spans["start"], np.float64), of_rest(spans["end"], np.float64)
     segments = [(float(s.min()), float(e.max()))]

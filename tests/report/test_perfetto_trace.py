@@ -442,6 +442,14 @@ def test_the_compiled_span_packets_of_long_events_are_the_columns_ones(
     monkeypatch.setattr(jit, "available", lambda: False)
     assert b"".join(perfetto_chunks(spans, lanes, per_pass=per_pass)) == compiled
     assert compiled.count(gpus[0].encode()) > 2  # (the GPU annotated: not only the tracks')
+    sizes = {  # (whether the packet's size, and the event's, take more than a byte)
+        (packet.ByteSize() >= 128, packet.track_event.ByteSize() >= 128)
+        for packet in pb.Trace.FromString(compiled).packet
+        if packet.track_event.type == pb.TrackEvent.TYPE_SLICE_BEGIN
+    }
+    assert (True, False) in sizes or (True, True) in sizes  # (events moved on, in each case)
+    if name in (60, 100, 110):  # (and both ways of moving them)
+        assert {(False, False), (True, False), (True, True)} <= sizes
 
 
 def _random_spans(rng: np.random.Generator, n_lanes: int) -> np.ndarray:
