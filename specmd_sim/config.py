@@ -35,6 +35,7 @@ from specmd_sim.schema_base import InputModel as _Frozen
 from specmd_sim.units import parse_bytes
 
 _PERCENT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*%\s*$")
+_NUMBER = re.compile(r"^\s*[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?\s*$")  # (no unit)
 
 
 def capacity_spec(value: object) -> str | int:
@@ -66,6 +67,11 @@ def _size_spec(value: object) -> str | int:
         if not 0 < float(match.group(1)) <= 100:
             raise ValueError(f"expected a percentage in (0, 100], got {value!r}")
         return text
+    if _NUMBER.match(text):  # (a count is whole; bytes name their unit: '5e9' is neither)
+        raise ValueError(
+            f"expected a whole number of expert slots (51), a percentage ('5%') or a size with "
+            f"its unit ('0.6GiB', '650e6B'), got {value!r}"
+        )
     size = parse_bytes(text)
     if size <= 0:
         raise ValueError(f"expected a positive size, got {value!r}")
@@ -315,7 +321,10 @@ class WorkloadConfig(_Frozen):
     arrival_rate_per_s: float | None = Field(
         default=None,
         gt=0,
-        description="Mean request arrivals per second, 1/s; required with arrivals: poisson.",
+        description=(
+            "Mean request arrivals per second, 1/s; required with arrivals: poisson, and "
+            "taken by no other arrivals."
+        ),
     )
     scheduler: Literal["slots", "continuous"] = Field(
         default="slots",
@@ -381,6 +390,11 @@ class WorkloadConfig(_Frozen):
         if self.arrivals == "poisson" and self.arrival_rate_per_s is None:
             raise ValueError(
                 "arrival_rate_per_s: expected a rate > 0 with arrivals: poisson, got none"
+            )
+        if self.arrivals != "poisson" and self.arrival_rate_per_s is not None:
+            raise ValueError(
+                f"arrival_rate_per_s: expected none with arrivals: {self.arrivals} (only "
+                f"poisson arrivals take a rate), got {self.arrival_rate_per_s:g}"
             )
         if self.scheduler != "continuous":
             if self.max_tokens_per_step is not None:

@@ -53,6 +53,7 @@ from specmd_sim.timeline import (
     KINDS,
     SPAN_DTYPE,
     Recording,
+    untraceable,
 )
 
 SPANS_FORMAT = "specmd-spans"
@@ -108,7 +109,8 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
     (:func:`specmd_sim.atomic.atomic_folder`), so an interrupted rerun leaves the old folder as
     it was and a reader never sees the results, spans and pages of two runs mixed. ``extra``
     adds files (the timeline page) to the folder before it is put in place (:data:`Extra`).
-    The spans and the trace are written in threads of their own beside ``extra``, and the
+    A run whose times a trace cannot hold (:func:`trace_left_out`) gets no trace. The
+    spans and the trace are written in threads of their own beside ``extra``, and the
     spans' flow ids derived in a third while the trace writes what needs none (their
     compressing and compiled joins and encoding run without the GIL). The last file written,
     :data:`MANIFEST`, lists every file with its size: :func:`check_run_folder`.
@@ -119,19 +121,25 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
         files = {"config": folder / "config.yaml", "result": folder / "result.json"}
         result.check_names()  # (its one error before any work: result.json is written later)
         recording = result.recording()
+        traced = recording is not None and trace_left_out(result) is None
         if recording is not None:
-            files["spans"], files["trace"] = folder / "spans.npz", folder / TRACE_FILE
+            files["spans"] = folder / "spans.npz"
+        if traced:
+            files["trace"] = folder / TRACE_FILE
         writing = []
         with ThreadPoolExecutor(3) as pool:  # (they compress and encode mostly without the GIL)
             if recording is not None:  # (the spans, and the flows' joins, from the start)
                 writing.append(pool.submit(write_spans, files["spans"], recording))
+            if traced:
+                assert recording is not None
                 flows = pool.submit(flow_table, recording.spans, recording.lanes)
             config = yaml.safe_dump(result.config, sort_keys=True)
             files["config"].write_text(config, encoding="utf-8")
             text = result.to_json()  # (serialised and parsed once: the trace and the page read it)
             write_text(files["result"], text)
             written = json.loads(text)
-            if recording is not None:  # (its layout and first packets beside the flows)
+            if traced:  # (its layout and first packets beside the flows)
+                assert recording is not None
                 trace = (files["trace"], written, recording, flows.result)
                 writing.append(pool.submit(_write_trace, *trace))
             if extra is not None:
@@ -140,6 +148,15 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
                 job.result()
         write_manifest(folder, files.values())
     return {name: run_dir / p.name for name, p in files.items()}
+
+
+def trace_left_out(result: RunResult) -> str | None:
+    """Why the run folder of ``result`` holds no trace though it has spans
+    (:func:`~specmd_sim.timeline.untraceable`), else None; its spans and results are written."""
+    recording = result.recording()
+    if recording is None:
+        return None
+    return untraceable(recording, float(result.metrics.get("makespan_s") or 0.0))
 
 
 def _write_trace(
@@ -459,6 +476,13 @@ def read_spans(path: Path) -> Recording:
     """Read :func:`write_spans`' file (or one of version 2: no differences, or version 1: whole
     rows); kind ids are mapped onto this version's :data:`KINDS`."""
     try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+        if head != b"PK\x03\x04":  # (not a zip: else numpy would read it as a pickle's)
+            raise SpecmdError(
+                f"{path}: expected a spans file written by specmd (a .npz zip archive), got a "
+                f"file that starts with {head!r} (damaged or not a spans file)"
+            )
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"][()]))
             names = meta["counters"]

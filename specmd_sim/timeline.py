@@ -450,6 +450,26 @@ def class_name(klass: int) -> str:
 # --- Chrome / Perfetto trace ---------------------------------------------------------------
 
 
+TRACE_MAX_S = float(np.iinfo(np.int64).max) / 1e9
+"""The latest time a trace holds: whole nanoseconds in 64 bits, ~9.2e9 s (292 years)."""
+
+
+def untraceable(recording: Recording, makespan_s: float) -> str | None:
+    """Why no trace of this run can be written (a time past :data:`TRACE_MAX_S`: a link of a
+    few bytes a second, say), else None; the run's results and spans hold such times."""
+    ends = [float(makespan_s)]
+    if recording.spans.size:
+        ends.append(float(recording.spans["end"].max()))
+    ends += [float(c["time"].max()) for c in recording.counters.values() if c.size]
+    last = max(ends)
+    if last < TRACE_MAX_S:
+        return None
+    return (
+        f"a trace holds times up to {TRACE_MAX_S:.3g} s (whole nanoseconds in 64 bits); "
+        f"this run lasts {last:.3g} s of simulated time"
+    )
+
+
 def to_ns(seconds: npt.ArrayLike) -> np.ndarray:
     """Whole nanoseconds. Rounding is monotonic, so spans that do not overlap in seconds do not
     overlap in the trace either, and ``ns / 1000`` prints (and parses back) exactly."""

@@ -415,6 +415,20 @@ class ExpertCache:
         if self.listeners:
             self._notify()
 
+    def _not_evictable(self, key: object) -> str:
+        """The line for a victim that a policy (a plug-in's, most likely) should not have
+        chosen: what it returned and what it must return."""
+        policy = type(self.policy)
+        what = f"eviction policy {policy.__module__}:{policy.__qualname__}"
+        expected = (
+            f"expected a key of the evictable set (a resident, unpinned expert, 0 to "
+            f"{len(self.state) - 1}) or None"
+        )
+        if isinstance(key, int | np.integer) and 0 <= key < len(self.state):
+            state = "pinned" if self.pins[key] else State(self.state[key]).name.lower()
+            return f"{what}: chose victim {key}, which is {state}; {expected}"
+        return f"{what}: chose victim {key!r}; {expected}"
+
     def finish(self) -> None:
         """End of run: prefetched experts never used count as wasted."""
         self.stats.prefetch_wasted += sum(self.prefetched_unused)
@@ -434,8 +448,10 @@ class ExpertCache:
         return True
 
     def _evict(self, key: int) -> None:
-        if self.state[key] != _RESIDENT or self.pins[key]:
-            raise RuntimeError(f"policy chose non-evictable key {key}")
+        if not (isinstance(key, int | np.integer) and 0 <= key < len(self.state)) or (
+            self.state[key] != _RESIDENT or self.pins[key]
+        ):
+            raise SpecmdError(self._not_evictable(key))
         self.state[key] = _ABSENT
         self.used_bytes -= self.nbytes[key]
         if self.occupancy_hook is not None:

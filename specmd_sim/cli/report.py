@@ -119,6 +119,12 @@ def timeline(
     path = _check_outputs(out, run_dir / default, image)
     run = RunData.load(run_dir)
     run.require_spans("specmd timeline")
+    makespan = float(run.metrics.get("makespan_s") or 0.0)
+    if span is not None and span[0] >= makespan:  # (a window past the run: nothing to draw)
+        raise SpecmdError(
+            f"--window: expected a window starting within the run (0 to {makespan * 1e3:g} "
+            f"ms), got {window!r}"
+        )
     check_output(path, "timeline page", folder=False)
     figures = write_timeline(run, path, max_spans, span)
     typer.echo(f"wrote {path}")
@@ -137,7 +143,7 @@ def chrome(
     same for ui.perfetto.dev, smaller and faster to write."""
     from specmd_sim.report import RunData
     from specmd_sim.runs import CHROME_TRACE_FILE, trace_options
-    from specmd_sim.timeline import write_chrome_trace
+    from specmd_sim.timeline import untraceable, write_chrome_trace
 
     path = _check_outputs(out, run_dir / CHROME_TRACE_FILE, None)
     run = RunData.load(run_dir)
@@ -145,6 +151,9 @@ def chrome(
     check_output(path, "Chrome trace", folder=False)
     recording = run.recording
     assert recording is not None  # (require_spans)
+    makespan = float(run.result["metrics"].get("makespan_s") or 0.0)
+    if (reason := untraceable(recording, makespan)) is not None:
+        raise SpecmdError(f"specmd chrome: no trace of {str(run_dir)!r}: {reason}")
     options = trace_options(run.result, recording)
     write_chrome_trace(path, recording.spans, recording.lanes, **options)
     typer.echo(f"wrote {path}")

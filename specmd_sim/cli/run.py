@@ -69,7 +69,7 @@ def _progress_bar(engine: str, total: int, unit: str) -> Iterator[EngineProgress
 def _execute(
     engine: str, cfg: SimConfig, out: Path | None, json_mode: bool, profile: bool = False
 ) -> None:
-    from specmd_sim.runs import check_run_target, default_run_dir, write_run
+    from specmd_sim.runs import check_run_target, default_run_dir, trace_left_out, write_run
     from specmd_sim.scenario import build_scenario
     from specmd_sim.scenario.schedule import is_online
 
@@ -107,6 +107,8 @@ def _execute(
         written = None if result.spans is None else gz.compressor()
         prof.print(console(True), result.engine_path, written)
     out_console.print(f"run folder: {run_dir}  ({', '.join(p.name for p in files.values())})")
+    if (left_out := trace_left_out(result)) is not None:
+        out_console.print(f"note: no Perfetto trace in the run folder: {left_out}")
     if json_mode:
         sys.stdout.write(json.dumps(result.to_dict()["metrics"], sort_keys=True) + "\n")
 

@@ -324,9 +324,10 @@ def regress(
         return
     old = rg.load_baseline(baseline)
     comparison = rg.compare(old, current, only)
+    if update:  # (made before the report is shown: a bad --metric is the command's one line)
+        new = rg.update_baseline(old, current, metric, replace_all=run is None, rel=tolerance)
     rg.print_report(out, comparison, show_all)
     if update:
-        new = rg.update_baseline(old, current, metric, replace_all=run is None, rel=tolerance)
         rg.save_baseline(new, baseline)
         out.print(f"updated {baseline}: {len(new.points)} points x {len(new.metrics)} metrics")
         return

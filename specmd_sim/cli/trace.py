@@ -111,7 +111,7 @@ def _predictor_rows(
     from specmd_sim.scenario.quality import predictor_quality
 
     data = apply_overrides({"trace": trace, "predictor": {"kind": kind}}, assignments or [])
-    config = build_config(data, "--set")
+    config = build_config(data, "--predictor and --set")
     return [row.as_dict() for row in predictor_quality(config, lookahead)]
 
 

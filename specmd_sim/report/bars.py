@@ -198,8 +198,9 @@ def bin_traces(
     return traces
 
 
-def detail_note(detail: Detail, bins: Bins | None, unit: str = "spans") -> str:
-    """One line saying what the figure draws exactly and what it aggregates."""
+def detail_note(detail: Detail, bins: Bins | None, unit: str = "spans", traced: bool = True) -> str:
+    """One line saying what the figure draws exactly and what it aggregates (and, where the
+    run folder has its trace, that the trace holds every span)."""
     if detail.complete:
         return f"All {detail.total:,} {unit} drawn one by one."
     lo, hi = detail.window or (0.0, 0.0)
@@ -209,7 +210,7 @@ def detail_note(detail: Detail, bins: Bins | None, unit: str = "spans") -> str:
             f"; the rest summarised in {bins.size:,} bins of {ms(bins.width)} "
             "(bar length = busy time in the bin)"
         )
-    return text + f". Every span is in {TRACE_FILE}."
+    return text + (f". Every span is in {TRACE_FILE}." if traced else ".")
 
 
 def window_shapes(detail: Detail, bins: Bins | None, yref: str = "y") -> list[dict]:

@@ -17,9 +17,10 @@ from typing import Any
 import numpy as np
 
 from specmd_sim.errors import SpecmdError
+from specmd_sim.metric_spec import reported
 from specmd_sim.metrics import METRICS, TABLES, RunResult
 from specmd_sim.perfetto import served_class_compiled
-from specmd_sim.timeline import Recording, span_gpus
+from specmd_sim.timeline import Recording, span_gpus, untraceable
 from specmd_sim.units import format_bytes
 
 PASS_DTYPE = np.dtype(
@@ -69,6 +70,13 @@ class RunData:
                 f"{path}: expected the metrics of docs/metrics.md, got {', '.join(unknown)} "
                 "(written by another version of specmd-sim); run it again"
             )
+        missing = [name for name, m in METRICS.items() if name not in result["metrics"]
+                   and reported(m, result["engine"], result["config"])]  # fmt: skip
+        if missing:
+            raise SpecmdError(
+                f"{path}: expected the metrics of docs/metrics.md, missing {', '.join(missing)} "
+                "(written by another version of specmd-sim, or edited); run it again"
+            )
         spans_file = Path(run_dir) / "spans.npz"
         recording = None
         if spans and result["engine"] == "simulate" and spans_file.is_file():
@@ -89,6 +97,13 @@ class RunData:
             f"{where}: {what} needs spans.npz, which this run did not write "
             "(timing.record_spans was false, or the folder predates spans.npz); run it again"
         )
+
+    @property
+    def traced(self) -> bool:
+        """Whether the run folder has (or gets) its Perfetto trace: a run with spans, of times
+        a trace holds (:func:`~specmd_sim.timeline.untraceable`)."""
+        makespan = float(self.metrics.get("makespan_s") or 0.0)
+        return self.recording is not None and untraceable(self.recording, makespan) is None
 
     # --- result.json --------------------------------------------------------------------
 

@@ -145,7 +145,7 @@ def timeline_spec(
              fixedrange=True)  # fmt: skip
     shapes, notes = ttft_marks(run, y=t.request_y[run.request_gpu])
     subtitle = (
-        detail_note(detail, bins)
+        detail_note(detail, bins, traced=run.traced)
         + "<br>"
         + ui_hint(
             "Drag to zoom in time, double-click to reset; click a legend entry to hide a kind."
@@ -401,6 +401,11 @@ def write_timeline(
         "layers": layer_spec(run, max_spans, window),
     }
     m = run.metrics
+    every = ""  # (a run too long for a trace has none: timeline.untraceable)
+    if run.traced:
+        every = (
+            f" The same spans, with every detail, are in {TRACE_FILE} (open it at ui.perfetto.dev)."
+        )
     write_page(
         path,
         f"specmd timeline — {run.title}",
@@ -409,8 +414,7 @@ def write_timeline(
                 "Timeline",
                 f"TTFT {ms(m.get('ttft_s'))} · TPOT {ms(m.get('tpot_s'))} · stall "
                 f"{ms(m.get('stall_s'))} · transfer hidden behind compute "
-                f"{ms(m.get('overlap_s'))} · makespan {ms(m.get('makespan_s'))}. The same "
-                f"spans, with every detail, are in {TRACE_FILE} (open it at ui.perfetto.dev).",
+                f"{ms(m.get('overlap_s'))} · makespan {ms(m.get('makespan_s'))}.{every}",
                 figures["timeline"],
             ),
             Block(

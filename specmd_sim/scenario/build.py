@@ -97,7 +97,7 @@ def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
         config.expert_dtype, config.dense_dtype, config.kv_dtype
     )
     _check_shapes(model, trace)
-    check_requests(config.workload.requests, trace, "workload.requests")
+    check_requests(config.workload.requests, trace, config.trace, "workload.requests")
     sizes = expert_sizes(config, model, trace)
     _check_chunks(config.timing.chunk_bytes, sizes.largest)
     gpu_nodes = _resolve_gpus(config, profile)

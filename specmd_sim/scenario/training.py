@@ -18,14 +18,14 @@ from specmd_sim.traces.io import load_trace, resolve_trace_path
 from specmd_sim.traces.trace import Trace
 
 
-def check_requests(ids: tuple[int, ...] | None, trace: Trace, where: str) -> None:
-    """``ids`` must all be requests of ``trace``."""
+def check_requests(ids: tuple[int, ...] | None, trace: Trace, name: str, where: str) -> None:
+    """``ids`` must all be requests of ``trace`` (the trace ``name``, as the config gives it)."""
     if ids is None:
         return
     unknown = sorted(set(ids) - set(np.unique(trace.request).tolist()))
     if unknown:
         raise SpecmdError(
-            f"{where}: expected request ids of trace {trace.model} "
+            f"{where}: expected request ids of trace {name} "
             f"({int(np.unique(trace.request).size)} requests), got {unknown[:8]} not in it"
         )
 
@@ -43,7 +43,7 @@ def build_training(config: SimConfig, trace: Trace, passes: Passes) -> TrainingR
             f"{where}.trace: expected {trace.num_layers} MoE layers x {trace.num_experts} "
             f"experts like the run's trace, got {source.num_layers} x {source.num_experts}"
         )
-    check_requests(fit_on.requests, source, f"{where}.requests")
+    check_requests(fit_on.requests, source, fit_on.trace or config.trace, f"{where}.requests")
     update = {"requests": fit_on.requests, "max_requests": None}
     workload = config.workload.model_copy(update=update)
     train = build_passes(source, workload)

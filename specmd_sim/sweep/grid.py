@@ -152,7 +152,7 @@ def iter_points(spec: SweepSpec, source: str = "sweep spec") -> Iterator[Point]:
         if isinstance(search, RateSearch) and config.slo is None:
             raise SpecmdError(
                 f"{where}: slo: expected the limits the search meets ({{ttft_s: ..., tpot_s: "
-                "...}} in base, set or an axis), got none"
+                "...} in base, set or an axis), got none"
             )
         point = Point(index, axes, config, f"{spec.engine}-{config_hash(config)}")
         if point.point_id in seen:

@@ -235,3 +235,49 @@ def test_settle_never_fills_the_cache_past_its_capacity() -> None:
     assert cache.staged_keys == [] and cache.pins[1] == 0
     assert [cache.state[k] for k in (0, 2, 3)] == [State.ABSENT] * 3
     assert cache.used_bytes == 3 == cache.capacity_bytes
+
+
+class _Chooses:
+    """An eviction policy (a plug-in's) whose every victim is ``victim``, whatever is
+    evictable: the contract's violations."""
+
+    def __init__(self, victim: object) -> None:
+        self.victim = victim
+
+    def __getattr__(self, name: str) -> object:
+        return lambda *args: None if name != "admit" else True
+
+    def quota_victim(self, incoming: int, evictable: object) -> None:
+        return None
+
+    def stages(self, incoming: int) -> bool:
+        return False
+
+    def choose_victim(self, evictable: object, incoming: int) -> object:
+        return self.victim
+
+
+@pytest.mark.parametrize(
+    ("victim", "said"),
+    [
+        (10**9, "chose victim 1000000000;"),
+        (-1, "chose victim -1;"),  # (not the last key, as a bytearray would read it)
+        ("0", "chose victim '0';"),
+        (3, "chose victim 3, which is absent;"),
+        (0, "chose victim 0, which is pinned;"),
+    ],
+)
+def test_a_victim_outside_the_evictable_set_is_one_clear_error(victim: object, said: str):
+    """A plug-in's ``choose_victim`` that returns a key it may not evict (out of range, not an
+    int, absent or pinned) stops the run with one line naming the policy, what it returned and
+    what it must return, instead of an IndexError or a corrupted cache."""
+    cache = ExpertCache(1, E, 10, 10, _Chooses(victim))
+    cache.begin_pass(0)
+    assert cache.reserve(0, FetchReason.DEMAND)
+    cache.pins[0] += 1  # (held, as a layer step holds its experts)
+    with pytest.raises(SpecmdError) as info:
+        cache.reserve(1, FetchReason.DEMAND)
+    message = str(info.value)
+    assert message.startswith(f"eviction policy {__name__}:_Chooses: {said}")
+    assert message.endswith("expected a key of the evictable set (a resident, unpinned "
+                            "expert, 0 to 3) or None")  # fmt: skip

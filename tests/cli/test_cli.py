@@ -261,6 +261,22 @@ def test_a_miss_handler_that_never_fetches_needs_no_room_for_a_demand_set(tmp_pa
         (("models", "show", "gpt-5"), ("model", "gpt-5")),
         (("reproduce", "nope"), ("study", "expected one of specmd", "'nope'")),
         (("run", "--set", "miss.kind=pray"), ("miss.kind", "'pray'")),
+        (("reproduce", "specmd", "--workers", "-3"), ("--workers: expected at least 1, got -3",)),
+        (("reproduce", "specmd", "--workers", "0"), ("--workers: expected at least 1, got 0",)),
+        (("run", "--cache", "5.5"), ("cache.capacity", "whole number of expert slots", "'5.5'")),
+        (("run", "--cache", "1e9"), ("cache.capacity", "size with its unit", "'1e9'")),
+        (
+            ("run", "--set", "workload.arrival_rate_per_s=2"),
+            ("arrival_rate_per_s: expected none with arrivals: closed-loop", "got 2"),
+        ),
+        (
+            ("trace", "info", "olmoe-synthetic", "--predictor", "nope"),
+            ("--predictor and --set", "predictor.kind", "'nope'"),
+        ),
+        (
+            ("run", "--set", "workload.requests=[7]"),
+            ("workload.requests", "request ids of trace olmoe-synthetic", "[7]"),
+        ),
     ],
 )
 def test_bad_input_is_one_line(args: tuple[str, ...], fragments: tuple[str, ...]) -> None:

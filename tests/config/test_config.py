@@ -166,9 +166,9 @@ def test_non_finite_and_overflowing_numbers_are_refused(tmp_path) -> None:
     finite = r"hbm_bandwidth_bytes_per_s.value: input should be a finite number, got inf"
     with pytest.raises(SpecmdError, match=finite):
         load_profile(str(bad))
-    huge = r"cache.capacity: expected 'auto' or a size below 8 EiB, got '1e400'"
+    huge = r"cache.capacity: expected 'auto' or a size below 8 EiB, got '1e400B'"
     with pytest.raises(SpecmdError, match=huge):
-        build_config({"cache": {"capacity": "1e400"}})
+        build_config({"cache": {"capacity": "1e400B"}})
     with pytest.raises(SpecmdError, match=r"arrival_rate_per_s: input should be a finite number"):
         build_config({"workload": {"arrivals": "poisson", "arrival_rate_per_s": float("nan")}})
 

@@ -103,6 +103,16 @@ def test_poisson_needs_a_rate() -> None:
         build_config({"workload": {"arrivals": "poisson"}})
 
 
+@pytest.mark.parametrize("arrivals", ["closed-loop", "trace"])
+def test_a_rate_with_arrivals_that_take_none_is_refused(arrivals: str) -> None:
+    """A rate would be ignored by closed-loop and recorded arrivals: refused, not dropped."""
+    from specmd_sim.config import build_config
+
+    with pytest.raises(SpecmdError, match=f"arrival_rate_per_s: expected none with arrivals: "
+                                          f"{arrivals} .*, got 2$"):  # fmt: skip
+        build_config({"workload": {"arrivals": arrivals, "arrival_rate_per_s": 2.0}})
+
+
 @pytest.mark.parametrize("schedule", ["fixed", "online"])
 def test_waiting_for_an_arrival_is_other_time(small_trace, schedule: str) -> None:
     """Batch 2 with the fixed table: the pass admitting request 1 waits for its arrival;
@@ -170,7 +180,8 @@ def test_requests_joining_in_one_pass_each_get_an_arrival(write_trace, arrivals)
     result = simulate(
         SimConfig(
             trace=str(path),
-            workload={"arrivals": arrivals, "arrival_rate_per_s": 10.0, "batch_size": 4},
+            workload={"arrivals": arrivals, "batch_size": 4}
+            | ({"arrival_rate_per_s": 10.0} if arrivals == "poisson" else {}),
             timing={"record_spans": False},
         )
     )

@@ -180,6 +180,22 @@ def test_user_errors_exit_2_with_one_line(
     assert code == 2 and err.count("\n") == 1 and fragment in err, err
 
 
+def test_a_bad_metric_to_add_is_the_commands_one_line(
+    runs: dict[str, Path], tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """An unknown ``--metric`` with ``--update`` of an existing baseline: its line alone (no
+    comparison shown before it), and the baseline as it was."""
+    base = tmp_path / "baseline.json"
+    code, _, _ = cli(monkeypatch, capsys, "regress", str(base), "--run", str(runs["layer"]),
+                     "--update")  # fmt: skip
+    assert code == 0
+    before = base.read_bytes()
+    code, out, err = cli(monkeypatch, capsys, "regress", str(base), "--run", str(runs["layer"]),
+                         "--update", "--metric", "nonsense")  # fmt: skip
+    assert code == 2 and err.count("\n") == 1 and "nonsense" in err, err
+    assert out == "" and base.read_bytes() == before
+
+
 def test_missing_baseline_without_update(runs, tmp_path: Path, monkeypatch, capsys) -> None:
     code, _, err = cli(monkeypatch, capsys, "regress", str(tmp_path / "b.json"), "--run",
                        str(runs["layer"]))  # fmt: skip

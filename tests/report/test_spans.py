@@ -256,11 +256,15 @@ def test_spans_file_maps_kinds_by_name(tmp_path: Path) -> None:
     assert np.array_equal(read_spans(path).spans, spans)
 
 
-def test_spans_file_errors_are_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize("content", [b"not a zip", bytes(4096), b""])
+def test_spans_file_errors_are_one_line(tmp_path: Path, content: bytes) -> None:
+    """A damaged file (text, zeros: numpy alone would read it as a pickle and suggest
+    unpickling it, empty) is named as damaged, with nothing of pickles."""
     bad = tmp_path / "spans.npz"
-    bad.write_bytes(b"not a zip")
-    with pytest.raises(SpecmdError, match="expected a spans file written by specmd"):
+    bad.write_bytes(content)
+    with pytest.raises(SpecmdError, match="expected a spans file written by specmd") as info:
         read_spans(bad)
+    assert "pickle" not in str(info.value) and "damaged" in str(info.value)
 
 
 def test_run_folder_files(timed_dir: Path, replay_dir: Path) -> None:

@@ -179,3 +179,24 @@ def test_chrome_refuses_a_replay_run_in_one_line(replay_dir: Path) -> None:
     proc = run_specmd("chrome", replay_dir)
     assert proc.returncode != 0 and not (replay_dir / CHROME_TRACE_FILE).exists()
     assert "specmd chrome" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_run_longer_than_a_trace_holds_keeps_its_results(
+    tiny_trace: Path, tmp_path: Path
+) -> None:
+    """A run whose times pass what a trace holds (whole nanoseconds in 64 bits, ~292 years:
+    here a link of a byte a second) is written without its trace, with a note: results,
+    spans and page kept, the folder checks; ``specmd chrome`` refuses it in one line."""
+    run = tmp_path / "slow"
+    link = "hardware.links.pcie0.bandwidth_bytes_per_s=1"
+    proc = run_specmd("run", "--trace", tiny_trace, "--set", link, "--out", run)
+    assert proc.returncode == 0, proc.stderr
+    assert read_result(run)["metrics"]["makespan_s"] > timeline.TRACE_MAX_S
+    assert "note: no Perfetto trace in the run folder: a trace holds times up to" in proc.stdout
+    assert not (run / TRACE_FILE).exists() and (run / "spans.npz").is_file()
+    assert TRACE_FILE not in (run / "timeline.html").read_text()  # (its page claims none)
+    check_run_folder(run)
+    proc = run_specmd("chrome", run)
+    assert proc.returncode != 0 and not (run / CHROME_TRACE_FILE).exists()
+    assert "specmd chrome: no trace of" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

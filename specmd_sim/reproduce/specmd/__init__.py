@@ -75,6 +75,8 @@ def reproduce_specmd(
     """Run the study into ``out_dir`` (runs.csv, findings.json, reproduction.md); ``traces``
     adds the user's traces as subjects (a recorded one's predictions are used too)."""
     check_output(out_dir, "--out", folder=True)
+    if workers is not None and workers < 1:
+        raise SpecmdError(f"--workers: expected at least 1, got {workers}")
     if shared is not None and not shared.is_dir():
         raise SpecmdError(f"--shared: expected a folder with reference traces, got {str(shared)!r}")
     made, recorded = subjects(shared or Path("../shared/traces"), traces)
