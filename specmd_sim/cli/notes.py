@@ -102,6 +102,25 @@ def small_cache_note(inputs: dict[str, Any]) -> str | None:
     )
 
 
+def layer_quota_note(config: dict[str, Any], inputs: dict[str, Any]) -> str | None:
+    """Per-layer LRU with more slots per layer than the cache holds over the layers: the quota
+    never binds for every layer at once, and the globally least recently used expert goes."""
+    eviction = config.get("eviction", {})
+    quota, layers = eviction.get("slots_per_layer"), inputs.get("num_layers")
+    slots = inputs.get("capacity_slots")
+    if eviction.get("kind") != "per-layer-lru" or not quota or not layers or not slots:
+        return None
+    if quota * layers <= slots:
+        return None
+    return (
+        f"note: per-layer-lru keeps {quota} slots per layer, {quota * layers:,} over the "
+        f"{layers} layers, and the cache holds {slots:,}: when it is full the globally least "
+        f"recently used expert goes, as under lru, before a layer reaches its quota; "
+        f"mixtral-offloading's cache has slots_per_layer x layers slots (--cache "
+        f"{quota * layers})"
+    )
+
+
 def overflow_note(m: dict[str, Any], inputs: dict[str, Any]) -> str | None:
     """Demand fetches streamed past a cache smaller than one layer's demand set."""
     overflowed, slots = m.get("overflowed") or 0, inputs.get("capacity_slots")
@@ -161,7 +180,7 @@ def prefetch_eviction_note(m: dict[str, Any]) -> str | None:
 def run_notes(config: dict[str, Any], inputs: dict[str, Any], m: dict[str, Any]) -> list[str]:
     """Every note that applies to a run, in order of how much it changes the answer."""
     found = (host_note(inputs, m), whole_model_note(inputs), overflow_note(m, inputs),
-             small_cache_note(inputs),
+             layer_quota_note(config, inputs), small_cache_note(inputs),
              preemption_note(inputs), dropped_prefetch_note(m, config),
              prefetch_eviction_note(m), late_hit_note(m))  # fmt: skip
     return [n for n in found if n is not None]

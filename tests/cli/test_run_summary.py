@@ -17,6 +17,7 @@ from specmd_sim.cli import app
 from specmd_sim.cli.notes import (
     dropped_prefetch_note,
     late_hit_note,
+    layer_quota_note,
     overflow_note,
     preemption_note,
     prefetch_eviction_note,
@@ -187,6 +188,20 @@ def test_a_cache_smaller_than_a_pass_says_so() -> None:
         small_cache_note({"capacity_slots": 51, "pass_demand_max": 128})
     )
     assert small_cache_note({"capacity_slots": 128, "pass_demand_max": 128}) is None
+
+
+def test_per_layer_quotas_past_the_cache_say_so() -> None:
+    """slots_per_layer x layers above the cache's slots: the quota does not bind (lru's
+    victims go first), which the run says, naming the cache that mixtral-offloading has."""
+    config = {"eviction": {"kind": "per-layer-lru", "slots_per_layer": 100}}
+    inputs = {"num_layers": 16, "capacity_slots": 51}
+    note = layer_quota_note(config, inputs)
+    assert note is not None and "100 slots per layer, 1,600 over the 16 layers" in note
+    assert "the cache holds 51" in note and "(--cache 1600)" in note
+    assert layer_quota_note(config, {**inputs, "capacity_slots": 1600}) is None
+    default = {"eviction": {"kind": "per-layer-lru", "slots_per_layer": None}}
+    assert layer_quota_note(default, inputs) is None  # (cache slots // layers: it fits)
+    assert layer_quota_note({"eviction": {"kind": "lru"}}, inputs) is None
 
 
 def test_a_whole_prompt_larger_than_the_cache_runs_and_says_so(tmp_path: Path) -> None:
