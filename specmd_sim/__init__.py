@@ -5,7 +5,8 @@ Public API::
     from specmd_sim import SimConfig, replay, simulate, run_sweep
     result = simulate(SimConfig(cache={"capacity": "5%"}))
     print(result.metrics["hit_rate"], result.metrics["ttft_s"])
-    run_sweep("examples/sweep-quick.yaml", "runs/sweep-quick")
+    if __name__ == "__main__":  # (a sweep's workers import the script: spawn)
+        run_sweep("examples/sweep-quick.yaml", "runs/sweep-quick")
 
 The API sits above the library it re-exports and below its clients (the CLI, the pytest
 plugin): no module of the library imports it (``tests/test_layering.py``). Its names load on

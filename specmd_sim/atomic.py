@@ -141,6 +141,13 @@ def _alive(pid: int) -> bool:
 def check_output(path: Path, what: str, *, folder: bool) -> None:
     """One clear line, before any work, if ``path`` cannot be written as a file or a folder."""
     path = Path(path)
+    try:
+        _check_output(path, what, folder)
+    except OSError as err:  # (a name longer than the file system holds, say)
+        raise write_error(what, path, OSError(err.errno, err.strerror), folder=folder) from None
+
+
+def _check_output(path: Path, what: str, folder: bool) -> None:
     if folder and path.exists() and not path.is_dir():
         raise SpecmdError(f"{what}: expected a folder to write into, got the file {str(path)!r}")
     if not folder and path.is_dir():

@@ -42,8 +42,8 @@ _USAGE_ERROR: type[Exception] = next(
 
 
 def main() -> None:
-    """Entry point: run the app; a user error (ours, or a usage error of an option) is one line
-    and exit code 2, an interrupt says so and exits 130."""
+    """Entry point: run the app; a user error (ours, a usage error of an option, a path the
+    operating system refuses) is one line and exit code 2, an interrupt says so and exits 130."""
     try:
         with _notices():
             code = app_for(sys.argv[1:])(standalone_mode=False)
@@ -56,6 +56,10 @@ def main() -> None:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
         _fail(message + hint)
+    except OSError as exc:  # a path the system refuses (too long a name, say): one line
+        if exc.filename is None:
+            raise
+        _fail(f"{exc.filename}: {exc.strerror or exc}")
     except (KeyboardInterrupt, typer.Abort):  # outside a command, or while typer starts one
         code = 130
     if code == 130:

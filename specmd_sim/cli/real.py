@@ -123,7 +123,9 @@ def validate_real(
     ),
     quick: Annotated[bool, typer.Option("--quick", help="Two cells instead of 72.")] = False,
     repeats: Annotated[int, typer.Option(help="Executor runs per cell (median).")] = 3,
-    decode_tokens: Annotated[int, typer.Option("--decode-tokens")] = 24,
+    decode_tokens: Annotated[
+        int, typer.Option("--decode-tokens", help="Tokens each cell decodes after its prompt.")
+    ] = 24,
     rewrite: Annotated[
         bool,
         typer.Option(
@@ -177,6 +179,8 @@ def validate_real(
             )
     if repeats < 1:
         raise SpecmdError(f"--repeats: expected an integer >= 1, got {repeats}")
+    if decode_tokens < 1:  # (a TPOT needs decoded tokens)
+        raise SpecmdError(f"--decode-tokens: expected an integer >= 1, got {decode_tokens}")
     model = load_model(str(folder / "model.yaml"))
     trace = synthetic_trace(model, folder, "validate", 0, num_requests=1, prompt_tokens=16,
                             decode_tokens=decode_tokens)  # fmt: skip

@@ -82,8 +82,9 @@ def trace_record(
     trace = recording.trace
     save_trace(trace, out)
     write_text(spec_path, yaml.safe_dump(spec.model_dump(mode="json"), sort_keys=False), "--out")
+    requests = f"{len(texts)} request" + ("s" if len(texts) != 1 else "")
     typer.echo(
         f"wrote {out}: {trace.num_tokens} tokens x {trace.num_layers} MoE layers x "
-        f"top-{trace.top_k} of {trace.num_experts} experts, {len(texts)} requests, "
+        f"top-{trace.top_k} of {trace.num_experts} experts, {requests}, "
         f"pred lookahead {trace.lookahead}; model spec {spec_path}"
     )

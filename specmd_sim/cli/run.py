@@ -35,6 +35,7 @@ from specmd_sim.cli.common import (
     load_config,
 )
 from specmd_sim.cli.profile import RunProfile
+from specmd_sim.cli.signals import terminated_as_interrupted
 from specmd_sim.units import format_bytes
 
 if TYPE_CHECKING:
@@ -68,6 +69,15 @@ def _progress_bar(engine: str, total: int, unit: str) -> Iterator[EngineProgress
 
 def _execute(
     engine: str, cfg: SimConfig, out: Path | None, json_mode: bool, profile: bool = False
+) -> None:
+    """Run ``engine`` and write its run folder; a SIGTERM stops it as Ctrl-C does (its
+    temporary files removed, an earlier folder at ``out`` kept: :mod:`specmd_sim.cli.signals`)."""
+    with terminated_as_interrupted():
+        _run_and_write(engine, cfg, out, json_mode, profile)
+
+
+def _run_and_write(
+    engine: str, cfg: SimConfig, out: Path | None, json_mode: bool, profile: bool
 ) -> None:
     from specmd_sim.runs import check_run_target, default_run_dir, trace_left_out, write_run
     from specmd_sim.scenario import build_scenario

@@ -52,6 +52,11 @@ def load_hf_model(
             model = model.to(torch_dtype)
         vocab = int(config.vocab_size)
         return LoadedModel(model.eval(), lambda text: _bytes(text, vocab), ref, True)
+    if Path(ref).is_file():  # (a config.json has no weights: the hub is not asked for them)
+        raise SpecmdError(
+            f"--model: expected a model folder or hub id, got the file {ref!r}; a config.json "
+            "is recorded with --random-weights"
+        )
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(ref)
         model = transformers.AutoModelForCausalLM.from_pretrained(ref, dtype=torch_dtype or "auto")

@@ -87,6 +87,11 @@ class Scenario:
 def build_scenario(config: SimConfig, *, check_cache: bool = True) -> Scenario:
     """Load and check everything ``config`` names; ``check_cache=False`` skips the checks of
     the cache's capacity (for analyses that run no cache, e.g. a predictor's quality)."""
+    if not isinstance(config, SimConfig):  # (a mapping: build_config checks and converts it)
+        raise TypeError(
+            f"expected a SimConfig (SimConfig(...), or build_config(mapping) for one line per "
+            f"error) or a built Scenario, got {type(config).__name__}"
+        )
     profile = override_profile(load_profile(config.hardware), config.hardware_set,
                                f"hardware_set (profile {config.hardware})")  # fmt: skip
     runtime = override_profile(load_runtime(config.runtime), config.runtime_set,

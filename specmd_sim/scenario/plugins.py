@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from specmd_sim.cache import ExpertCache
-from specmd_sim.errors import SpecmdError
+from specmd_sim.errors import SpecmdError, short_repr
 from specmd_sim.hardware import TransferPath, transfer_path
 from specmd_sim.models import CostModel
 from specmd_sim.policies.context import (
@@ -103,6 +103,7 @@ def build_runs(
     several each GPU's plug-ins draw from their own child generator (``Generator.spawn``).
     """
     config = scenario.config
+    _check_warm(warm, scenario.trace.num_layers, scenario.trace.num_experts)
     gpus = len(scenario.gpus)
     rng = new_rng(config)
     arrivals = None
@@ -200,6 +201,17 @@ def expert_sources(scenario: Scenario, g: int) -> tuple[tuple[TransferPath, ...]
             source[mask] = len(paths) - 1
     copied = tuple(p.as_copied(rt.h2d_tensors_per_expert, rt.h2d_efficiency) for p in paths)
     return copied, source
+
+
+def _check_warm(warm: list[int] | None, layers: int, experts: int) -> None:
+    """``warm`` must be expert keys of the model (``layer * experts + expert``)."""
+    keys = layers * experts
+    bad = [k for k in warm or [] if not (isinstance(k, int | np.integer) and 0 <= k < keys)]
+    if bad:
+        raise SpecmdError(
+            f"warm: expected expert keys from 0 to {keys - 1} (layer x {experts} + expert), "
+            f"got {short_repr(bad)}"
+        )
 
 
 def _build_gpu(

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -128,6 +129,14 @@ def point_row(point: Point, engine: str, outcome: Outcome, run_dir: str | None =
     return row
 
 
+def _importing_main_in_a_worker() -> bool:
+    """Whether ``run_sweep`` is called by the top level of a main script that a process started
+    by 'spawn' runs again (as ``__mp_main__``): an unguarded call would start a sweep in every
+    worker of the sweep, each failing on the sweep's locked folder."""
+    caller = sys._getframe(2)  # (run_sweep's caller)
+    return caller.f_code.co_name == "<module>" and caller.f_globals.get("__name__") == "__mp_main__"
+
+
 def run_sweep(
     spec: SweepSpec | Path | str,
     out: Path | str,
@@ -151,6 +160,12 @@ def run_sweep(
     skipped)`` is called once before the first point runs and ``on_point`` after each
     finished point (both in this process).
     """
+    if _importing_main_in_a_worker():
+        raise SpecmdError(
+            "run_sweep: called as a sweep worker imports the script that called it (workers "
+            "start by 'spawn', which runs the script's top level again): put the call under "
+            "if __name__ == '__main__':"
+        )
     started = time.monotonic()
     load_plugins(plugins, "plugins")
     source = "sweep spec"

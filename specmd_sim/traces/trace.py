@@ -20,13 +20,14 @@ Rows are in generation order; within one request, prefill rows precede decode ro
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from specmd_sim.errors import SpecmdError
+from specmd_sim.errors import SpecmdError, short_repr
 
 FORMAT_NAME = "specmd-trace"
 FORMAT_VERSION = 1
@@ -114,6 +115,15 @@ def make_trace(
             f"got shape {experts.shape}"
         )
     t, num_layers, k = experts.shape
+    if not isinstance(model, str) or not model:
+        raise _fail(source, "model", "a model id (a catalog name or a model spec's path)",
+                    repr(model))  # fmt: skip
+    for key, value in meta.items():  # (written as JSON by save_trace: checked here, not there)
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            raise _fail(source, key, "a JSON value (text, a finite number, true/false, null, "
+                        "or lists and mappings of them)", short_repr(value)) from None  # fmt: skip
     full_meta = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,

@@ -283,6 +283,16 @@ def test_bad_input_is_one_line(args: tuple[str, ...], fragments: tuple[str, ...]
     assert_user_error(specmd(*args), *fragments)
 
 
+@pytest.mark.parametrize("option", ["--out", "--trace", "--hardware"])
+def test_a_name_longer_than_the_file_system_holds_is_one_line(option: str, tmp_path: Path):
+    """A path component over 255 bytes (ENAMETOOLONG), as an output or an input: the path and
+    the system's reason in one line, not an OSError's traceback."""
+    long = str(tmp_path / ("b" * 256))
+    args = ["--out", long] if option == "--out" else [option, long, "--out", str(tmp_path / "r")]
+    line = assert_user_error(specmd("run", *args), "b" * 256, "too long")
+    assert line.startswith("error: --out: expected a folder" if option == "--out" else "error: ")
+
+
 def test_malformed_yaml_config(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("cache: {capacity: [5%\n")

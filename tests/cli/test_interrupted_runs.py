@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -77,7 +78,8 @@ def test_a_bad_out_is_refused_before_any_work(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_killed_reruns_leave_a_complete_folder(tmp_path: Path) -> None:
     """SIGKILL, SIGTERM and SIGINT at several moments of a rerun (the write phase included):
-    the folder is always the old complete one or the new complete one."""
+    the folder is always the old complete one or the new complete one; SIGTERM and SIGINT say
+    ``interrupted`` and leave no temporary files (the spans spilled to TMPDIR)."""
     out = tmp_path / "run"
     run(out, "--seed", "1")
     old = json.loads((out / "result.json").read_text())["config"]["seed"]
@@ -89,7 +91,10 @@ def test_killed_reruns_leave_a_complete_folder(tmp_path: Path) -> None:
     for sig, delay in ((signal.SIGKILL, 0.5), (signal.SIGTERM, 1.5), (signal.SIGKILL, 2.5),
                        (signal.SIGINT, 3.0), (signal.SIGKILL, 3.5)):  # fmt: skip
         seed = str(int(delay * 10))
-        proc = subprocess.Popen([*command, "--seed", seed], stderr=subprocess.PIPE, text=True)
+        temporary = tmp_path / "tmpdirs" / seed
+        temporary.mkdir(parents=True)
+        proc = subprocess.Popen([*command, "--seed", seed], stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "TMPDIR": str(temporary)})  # fmt: skip
         time.sleep(delay)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=300)
@@ -97,10 +102,12 @@ def test_killed_reruns_leave_a_complete_folder(tmp_path: Path) -> None:
         check_run_folder(out)  # complete, whichever run it holds
         seed_now = json.loads((out / "result.json").read_text())["config"]["seed"]
         assert seed_now in (old, 7, int(seed))
-        if sig == signal.SIGINT and proc.returncode == 130:
+        if proc.returncode in (130, 143):  # (stopped by SIGINT, SIGTERM, before its end)
+            assert proc.returncode == 128 + sig
             assert err.strip().splitlines()[-1] == "interrupted"
+            assert not any(temporary.iterdir())
     run(out, "--seed", "9")  # a later writer cleans up after the killed ones
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "tmpdirs"]
 
 
 def test_out_must_not_be_a_folder_of_other_files(tmp_path: Path, monkeypatch) -> None:

@@ -281,6 +281,18 @@ def test_bad_backends_links_and_missing_calibration_are_one_line_errors(
     assert not list(tmp_path.iterdir())  # nothing written
 
 
+@pytest.mark.parametrize("tokens", ["0", "-1"])
+def test_validate_real_needs_tokens_to_decode(tmp_path: Path, tokens: str) -> None:
+    """A cell with no decoded token has no TPOT: refused in one line before any run."""
+    for name in ("model.yaml", "hardware.yaml", "runtime.yaml"):
+        (tmp_path / name).write_text("")  # (present: the check comes before they are read)
+    args = ["validate", "real", "--folder", str(tmp_path), "--decode-tokens", tokens,
+            "--out", str(tmp_path / "v.md")]  # fmt: skip
+    res = RUNNER.invoke(app, args)
+    assert res.exit_code != 0
+    assert f"--decode-tokens: expected an integer >= 1, got {tokens}" in str(res.exception)
+
+
 def test_a_cuda_backend_without_a_gpu_is_one_line() -> None:
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():

@@ -87,3 +87,15 @@ def test_record_errors_are_one_line(tmp_path: Path) -> None:
             ["trace", "record", "--model", str(bad), "--random-weights", "--out", "x.npz"],
             catch_exceptions=False,
         )
+
+
+def test_a_config_json_without_random_weights_is_refused_at_once(recorded: Path) -> None:
+    """A config.json has no weights: without --random-weights the line says so at once, where
+    from_pretrained took it for a hub id and retried the network for most of a minute."""
+    config = recorded.parent / "config.json"
+    prompts = recorded.parent / "prompts.txt"
+    said = r"got the file .*config\.json'; a config\.json is recorded with --random-weights"
+    out = str(recorded.parent / "x.npz")
+    args = ["trace", "record", "--model", str(config), "--prompts", str(prompts), "--out", out]
+    with pytest.raises(SpecmdError, match=said):
+        RUNNER.invoke(app, args, catch_exceptions=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import runpy
 import signal
 import subprocess
 import sys
@@ -283,3 +284,24 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_an_unguarded_run_sweep_in_a_re_imported_script_says_what_to_do(tmp_path: Path) -> None:
+    """A spawned worker runs its parent's main script again as ``__mp_main__``: a ``run_sweep``
+    at the script's top level refuses there, naming the guard (else every worker started a sweep
+    of its own into the locked folder), and nothing is written; under the guard it is not
+    called, and in the script run as ``__main__`` it would be."""
+    out = tmp_path / "out"
+    script = tmp_path / "script.py"
+    script.write_text(f"from specmd_sim import run_sweep\nrun_sweep('no.yaml', {str(out)!r})\n")
+    with pytest.raises(SpecmdError, match="put the call under if __name__ == '__main__':"):
+        runpy.run_path(str(script), run_name="__mp_main__")
+    assert not out.exists()
+    guarded = tmp_path / "guarded.py"
+    guarded.write_text(
+        "from specmd_sim import run_sweep\nif __name__ == '__main__':\n"
+        "    run_sweep('nowhere.yaml', 'out')\n"
+    )
+    runpy.run_path(str(guarded), run_name="__mp_main__")  # (nothing called)
+    with pytest.raises(SpecmdError, match=r"no\.yaml"):  # (as the parent runs it: called)
+        runpy.run_path(str(script), run_name="__main__")

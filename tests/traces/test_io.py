@@ -195,6 +195,25 @@ def test_make_trace_refuses_ragged_lists() -> None:
         make_trace(np.zeros((2, 1, 1), np.int16), model="m", num_experts=8, request=request)
 
 
+@pytest.mark.parametrize(
+    ("changes", "said"),
+    [
+        ({"model": None}, "model: expected a model id (a catalog name or a model spec's path), "
+                          "got None"),
+        ({"model": 123}, "model: expected a model id"),
+        ({"note": object()}, "note: expected a JSON value"),
+        ({"x": float("nan")}, "x: expected a JSON value (text, a finite number, true/false, "
+                              "null, or lists and mappings of them), got nan"),
+    ],
+)  # fmt: skip
+def test_make_trace_refuses_what_save_trace_could_not_write(changes: dict, said: str) -> None:
+    """The model must be an id and every extra meta key a JSON value: refused when the trace
+    is made, where save_trace raised a TypeError (or wrote NaN, which is not JSON) later."""
+    fields: dict[str, Any] = {"model": "m", **changes}
+    with pytest.raises(SpecmdError, match=f"^trace: {re.escape(said)}"):
+        make_trace(np.zeros((2, 1, 1), np.int16), num_experts=8, **fields)
+
+
 def test_an_unknown_model_in_meta_names_the_trace(tmp_path: Path) -> None:
     meta = {**META, "model": "gpt-9", "num_layers": 32}
     experts = np.tile(np.array([0, 1], np.int16), (3, 32, 1))
