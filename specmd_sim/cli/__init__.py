@@ -58,8 +58,12 @@ def main() -> None:
         _fail(message + hint)
     except OSError as exc:  # a path the system refuses (too long a name, say): one line
         if exc.filename is None:
+            _fail_in_a_plugin(exc)
             raise
         _fail(f"{exc.filename}: {exc.strerror or exc}")
+    except Exception as exc:
+        _fail_in_a_plugin(exc)
+        raise  # (a fault of the simulator: its traceback)
     except (KeyboardInterrupt, typer.Abort):  # outside a command, or while typer starts one
         code = 130
     if code == 130:
@@ -123,6 +127,18 @@ def process_main() -> None:
         main()
     finally:
         gc.freeze()
+
+
+def _fail_in_a_plugin(exc: Exception) -> None:
+    """A failure in the user's plug-in code (raised there, or in what it called: a contract
+    check) is one line naming the plug-in's module, file, line and function and the error
+    (exit 2); any other returns, to be raised with its traceback."""
+    from specmd_sim.policies.registry import plugin_origin
+
+    origin = plugin_origin(exc)
+    if origin is not None:
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        _fail(f"plug-in {origin}: {type(exc).__name__}" + (f": {text}" if text else ""))
 
 
 def _fail(message: str) -> None:

@@ -46,6 +46,9 @@ class Plugin(Generic[C]):
     # True: an offline plug-in that reads only the pass running (the layers ahead of it), so
     # it also runs where passes are formed during the run (workload.schedule: online)
     offline_within_pass: ClassVar[bool] = False
+    # the methods a plug-in of this family defines (each a tuple of alternatives: one of them),
+    # checked when it is registered (the base's own raise NotImplementedError)
+    required: ClassVar[tuple[tuple[str, ...], ...]] = ()
 
     config: C
     ctx: RunContext

@@ -43,6 +43,7 @@ import pkgutil
 import re
 import sys
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar, cast
 
 from pydantic import ValidationError, create_model
@@ -94,6 +95,13 @@ class Registry(Generic[P]):
         if default_kind != kind:
             raise ValueError(
                 f"{plugin.__name__}.Config.kind defaults to {default_kind!r}, not {kind!r}"
+            )
+        missing = [" or ".join(names) for names in self.base.required
+                   if all(getattr(plugin, n) is getattr(self.base, n) for n in names)]  # fmt: skip
+        if missing:
+            raise TypeError(
+                f"{self.family} {plugin.__module__}:{plugin.__qualname__}: expected it to define "
+                f"{', '.join(missing)} ({self.base.__name__}'s own only raise)"
             )
         self._entries[kind] = plugin
         return cls
@@ -206,6 +214,24 @@ class UnloadedPlugin(SpecmdError):
 
 
 _MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def plugin_origin(exc: BaseException) -> str | None:
+    """Where the user's plug-in code is on the traceback of ``exc`` (raised there, or in what
+    it called): ``module (file:line, in function)`` of the deepest frame of a module that
+    registered a plug-in outside the package; None where none is (a fault of the simulator's
+    own is shown with its traceback)."""
+    modules = {c.__module__ for registry in SECTIONS.values() for c in registry._entries.values()
+               if not c.__module__.startswith("specmd_sim.")}  # fmt: skip
+    found, tb = None, exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_globals.get("__name__") in modules:
+            code = frame.f_code
+            where = f"{Path(code.co_filename).name}:{tb.tb_lineno}, in {code.co_name}"
+            found = f"{frame.f_globals['__name__']} ({where})"
+        tb = tb.tb_next
+    return found
 
 
 def load_plugins(modules: Iterable[str], source: str = "plugins") -> None:

@@ -237,6 +237,8 @@ def _build_gpu(
     cache.add_home(np.flatnonzero(ctx.source < 0).tolist())
     cache.preload(eviction.initial_contents() + list(warm or []))
     prefetch = PREFETCH.make(config.prefetch, views)
+    if not _built_in(prefetch):
+        _check_plans(prefetch)
     predictor: ScoreSource | None = None
     if prefetch.lookahead > 0 and prefetch.uses_predictor:
         predictor = _Tapped(make_predictor(scenario, views), eviction)
@@ -369,6 +371,38 @@ def run_views(scenario: Scenario, g: int, rng: np.random.Generator) -> RunViews:
     return RunViews.of(ctx, demand)
 
 
+def _built_in(plugin: object) -> bool:
+    return type(plugin).__module__.startswith("specmd_sim.policies.")
+
+
+def _name(plugin: object) -> str:
+    return f"{type(plugin).__module__}:{type(plugin).__qualname__}"
+
+
+def _check_plans(prefetch: PrefetchPolicy[Any]) -> None:
+    """Check each plan of a user's prefetcher (its ``plan`` wrapped on the instance): expert
+    keys of the layers it may prefetch for (``targets``), where a stray key (another layer's, a
+    negative one, a float) was fetched, blamed on the eviction policy, or read from the end of
+    the cache's arrays."""
+    plan, experts = prefetch.plan, prefetch.num_experts
+
+    def checked(p: int, layer: int, predictor: ScoreSource | None, cache: ExpertCache) -> list[int]:
+        keys = plan(p, layer, predictor, cache)
+        targets = prefetch.targets(layer)
+        lo, hi = targets.start * experts, targets.stop * experts
+        if not isinstance(keys, list | tuple | np.ndarray) or any(
+            not isinstance(k, int | np.integer) or not lo <= k < hi for k in keys
+        ):
+            raise SpecmdError(
+                f"prefetch {_name(prefetch)}: plan at pass {p}, layer {layer}: expected a list "
+                f"of expert keys of layers {targets.start} to {targets.stop - 1} ({lo} to "
+                f"{hi - 1}), got {short_repr(keys)}"
+            )
+        return [int(k) for k in keys]
+
+    prefetch.plan = checked  # type: ignore[method-assign,assignment]  # (where the engines call it)
+
+
 class _Tapped:
     """A predictor whose every score vector is also shown to the eviction policy."""
 
@@ -379,6 +413,22 @@ class _Tapped:
 
     def scores(self, pass_index: int, layer: int, target: int) -> np.ndarray | None:
         out = self.inner.scores(pass_index, layer, target)
+        if out is not None and not _built_in(self.inner):
+            out = self._checked(out, pass_index, layer, target)
         if out is not None:
             self.eviction.on_scores(target, out)
         return out
+
+    def _checked(self, out: object, p: int, layer: int, target: int) -> np.ndarray:
+        """A user's predictor's scores: one number per expert of the target layer."""
+        experts = self.eviction.ctx.num_experts
+        try:
+            scores = np.asarray(out, dtype=np.float64)
+        except (TypeError, ValueError):
+            scores = np.zeros(0)
+        if scores.shape != (experts,):
+            raise SpecmdError(
+                f"predictor {_name(self.inner)}: scores at pass {p}, layer {layer} for layer "
+                f"{target}: expected {experts} numbers (one per expert), got {short_repr(out)}"
+            )
+        return scores

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
 from specmd_sim.errors import SpecmdError
+from specmd_sim.policies.registry import plugin_origin
 
 
 @dataclass(frozen=True)
@@ -122,11 +123,14 @@ def error_outcome(message: str) -> Outcome:
 
 
 def describe(exc: BaseException) -> str:
-    """One line: a user error's message as is, anything else with its type."""
+    """One line: a user error's message as is, anything else with its type (and, where the
+    user's plug-in code is on its traceback, where: :func:`plugin_origin`)."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     if isinstance(exc, SpecmdError):
         return text
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    line = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    origin = plugin_origin(exc)
+    return line if origin is None else f"plug-in {origin}: {line}"
 
 
 class Executor(Protocol):

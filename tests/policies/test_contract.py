@@ -18,6 +18,7 @@ from specmd_sim.policies.eviction.base import EvictionPolicy
 from specmd_sim.policies.eviction.belady import BeladyConfig, BeladyEviction
 from specmd_sim.policies.eviction.fifo import FIFOConfig
 from specmd_sim.policies.eviction.lru import LRUConfig, LRUEviction
+from specmd_sim.policies.prefetch.base import PrefetchPolicy
 from specmd_sim.policies.prefetch.top_k import TopKPrefetch
 from specmd_sim.policies.registry import PluginConfig, Registry
 from specmd_sim.scenario import build_scenario
@@ -265,6 +266,30 @@ def test_registration_checks_the_family_and_the_kind() -> None:
 
     with pytest.raises(ValueError, match=r"Config\.kind defaults to 'probe', not 'renamed'"):
         registry.register(Renamed)
+
+
+def test_registration_checks_the_methods_a_family_needs() -> None:
+    """A plug-in without a method its family's base only declares (it raises) is refused
+    when registered, naming each one: not a NotImplementedError in the middle of a run."""
+    registry = Registry("eviction", "specmd_sim.policies.eviction", EvictionPolicy)
+
+    class Forgetful(EvictionPolicy[ProbeConfig]):
+        description = source = "tests"
+
+        def on_insert(self, key: int, reason: object) -> None:
+            pass
+
+    with pytest.raises(TypeError, match=r"^eviction .*:.*Forgetful: expected it to define "
+                                        r"on_remove, choose_victim \(EvictionPolicy's own only "
+                                        r"raise\)$"):  # fmt: skip
+        registry.register(Forgetful)
+    prefetch = Registry("prefetch", "specmd_sim.policies.prefetch", PrefetchPolicy)
+
+    class Planless(PrefetchPolicy[ProbeConfig]):
+        description = source = "tests"
+
+    with pytest.raises(TypeError, match="expected it to define select or plan"):
+        prefetch.register(Planless)
 
 
 def test_a_plugin_checks_its_config_and_view() -> None:

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from support.cli import cli
 
-from specmd_sim import build_config, replay
+from specmd_sim import build_config, replay, simulate
 from specmd_sim.config import config_to_dict
 from specmd_sim.errors import SpecmdError
-from specmd_sim.policies import EVICTION, PREFETCH
+from specmd_sim.policies import EVICTION, PREDICTORS, PREFETCH
+from specmd_sim.sweep.executors import describe
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "my_policy"
 SMALL = {"trace": "mixtral-synthetic", "workload": {"max_requests": 1}, "cache": {"capacity": 16}}
@@ -21,7 +22,7 @@ SMALL = {"trace": "mixtral-synthetic", "workload": {"max_requests": 1}, "cache":
 @pytest.fixture
 def registries(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """The example folder and tmp_path importable; registry additions undone afterwards."""
-    for registry in (EVICTION, PREFETCH):
+    for registry in (EVICTION, PREFETCH, PREDICTORS):
         registry.kinds()  # load the bundled plug-ins first
         monkeypatch.setattr(registry, "_entries", dict(registry._entries))
     monkeypatch.syspath_prepend(str(EXAMPLE))
@@ -199,3 +200,143 @@ def test_regress_run_trusts_a_plugin_of_a_result_only_by_plugin(
     code, out, err = cli(monkeypatch, capsys, *args)
     assert (code, out, err) == (2, "", UNLOADED.format(source=f"{run / 'result.json'}: config"))
     assert not marker.exists() and "evil_plugin" not in sys.modules
+
+
+FAULTY = """
+from typing import Literal
+
+from specmd_sim.policies import EVICTION
+from specmd_sim.policies.eviction.base import EvictionPolicy
+from specmd_sim.policies.plugin import PluginConfig
+
+
+class FaultyConfig(PluginConfig):
+    kind: Literal["faulty"] = "faulty"
+    fault: str = "raise"
+
+
+@EVICTION.register
+class Faulty(EvictionPolicy[FaultyConfig]):
+    description = source = "tests"
+
+    def __init__(self, config, ctx):
+        super().__init__(config, ctx)
+        self.keys = {}
+
+    def on_insert(self, key, reason):
+        self.keys[key] = None
+
+    def on_remove(self, key):
+        del self.keys[key]
+
+    def on_access(self, key):
+        if self.config.fault == "raise":
+            raise ValueError("boom in on_access")
+        self.ctx.history.keys_of(10**6, 0)  # (the future: the run refuses it)
+
+    def choose_victim(self, evictable, incoming):
+        return next((k for k in self.keys if evictable(k)), None)
+"""
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        ("raise", "plug-in faulty_plugin (faulty_plugin.py:30, in on_access): ValueError: boom "
+                  "in on_access"),
+        ("future", "plug-in faulty_plugin (faulty_plugin.py:31, in on_access): "
+                   "FutureAccessError: "),
+    ],
+)  # fmt: skip
+def test_a_failure_in_a_plugins_code_is_one_line_naming_it(
+    registries, tmp_path: Path, monkeypatch, capsys, fault: str, said: str
+) -> None:
+    """An exception raised in the user's plug-in, or by a check of what it called (reading the
+    future), is one line naming the plug-in's module, file, line and hook, exit 2, not a
+    traceback; in a sweep, the point's error says the same."""
+    (tmp_path / "faulty_plugin.py").write_text(FAULTY)
+    try:
+        code, _, err = cli(monkeypatch, capsys, "replay", "--plugin", "faulty_plugin",
+                           "--eviction", "faulty_plugin:Faulty", "--set",
+                           f"eviction.fault={fault}", "--out", str(tmp_path / "run"))  # fmt: skip
+        config = build_config({**SMALL, "eviction": {"kind": "faulty_plugin:Faulty",
+                                                     "fault": fault}})  # fmt: skip
+        with pytest.raises(Exception) as info:
+            replay(config)
+    finally:
+        sys.modules.pop("faulty_plugin", None)
+    assert code == 2 and err.startswith(f"error: {said}") and err.count("\n") == 1, err
+    assert describe(info.value).startswith(said)  # (a sweep point's error)
+
+
+STRAY = """
+from typing import Literal
+
+import numpy as np
+
+from specmd_sim.policies import PREDICTORS, PREFETCH
+from specmd_sim.policies.plugin import PluginConfig
+from specmd_sim.policies.predictors.base import Predictor
+from specmd_sim.policies.prefetch.base import PrefetchPolicy
+
+
+class StrayConfig(PluginConfig):
+    kind: Literal["stray"] = "stray"
+    lookahead: int = 1
+    keys: str = "neg"
+
+
+@PREFETCH.register
+class Stray(PrefetchPolicy[StrayConfig]):
+    description = source = "tests"
+    uses_predictor = False
+
+    def plan(self, pass_index, layer, predictor, cache):
+        e = self.num_experts
+        return {"neg": [-5], "past": [max(layer - 1, 0) * e], "none": None,
+                "float": [float((layer + 1) * e)],
+                "ok": [(layer + 1) * e] if layer + 1 < self.num_layers else []}[self.config.keys]
+
+
+class ShortConfig(PluginConfig):
+    kind: Literal["short"] = "short"
+
+
+@PREDICTORS.register
+class Short(Predictor[ShortConfig]):
+    description = source = "tests"
+
+    def scores(self, pass_index, layer, target):
+        return np.ones(3)
+"""
+
+
+PLANNED = (
+    r"^prefetch stray_plugin:Stray: plan at pass 0, layer 0: expected a list of expert keys of "
+    r"layers 1 to 1 \(8 to 15\), got "
+)
+
+
+@pytest.mark.parametrize("keys", ["neg", "past", "none", "float"])
+def test_a_plugins_plan_outside_its_layers_is_one_line(registries, tmp_path: Path, keys: str):
+    """A user's prefetcher that plans keys its contract does not allow (another layer's, a
+    negative one, a float, None) stops the run naming it, the pass and layer, the keys it may
+    plan and what it gave: before, a negative key was blamed on the eviction policy (replay)
+    or fetched as another expert (the timing engine), another layer's silently wasted."""
+    (tmp_path / "stray_plugin.py").write_text(STRAY)
+    try:
+        for engine in (replay, simulate):
+            config = build_config({**SMALL, "prefetch": {"kind": "stray_plugin:Stray",
+                                                         "keys": keys}},
+                                  plugins=["stray_plugin"])  # fmt: skip
+            with pytest.raises(SpecmdError, match=PLANNED):
+                engine(config)
+        fine = {**SMALL, "prefetch": {"kind": "stray_plugin:Stray", "keys": "ok"}}
+        replay(build_config(fine, plugins=["stray_plugin"]))
+        short = {**SMALL, "predictor": "stray_plugin:Short", "prefetch": "top-k"}
+        with pytest.raises(SpecmdError, match=r"^predictor stray_plugin:Short: scores at pass 0, "
+                                              r"layer 0 for layer 1: expected 8 numbers \(one "
+                                              r"per expert\), got "):  # fmt: skip
+            replay(build_config(short, plugins=["stray_plugin"]))
+    finally:
+        sys.modules.pop("stray_plugin", None)

@@ -71,6 +71,7 @@ class CompiledForm:
 
 
 class EvictionPolicy(Plugin[C]):
+    required = (("on_insert",), ("on_remove",), ("choose_victim",))
     may_bypass: ClassVar[bool] = False
 
     def __init__(self, config: PluginConfig, ctx: RunContext) -> None:

@@ -54,6 +54,7 @@ def substitute(by: int) -> MissDecision:
 
 
 class MissHandler(Plugin[C]):
+    required = (("decide",),)
     always_fetches: ClassVar[bool] = False  # lets engines skip the call on their hot path
 
     @classmethod

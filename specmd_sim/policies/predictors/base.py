@@ -22,6 +22,8 @@ class ScoreSource(Protocol):
 
 
 class Predictor(Plugin[C]):
+    required = (("scores",),)
+
     def scores(self, pass_index: int, layer: int, target: int) -> np.ndarray | None:
         raise NotImplementedError
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 
 class PrefetchPolicy(Plugin[C]):
+    required = (("select", "plan"),)
     lookahead: int = 0  # 0: the engine never calls plan()
     uses_predictor: ClassVar[bool] = True  # False: plan() gets predictor=None
 
