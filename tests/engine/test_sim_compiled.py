@@ -390,6 +390,7 @@ def test_the_compiled_core_reports_progress_at_each_block(tmp_path: Path) -> Non
     return is reported, whatever pass it ends at (a prompt's pass is larger than a token's, so
     the blocks end off the multiples of 64 that the Python engine's reports keep), the last
     with everything done."""
+    pytest.importorskip("numba")  # (without it, runs take the SimPy engine, which reports so)
     from specmd_sim.traces import generate_trace
     from specmd_sim.traces.synthetic import PRESETS
 
