@@ -418,7 +418,7 @@ class ExpertCache:
     def _not_evictable(self, key: object) -> str:
         """The line for a victim that a policy (a plug-in's, most likely) should not have
         chosen: what it returned and what it must return."""
-        policy = type(self.policy)
+        policy = type(self.policy)  # (the cache sits below the policies: named as they name it)
         what = f"eviction policy {policy.__module__}:{policy.__qualname__}"
         expected = (
             f"expected a key of the evictable set (a resident, unpinned expert, 0 to "

@@ -117,8 +117,8 @@ def _run_and_write(
         written = None if result.spans is None else gz.compressor()
         prof.print(console(True), result.engine_path, written)
     out_console.print(f"run folder: {run_dir}  ({', '.join(p.name for p in files.values())})")
-    if (left_out := trace_left_out(result)) is not None:
-        out_console.print(f"note: no Perfetto trace in the run folder: {left_out}")
+    if result.spans is not None and "trace" not in files:  # (why: asked only then)
+        out_console.print(f"note: no Perfetto trace in the run folder: {trace_left_out(result)}")
     if json_mode:
         sys.stdout.write(json.dumps(result.to_dict()["metrics"], sort_keys=True) + "\n")
 

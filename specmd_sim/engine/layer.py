@@ -57,6 +57,7 @@ from specmd_sim.engine import jit
 from specmd_sim.engine.fast.plans import BulkPlans, plans_unsupported
 from specmd_sim.policies.eviction.random import RandomEviction
 from specmd_sim.policies.miss.base import FETCH, MissAction, MissDecision
+from specmd_sim.policies.plugin import built_in
 from specmd_sim.scenario import RunObjects
 
 _HIT, _LATE = int(AccessClass.HIT), int(AccessClass.LATE_HIT)
@@ -304,7 +305,7 @@ def bulk_plans_unsupported(run: RunObjects) -> str | None:
         return jit.UNCOMPILED
     for plugin in (run.eviction, run.miss):
         kind = type(plugin)
-        if kind is RandomEviction or not kind.__module__.startswith("specmd_sim.policies."):
+        if kind is RandomEviction or not built_in(kind):
             return f"{plugin.kind!r}, which may draw from the run's generator"
     return plans_unsupported(run)
 

@@ -89,3 +89,13 @@ def _config_parameter(cls: type) -> type[PluginConfig] | None:
             if isinstance(arg, type) and issubclass(arg, PluginConfig):
                 return arg
     return None
+
+
+def built_in(cls: type) -> bool:
+    """Whether ``cls`` is one of the package's own plug-ins (not a user's)."""
+    return cls.__module__.startswith("specmd_sim.policies.")
+
+
+def plugin_name(cls: type) -> str:
+    """``module:Class``, as errors name a plug-in (a user's, most often)."""
+    return f"{cls.__module__}:{cls.__qualname__}"

@@ -52,7 +52,7 @@ from specmd_sim.errors import SpecmdError, from_validation_error, short_repr
 from specmd_sim.policies.context import RunViews
 from specmd_sim.policies.eviction.base import EvictionPolicy
 from specmd_sim.policies.miss.base import MissHandler
-from specmd_sim.policies.plugin import Plugin, PluginConfig
+from specmd_sim.policies.plugin import Plugin, PluginConfig, built_in, plugin_name
 from specmd_sim.policies.predictors.base import Predictor
 from specmd_sim.policies.prefetch.base import PrefetchPolicy
 
@@ -100,7 +100,7 @@ class Registry(Generic[P]):
                    if all(getattr(plugin, n) is getattr(self.base, n) for n in names)]  # fmt: skip
         if missing:
             raise TypeError(
-                f"{self.family} {plugin.__module__}:{plugin.__qualname__}: expected it to define "
+                f"{self.family} {plugin_name(plugin)}: expected it to define "
                 f"{', '.join(missing)} ({self.base.__name__}'s own only raise)"
             )
         self._entries[kind] = plugin
@@ -222,7 +222,7 @@ def plugin_origin(exc: BaseException) -> str | None:
     registered a plug-in outside the package; None where none is (a fault of the simulator's
     own is shown with its traceback)."""
     modules = {c.__module__ for registry in SECTIONS.values() for c in registry._entries.values()
-               if not c.__module__.startswith("specmd_sim.")}  # fmt: skip
+               if not built_in(c)}  # fmt: skip
     found, tb = None, exc.__traceback__
     while tb is not None:
         frame = tb.tb_frame

@@ -98,7 +98,7 @@ class RunData:
             "(timing.record_spans was false, or the folder predates spans.npz); run it again"
         )
 
-    @property
+    @cached_property
     def traced(self) -> bool:
         """Whether the run folder has (or gets) its Perfetto trace: a run with spans, of times
         a trace holds (:func:`~specmd_sim.timeline.untraceable`)."""

@@ -30,6 +30,7 @@ from specmd_sim.policies.context import (
 )
 from specmd_sim.policies.eviction.base import EvictionPolicy
 from specmd_sim.policies.miss.base import MissHandler
+from specmd_sim.policies.plugin import built_in, plugin_name
 from specmd_sim.policies.predictors.base import Predictor, ScoreSource
 from specmd_sim.policies.prefetch.base import PrefetchPolicy
 from specmd_sim.policies.registry import EVICTION, MISS, PREDICTORS, PREFETCH
@@ -237,7 +238,7 @@ def _build_gpu(
     cache.add_home(np.flatnonzero(ctx.source < 0).tolist())
     cache.preload(eviction.initial_contents() + list(warm or []))
     prefetch = PREFETCH.make(config.prefetch, views)
-    if not _built_in(prefetch):
+    if not built_in(type(prefetch)):
         _check_plans(prefetch)
     predictor: ScoreSource | None = None
     if prefetch.lookahead > 0 and prefetch.uses_predictor:
@@ -371,14 +372,6 @@ def run_views(scenario: Scenario, g: int, rng: np.random.Generator) -> RunViews:
     return RunViews.of(ctx, demand)
 
 
-def _built_in(plugin: object) -> bool:
-    return type(plugin).__module__.startswith("specmd_sim.policies.")
-
-
-def _name(plugin: object) -> str:
-    return f"{type(plugin).__module__}:{type(plugin).__qualname__}"
-
-
 def _check_plans(prefetch: PrefetchPolicy[Any]) -> None:
     """Check each plan of a user's prefetcher (its ``plan`` wrapped on the instance): expert
     keys of the layers it may prefetch for (``targets``), where a stray key (another layer's, a
@@ -394,9 +387,9 @@ def _check_plans(prefetch: PrefetchPolicy[Any]) -> None:
             not isinstance(k, int | np.integer) or not lo <= k < hi for k in keys
         ):
             raise SpecmdError(
-                f"prefetch {_name(prefetch)}: plan at pass {p}, layer {layer}: expected a list "
-                f"of expert keys of layers {targets.start} to {targets.stop - 1} ({lo} to "
-                f"{hi - 1}), got {short_repr(keys)}"
+                f"prefetch {plugin_name(type(prefetch))}: plan at pass {p}, layer {layer}: "
+                f"expected a list of expert keys of layers {targets.start} to "
+                f"{targets.stop - 1} ({lo} to {hi - 1}), got {short_repr(keys)}"
             )
         return [int(k) for k in keys]
 
@@ -413,7 +406,7 @@ class _Tapped:
 
     def scores(self, pass_index: int, layer: int, target: int) -> np.ndarray | None:
         out = self.inner.scores(pass_index, layer, target)
-        if out is not None and not _built_in(self.inner):
+        if out is not None and not built_in(type(self.inner)):
             out = self._checked(out, pass_index, layer, target)
         if out is not None:
             self.eviction.on_scores(target, out)
@@ -428,7 +421,8 @@ class _Tapped:
             scores = np.zeros(0)
         if scores.shape != (experts,):
             raise SpecmdError(
-                f"predictor {_name(self.inner)}: scores at pass {p}, layer {layer} for layer "
-                f"{target}: expected {experts} numbers (one per expert), got {short_repr(out)}"
+                f"predictor {plugin_name(type(self.inner))}: scores at pass {p}, layer {layer} "
+                f"for layer {target}: expected {experts} numbers (one per expert), got "
+                f"{short_repr(out)}"
             )
         return scores
