@@ -17,6 +17,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any, TypeVar
 
 from specmd_sim.errors import Notice
@@ -76,6 +77,38 @@ def compiled_already(fn: Any) -> bool | None:
         return bool(fn._cache._cache_file._load_index())
     except Exception:  # (numba's private cache API: any change of it only silences the notice)
         return None
+
+
+def load_cached(*modules: ModuleType) -> int:
+    """Load into this process the machine code numba's cache holds for the compiled functions
+    of ``modules``, each signature it holds for their code as it is: what their first calls
+    would load (~2 ms a signature); how many were loaded. A caller does it ahead, on a thread
+    beside other work (``specmd run`` loads the run folder's writers while the engine runs).
+    It compiles nothing that the cache's index does not say it holds for this machine and
+    this code (the rest is left to its first call), nor a function compiled to be inlined
+    (:func:`compiled_inline`: never called itself); nothing where numba is not installed, or
+    where the cache's internals (numba's private API) are not what this reads."""
+    if not available():
+        return 0
+    from numba.core.dispatcher import Dispatcher
+
+    loaded = 0
+    for module in modules:
+        for fn in list(vars(module).values()):
+            if not isinstance(fn, Dispatcher) or fn.py_func.__module__ != module.__name__:
+                continue
+            dispatcher: Any = fn
+            if dispatcher.targetoptions.get("forceinline"):  # (in its callers' code, not called)
+                continue
+            try:
+                cache, codegen = dispatcher._cache, dispatcher.targetctx.codegen()
+                for key in cache._cache_file._load_index():
+                    if key == cache._index_key(key[0], codegen):  # (this machine, this code)
+                        fn.compile(key[0])
+                        loaded += 1
+            except Exception:  # (numba's private cache API: a change of it only ends this)
+                return loaded
+    return loaded
 
 
 @contextlib.contextmanager

@@ -145,6 +145,55 @@ def test_the_process_loads_no_pydantic_plugins_unless_told_to(setting, loaded) -
     assert proc.stdout.splitlines()[-1] == str(loaded), proc.stdout
 
 
+@pytest.mark.parametrize(("setting", "set_here"), [(None, True), ("4", False)])
+def test_the_process_keeps_one_malloc_arena_unless_told_otherwise(setting, set_here) -> None:
+    """``process_main`` has glibc's malloc keep one arena (as ``MALLOC_ARENA_MAX=1``) unless the
+    environment says how many; on another C library it leaves the allocator alone."""
+    from specmd_sim import cli
+
+    if not cli._glibc():
+        assert cli.one_malloc_arena() is False
+        return
+    script = "from specmd_sim.cli import one_malloc_arena\nprint(one_malloc_arena())\n"
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    if setting is not None:
+        env["MALLOC_ARENA_MAX"] = setting
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(set_here)
+
+
+def test_the_run_folders_writers_are_loaded_beside_the_engine(monkeypatch) -> None:
+    """``specmd run`` starts loading the run folder's compiled writers on a thread at the
+    engine's first progress report (its own code loaded by then), passes each report on to the
+    progress bar, and joins the thread before the folder is written; a run without spans (or a
+    replay) loads none."""
+    import threading
+
+    from specmd_sim import runs
+    from specmd_sim.cli import run as run_cli
+
+    loaded: list[str] = []
+    monkeypatch.setattr(
+        runs, "prepare_outputs", lambda: loaded.append(threading.current_thread().name)
+    )
+    reports: list[tuple[int, int]] = []
+    with run_cli._preparing_outputs(lambda done, total: reports.append((done, total)), True) as p:
+        assert p is not None
+        assert not loaded  # (nothing before the engine reports)
+        p(1, 10)
+        p(5, 10)
+    assert loaded == ["prepare-outputs"] and reports == [(1, 10), (5, 10)]
+    with run_cli._preparing_outputs(None, True) as p:  # (no bar: the reports still start it)
+        assert p is not None
+        p(1, 2)
+    assert loaded == ["prepare-outputs"] * 2
+    bar = reports.append
+    with run_cli._preparing_outputs(bar, False) as p:  # type: ignore[arg-type]
+        assert p is bar
+    assert len(loaded) == 2
+
+
 def test_same_config_gives_byte_identical_results(tmp_path: Path) -> None:
     for name in ("a", "b"):
         proc = specmd("run", *SMALL, "--seed", "5", "--out", str(tmp_path / name))

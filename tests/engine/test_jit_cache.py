@@ -111,3 +111,55 @@ def test_building_the_replays_kernels_ahead_is_said() -> None:
         "compiling the replay's kernels",
         "the replay's kernels compiled ",
     ]
+
+
+_CACHED_MODULE = """
+from specmd_sim.engine import jit
+
+
+@jit.compiled
+def double(x):
+    return x * 2
+
+
+@jit.compiled_inline
+def helper(x):
+    return x + 1
+
+
+@jit.compiled
+def never_called(x):
+    return x - 1
+"""
+
+
+def test_load_cached_loads_what_the_cache_holds_and_compiles_nothing(tmp_path) -> None:
+    """A first process calls a kernel (numba caches its machine code beside it); a second
+    loads it ahead with ``load_cached`` and holds its signature before any call. A kernel never
+    called has nothing cached and is left alone (no compiling), as is a function compiled to
+    be inlined."""
+    pytest.importorskip("numba")
+    import subprocess
+    import sys
+
+    (tmp_path / "cached_kernels.py").write_text(_CACHED_MODULE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    first = "import cached_kernels as m; m.double(2); m.double(2.5); m.helper(1)"
+    subprocess.run([sys.executable, "-c", first], check=True, env=env, cwd=tmp_path)
+    second = (
+        "import cached_kernels as m\n"
+        "from specmd_sim.engine import jit\n"
+        "print(jit.load_cached(m), len(m.double.signatures), len(m.helper.signatures),"
+        " len(m.never_called.signatures))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", second], check=True, env=env, cwd=tmp_path, capture_output=True
+    )
+    assert out.stdout.split() == [b"2", b"2", b"0", b"0"]
+
+
+def test_load_cached_without_numba_loads_nothing(monkeypatch) -> None:
+    import types
+
+    monkeypatch.setattr(jit, "available", lambda: False)
+    assert jit.load_cached(types.ModuleType("empty")) == 0
