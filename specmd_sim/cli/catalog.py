@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from specmd_sim.cli.app import hardware_app, models_app, policies_app
-from specmd_sim.cli.common import JsonOpt, console, print_quantities
+from specmd_sim.cli.common import JsonOpt, PluginOpt, console, print_quantities
 from specmd_sim.units import GB, format_bytes
 
 if TYPE_CHECKING:
@@ -174,13 +174,18 @@ def _print_model(m: ModelSpec, json_: bool) -> None:
 
 
 @policies_app.command("list")
-def policies_list(json_: JsonOpt = False) -> None:
-    """Every registered eviction policy, prefetch policy, predictor and miss handler."""
+def policies_list(json_: JsonOpt = False, plugin: PluginOpt = None) -> None:
+    """Every registered eviction policy, prefetch policy, predictor and miss handler, with
+    those of the ``--plugin`` modules (each also named by its import path, module:Class)."""
     from specmd_sim.policies import EVICTION, MISS, PREDICTORS, PREFETCH
+    from specmd_sim.policies.plugin import built_in, plugin_name
+    from specmd_sim.policies.registry import load_plugins
 
+    load_plugins(plugin or (), "--plugin")
     rows = [
         {"family": reg.family, "kind": cls.kind, "offline": bool(cls.offline),
-         "description": cls.description, "source": cls.source}
+         "description": cls.description, "source": cls.source,
+         **({} if built_in(cls) else {"import_path": plugin_name(cls)})}
         for reg in (EVICTION, PREFETCH, PREDICTORS, MISS)
         for cls in reg.entries()
     ]  # fmt: skip
@@ -190,6 +195,8 @@ def policies_list(json_: JsonOpt = False) -> None:
     table = Table("family", "kind", "description", "source")
     for row in rows:
         kind = f"{row['kind']} (offline)" if row["offline"] else str(row["kind"])
+        if "import_path" in row:
+            kind += f" ({row['import_path']})"
         table.add_row(str(row["family"]), kind, str(row["description"]), str(row["source"]))
     console().print(table)
     console().print("(offline): given the run's future routing — a bound or an oracle, which no "

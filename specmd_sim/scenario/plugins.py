@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from specmd_sim.cache import ExpertCache
+from specmd_sim.cache.states import State
 from specmd_sim.errors import SpecmdError, short_repr
 from specmd_sim.hardware import TransferPath, transfer_path
 from specmd_sim.models import CostModel
@@ -29,7 +30,7 @@ from specmd_sim.policies.context import (
     RunViews,
 )
 from specmd_sim.policies.eviction.base import EvictionPolicy
-from specmd_sim.policies.miss.base import MissHandler
+from specmd_sim.policies.miss.base import MissAction, MissDecision, MissHandler
 from specmd_sim.policies.plugin import built_in, plugin_name
 from specmd_sim.policies.predictors.base import Predictor, ScoreSource
 from specmd_sim.policies.prefetch.base import PrefetchPolicy
@@ -244,6 +245,8 @@ def _build_gpu(
     if prefetch.lookahead > 0 and prefetch.uses_predictor:
         predictor = _Tapped(make_predictor(scenario, views), eviction)
     miss = MISS.make(config.miss, views)
+    if not built_in(type(miss)):
+        _check_decisions(miss, ctx.num_experts)
     dram = None
     if config.memory.dram_cache is not None:
         dram = _build_dram(scenario, ctx, dram_sequence)
@@ -394,6 +397,40 @@ def _check_plans(prefetch: PrefetchPolicy[Any]) -> None:
         return [int(k) for k in keys]
 
     prefetch.plan = checked  # type: ignore[method-assign,assignment]  # (where the engines call it)
+
+
+def _check_decisions(miss: MissHandler[Any], experts: int) -> None:
+    """Check each decision of a user's miss handler (its ``decide`` wrapped on the instance): a
+    :class:`~specmd_sim.policies.miss.base.MissDecision`, whose substitute is a resident key of
+    the missing expert's layer that the layer does not run already. Else None or a string gave
+    a traceback in the layer step, and a stray substitute silently ran an expert the cache did
+    not hold, or another layer's."""
+    decide = miss.decide
+
+    def checked(p: int, layer: int, key: int, cache: ExpertCache, taken: set[int]) -> MissDecision:
+        decision = decide(p, layer, key, cache, taken)
+        lo, hi = layer * experts, (layer + 1) * experts
+        if not isinstance(decision, MissDecision):
+            wrong = f"got {short_repr(decision)}"
+        elif decision.action is not MissAction.SUBSTITUTE:
+            return decision
+        elif not isinstance(decision.by, int | np.integer):
+            wrong = f"got a substitute that is not a key: {short_repr(decision.by)}"
+        elif not lo <= decision.by < hi:
+            wrong = f"got a substitute of another layer: {decision.by}"
+        elif cache.state[decision.by] != State.RESIDENT:
+            wrong = f"got a substitute that is not resident: {decision.by}"
+        elif decision.by in taken:
+            wrong = f"got a substitute the layer runs already: {decision.by}"
+        else:
+            return decision
+        raise SpecmdError(
+            f"miss {plugin_name(type(miss))}: decide at pass {p}, layer {layer}, key {key}: "
+            f"expected FETCH, DROP, CPU or substitute(k) of a resident key of layer {layer} "
+            f"({lo} to {hi - 1}) not in taken, {wrong}"
+        )
+
+    miss.decide = checked  # type: ignore[method-assign,assignment]  # (where the layer step calls it)
 
 
 class _Tapped:

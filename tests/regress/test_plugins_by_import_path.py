@@ -12,7 +12,7 @@ from support.cli import cli
 from specmd_sim import build_config, replay, simulate
 from specmd_sim.config import config_to_dict
 from specmd_sim.errors import SpecmdError
-from specmd_sim.policies import EVICTION, PREDICTORS, PREFETCH
+from specmd_sim.policies import EVICTION, MISS, PREDICTORS, PREFETCH
 from specmd_sim.sweep.executors import describe
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "my_policy"
@@ -22,7 +22,7 @@ SMALL = {"trace": "mixtral-synthetic", "workload": {"max_requests": 1}, "cache":
 @pytest.fixture
 def registries(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """The example folder and tmp_path importable; registry additions undone afterwards."""
-    for registry in (EVICTION, PREFETCH, PREDICTORS):
+    for registry in (EVICTION, PREFETCH, PREDICTORS, MISS):
         registry.kinds()  # load the bundled plug-ins first
         monkeypatch.setattr(registry, "_entries", dict(registry._entries))
     monkeypatch.syspath_prepend(str(EXAMPLE))
@@ -50,6 +50,23 @@ def test_the_example_policy_runs_by_import_path(registries) -> None:
     with pytest.raises(SpecmdError, match="recency_ties: expected true or false"):
         build_config({**SMALL, "eviction": {"kind": "my_policy:FarthestLayer",
                                             "recency_ties": "maybe"}})  # fmt: skip
+
+
+def test_policies_list_shows_a_plugin_modules_policies(registries, monkeypatch, capsys) -> None:
+    """``specmd policies list --plugin MODULE`` lists the module's plug-ins beside the
+    built-ins, each with the import path a config names it by; a module that does not import
+    is one line."""
+    code, out, _ = cli(monkeypatch, capsys, "policies", "list", "--json", "--plugin", "my_policy")
+    rows = json.loads(out)
+    mine = [row for row in rows if "import_path" in row]
+    assert code == 0 and [row["import_path"] for row in mine] == ["my_policy:FarthestLayer"]
+    assert mine[0]["family"] == "eviction" and mine[0]["kind"] == "farthest-layer"
+    assert len(rows) > len(mine) > 0  # (the built-ins too, without an import path)
+    code, out, _ = cli(monkeypatch, capsys, "policies", "list", "--plugin", "my_policy")
+    assert code == 0 and "farthest-layer (my_policy:FarthestLayer)" in out
+    code, _, err = cli(monkeypatch, capsys, "policies", "list", "--plugin", "no_such_module")
+    assert code == 2 and err.startswith("error: --plugin: expected an importable module, got ")
+    assert err.count("\n") == 1
 
 
 def test_a_module_the_user_imported_needs_no_plugins_argument(registries) -> None:
@@ -340,3 +357,71 @@ def test_a_plugins_plan_outside_its_layers_is_one_line(registries, tmp_path: Pat
             replay(build_config(short, plugins=["stray_plugin"]))
     finally:
         sys.modules.pop("stray_plugin", None)
+
+
+ODD = """
+from typing import Literal
+
+from specmd_sim.policies import MISS
+from specmd_sim.policies.miss.base import FETCH, MissHandler, substitute
+from specmd_sim.policies.plugin import PluginConfig
+
+
+class OddConfig(PluginConfig):
+    kind: Literal["odd"] = "odd"
+    gives: str = "none"
+
+
+@MISS.register
+class Odd(MissHandler[OddConfig]):
+    description = source = "tests"
+
+    def decide(self, pass_index, layer, key, cache, taken):
+        e = self.ctx.num_experts
+        resident = [k for k in range(layer * e, (layer + 1) * e) if cache.state[k] == 2]
+        free = [k for k in resident if k not in taken]
+        absent = [k for k in range(layer * e, (layer + 1) * e) if cache.state[k] == 0]
+        return {
+            "none": lambda: None,
+            "text": lambda: "fetch",
+            "other layer": lambda: substitute(((layer + 1) % self.ctx.num_layers) * e),
+            "absent": lambda: substitute(absent[0]) if absent else FETCH,
+            "taken": lambda: substitute(min(t)) if (t := set(taken) & set(resident)) else FETCH,
+            "fine": lambda: substitute(free[0]) if free else FETCH,
+        }[self.config.gives]()
+"""
+
+
+@pytest.mark.parametrize(
+    ("gives", "said"),
+    [
+        ("none", "got None"),
+        ("text", "got 'fetch'"),
+        ("other layer", "got a substitute of another layer: "),
+        ("absent", "got a substitute that is not resident: "),
+        ("taken", "got a substitute the layer runs already: "),
+    ],
+)
+def test_a_miss_handlers_stray_decision_is_one_line(registries, tmp_path: Path, gives, said):
+    """A user's miss handler whose decision its contract does not allow stops the run naming
+    it, the pass, layer and key, what it may decide and what it gave: before, None or a string
+    gave a traceback in the layer step, and a substitute of another layer, of an absent expert
+    or of one the layer runs already silently ran it (an expert the cache did not hold)."""
+    (tmp_path / "odd_plugin.py").write_text(ODD)
+    try:
+        for engine in (replay, simulate):
+            config = build_config({**SMALL, "miss": {"kind": "odd_plugin:Odd", "gives": gives}},
+                                  plugins=["odd_plugin"])  # fmt: skip
+            with pytest.raises(SpecmdError) as info:
+                engine(config)
+            line = str(info.value)
+            assert line.startswith("miss odd_plugin:Odd: decide at pass "), line
+            assert "expected FETCH, DROP, CPU or substitute(k) of a resident key of layer " in line
+            assert said in line and "\n" not in line, line
+        fine = {**SMALL, "miss": {"kind": "odd_plugin:Odd", "gives": "fine"}}
+        assert (
+            replay(build_config(fine, plugins=["odd_plugin"])).metrics["activations_substituted"]
+            > 0
+        )
+    finally:
+        sys.modules.pop("odd_plugin", None)
