@@ -13,7 +13,7 @@ least-stale eviction, top-k prefetching; seed 0), two ways:
   output): the accesses per second it makes; and in it, the seconds its run folder takes
   (``write_run``, the timeline page beside it, timed in that process: ``timed_run.py``), as a
   share of its wall time (the writers' compiled code is loaded beside the engine, as ``specmd
-  run`` loads it: ``runs.prepare_outputs``). Each module's bytecode is compiled, as an
+  run`` loads it: ``jit.load_cached``). Each module's bytecode is compiled, as an
   installed package's is, by a first run not timed (under a folder of the benchmark's own,
   ``PYTHONPYCACHEPREFIX``, whatever ``PYTHONDONTWRITEBYTECODE`` says);
 - **by part**, in this process, on the same run: the engine (``simulate``), the run folder as

@@ -36,10 +36,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from specmd_sim import gz, perfetto
+from specmd_sim import gz
 from specmd_sim.atomic import atomic_folder, check_output, write_text
 from specmd_sim.config import SimConfig, config_to_dict
-from specmd_sim.engine import jit
 from specmd_sim.errors import SpecmdError, short_repr
 from specmd_sim.metric_spec import ENGINES
 from specmd_sim.metrics import RESULT_FORMAT, TABLES, RunResult
@@ -149,17 +148,6 @@ def write_run(run_dir: Path, result: RunResult, extra: Extra | None = None) -> d
                 job.result()
         write_manifest(folder, files.values())
     return {name: run_dir / p.name for name, p in files.items()}
-
-
-def prepare_outputs() -> int:
-    """Load the machine code of the run folder's compiled writers (the trace's and the page's)
-    from numba's cache (:func:`specmd_sim.engine.jit.load_cached`); how many signatures. What
-    :func:`write_run` would otherwise load at its first call in a process: ~0.1 s of CPU, ~0.08
-    s of its wall time at 4,000 tokens (2 cores, 2026-12-07). ``specmd run`` does it on a thread
-    while the engine runs, on the core the compiled engine leaves idle."""
-    from specmd_sim.report import lod
-
-    return jit.load_cached(perfetto, lod)
 
 
 def trace_left_out(result: RunResult) -> str | None:

@@ -80,6 +80,13 @@ def hardware_validate(file: Annotated[Path, typer.Argument(help="Profile YAML fi
     for gpu in p.gpus:
         find_path(p, graph, p.hosts[0].id, gpu.id)
     typer.echo(f"{file}: valid profile {p.id!r} ({len(p.nodes)} nodes, {len(p.links)} links)")
+    if p.id != file.stem:
+        typer.echo(
+            f"note: its id {p.id!r} is not its file's name {file.stem!r}: runs, reports and "
+            "sweeps name the machine by its id, so two files of one id read as one machine; "
+            f"a profile's id is its file's name (id: {file.stem}) unless it is a copy meant to "
+            "read as the original"
+        )
 
 
 # --- models --------------------------------------------------------------------------------

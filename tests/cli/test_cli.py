@@ -170,12 +170,11 @@ def test_the_run_folders_writers_are_loaded_beside_the_engine(monkeypatch) -> No
     replay) loads none."""
     import threading
 
-    from specmd_sim import runs
     from specmd_sim.cli import run as run_cli
 
     loaded: list[str] = []
     monkeypatch.setattr(
-        runs, "prepare_outputs", lambda: loaded.append(threading.current_thread().name)
+        run_cli, "_prepare_outputs", lambda: loaded.append(threading.current_thread().name)
     )
     reports: list[tuple[int, int]] = []
     with run_cli._preparing_outputs(lambda done, total: reports.append((done, total)), True) as p:
@@ -373,6 +372,21 @@ def test_hardware_commands() -> None:
     ok = specmd("hardware", "validate", "hardware_profiles/h100-pcie.yaml",
                 cwd=Path(__file__).resolve().parents[2])  # fmt: skip
     assert ok.returncode == 0 and "valid profile 'h100-pcie'" in ok.stdout
+    assert "note:" not in ok.stdout  # (its id is its file's name)
+
+
+def test_hardware_validate_notes_an_id_that_is_not_the_files_name(tmp_path: Path) -> None:
+    """A profile whose id is not its file's name is valid (a what-if copy may keep the
+    original's id), and ``hardware validate`` says so, since runs name the machine by its id."""
+    root = Path(__file__).resolve().parents[2]
+    copy = tmp_path / "my-box.yaml"
+    copy.write_text((root / "hardware_profiles" / "h100-pcie.yaml").read_text())
+    proc = specmd("hardware", "validate", str(copy))
+    assert proc.returncode == 0, proc.stderr
+    valid, note = proc.stdout.splitlines()
+    assert f"{copy}: valid profile 'h100-pcie' (" in valid
+    assert note.startswith("note: its id 'h100-pcie' is not its file's name 'my-box': ")
+    assert "(id: my-box)" in note
 
 
 def test_models_show_json() -> None:
@@ -430,3 +444,23 @@ def test_module_entry(tmp_path: Path) -> None:
     bad = start("replay", *SMALL, "--out", str(tmp_path / "run" / "result.json" / "x"))
     assert bad.returncode == 2 and bad.stderr.startswith("error: --out") and bad.stdout == ""
     assert bad.stderr.count("\n") == 1
+
+
+def test_the_run_folder_being_written_is_said_on_a_terminal_only(monkeypatch) -> None:
+    """While the run folder is written (seconds for a long run), a terminal shows a transient
+    line saying so; elsewhere (a pipe, a log) nothing is written."""
+    import io
+    import time
+
+    from specmd_sim.cli import run as run_cli
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for terminal, said in ((Terminal(), True), (io.StringIO(), False)):
+        monkeypatch.setattr(sys, "stderr", terminal)
+        monkeypatch.setenv("TERM", "xterm")
+        with run_cli._status("writing the run folder runs/x"):
+            time.sleep(0.3)  # (the spinner draws several times a second)
+        assert ("writing the run folder runs/x" in terminal.getvalue()) is said
