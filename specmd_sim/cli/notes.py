@@ -121,17 +121,32 @@ def layer_quota_note(config: dict[str, Any], inputs: dict[str, Any]) -> str | No
     )
 
 
-def overflow_note(m: dict[str, Any], inputs: dict[str, Any]) -> str | None:
-    """Demand fetches streamed past a cache smaller than one layer's demand set."""
+def overflow_note(
+    m: dict[str, Any], inputs: dict[str, Any], config: dict[str, Any] | None = None
+) -> str | None:
+    """Demand fetches streamed past the cache: a cache smaller than one layer's demand set, or,
+    where the demand sets fit, an eviction policy that chose no victim (or a cache that shrank
+    as the KV cache grew)."""
     overflowed, slots = m.get("overflowed") or 0, inputs.get("capacity_slots")
     if not overflowed or not slots:
         return None
-    demand = inputs.get("layer_demand_max") or "more"
+    demand = inputs.get("layer_demand_max")
+    said = f"note: {overflowed:,} demand fetches were streamed past the cache: "
+    through = "went through staging buffers, crossing the link but never cached (counted as "
+    if isinstance(demand, int) and demand <= slots:
+        config = config or {}
+        kind = (config.get("eviction") or {}).get("kind", "the eviction policy")
+        evict = (config.get("workload") or {}).get("kv_cache") == "evict"
+        shrank = ", or the cache shrank as the KV cache grew" if evict else ""
+        return (
+            f"{said}a layer demanded up to {demand} experts and the cache holds {slots:,}, yet "
+            f"no room was made: the eviction policy ({kind}) chose no victim among the experts "
+            f"not pinned{shrank}; what found no room {through}overflow fetches)"
+        )
     return (
-        f"note: {overflowed:,} demand fetches were streamed past the cache: a layer demanded "
-        f"up to {demand} experts and the cache holds {slots:,}, so what the layer's pinned "
-        f"experts left no room for went through staging buffers, crossing the link but never "
-        f"cached (counted as overflow fetches; a larger cache or prefill in chunks changes it)"
+        f"{said}a layer demanded up to {demand or 'more'} experts and the cache holds "
+        f"{slots:,}, so what the layer's pinned experts left no room for {through}overflow "
+        f"fetches; a larger cache or prefill in chunks changes it)"
     )
 
 
@@ -179,7 +194,7 @@ def prefetch_eviction_note(m: dict[str, Any]) -> str | None:
 
 def run_notes(config: dict[str, Any], inputs: dict[str, Any], m: dict[str, Any]) -> list[str]:
     """Every note that applies to a run, in order of how much it changes the answer."""
-    found = (host_note(inputs, m), whole_model_note(inputs), overflow_note(m, inputs),
+    found = (host_note(inputs, m), whole_model_note(inputs), overflow_note(m, inputs, config),
              layer_quota_note(config, inputs), small_cache_note(inputs),
              preemption_note(inputs), dropped_prefetch_note(m, config),
              prefetch_eviction_note(m), late_hit_note(m))  # fmt: skip

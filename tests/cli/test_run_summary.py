@@ -226,6 +226,36 @@ def test_a_whole_prompt_larger_than_the_cache_runs_and_says_so(tmp_path: Path) -
     assert overflow_note({"overflowed": 0}, {"capacity_slots": 51}) is None
 
 
+def test_an_overflow_where_the_demand_fits_names_the_eviction_policy(monkeypatch) -> None:
+    """Where every layer's demand set fits the cache, an overflow means the eviction policy chose
+    no victim among the unpinned experts (a plug-in's None, a resident set it keeps), or the
+    cache shrank as the KV cache grew: the note says so rather than blaming the cache's size.
+    A policy that never evicts overflows at once (every demand fetch once the cache is full)."""
+    from specmd_sim import build_config, simulate
+    from specmd_sim.policies import EVICTION
+    from specmd_sim.policies.eviction.lru import LRUEviction
+
+    inputs = {"capacity_slots": 16, "layer_demand_max": 2}
+    config = {"eviction": {"kind": "keeper"}, "workload": {"kv_cache": "reserve"}}
+    note = overflow_note({"overflowed": 40}, inputs, config)
+    assert note is not None and "40 demand fetches" in note and "up to 2 experts" in note
+    assert "the eviction policy (keeper) chose no victim among the experts not pinned" in note
+    assert "KV cache grew" not in note and "larger cache" not in note
+    shrinking = {**config, "workload": {"kv_cache": "evict"}}
+    shrank = overflow_note({"overflowed": 1}, inputs, shrinking)
+    assert shrank is not None and "or the cache shrank as the KV cache grew" in shrank
+
+    class Keeper(LRUEviction):  # (lru's kind, in this test's registry)
+        def choose_victim(self, evictable, incoming):
+            return None
+
+    EVICTION.kinds()  # (the bundled plug-ins loaded first)
+    monkeypatch.setitem(EVICTION._entries, "lru", Keeper)
+    run = simulate(build_config({"trace": "mixtral-synthetic", "cache": {"capacity": 16},
+                                 "workload": {"max_requests": 1}, "eviction": "lru"}))  # fmt: skip
+    assert run.metrics["overflowed"] > 0 and run.inputs["layer_demand_max"] <= 16
+
+
 def test_prefetches_that_make_most_evictions_are_named(tmp_path: Path) -> None:
     """The issue's case: LRU at 64 slots with top-k prefetching (a hit rate far below the same
     run's without prefetching): the note names the evictions the prefetches made."""
