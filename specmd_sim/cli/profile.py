@@ -4,16 +4,20 @@ The run's phases are timed as they happen (loading the inputs, the engine, the t
 writing the rest of the run folder); the engine phase runs under :mod:`cProfile`, whose
 per-function self time is summed by where the function lives: SimPy's event loop, the engine
 (layer step, streams, flows, copy engines), the cache and the policies, span recording,
-numpy and Python's builtins. Profiling slows the engine phase (typically 1.5-2x), so the
-phases' shares, not their seconds, are the figure to read.
+numpy and Python's builtins. Where the run uses plug-ins of the user's (``--plugin``), a line
+more gives the time spent in their code, what it called included (numpy's and Python's C
+functions, which the parts count as builtins). Profiling slows the engine phase (typically
+1.5-2x), so the phases' shares, not their seconds, are the figure to read.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 from rich.console import Console
 from rich.markup import escape
@@ -46,6 +50,7 @@ class RunProfile:
     def __init__(self) -> None:
         self.phases: list[tuple[str, float]] = []
         self.engine: dict[str, float] = {}
+        self.plugins: tuple[str, float] | None = None  # (their modules, seconds in them)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -68,6 +73,9 @@ class RunProfile:
         for (filename, _, _), (_, _, tottime, _, _) in stats.items():
             part = _part(filename)
             self.engine[part] = self.engine.get(part, 0.0) + tottime
+        mine = _plugin_files()
+        if mine:
+            self.plugins = (", ".join(sorted(set(mine.values()))), _inside(stats, set(mine)))
         return result
 
     def add(self, name: str, seconds: float) -> None:
@@ -94,7 +102,39 @@ class RunProfile:
         engine = sum(self.engine.values()) or 1.0
         for part, seconds in sorted(self.engine.items(), key=lambda item: -item[1]):
             table.add_row(f"  engine: {part}", f"{seconds:.3f}", f"{seconds / engine:.1%}")
+        if self.plugins is not None:
+            modules, seconds = self.plugins
+            where = f"  engine, of it: in your plug-ins ({modules}), what they call included"
+            table.add_row(escape(where), f"{seconds:.3f}", f"{seconds / engine:.1%}")
         console.print(table)
+
+
+def _plugin_files() -> dict[str, str]:
+    """The source files of the user's plug-ins registered in this process (their real paths),
+    each with its module's name."""
+    from specmd_sim.policies import EVICTION, MISS, PREDICTORS, PREFETCH
+    from specmd_sim.policies.plugin import built_in
+
+    files = {}
+    for registry in (EVICTION, PREFETCH, PREDICTORS, MISS):
+        for cls in registry.entries():
+            path = getattr(sys.modules.get(cls.__module__), "__file__", None)
+            if path and not built_in(cls):
+                files[os.path.realpath(path)] = cls.__module__
+    return files
+
+
+def _inside(stats: dict[tuple[str, int, str], tuple[Any, ...]], files: set[str]) -> float:
+    """The seconds spent in functions of ``files``, their callees included: the cumulative time
+    of each call into them from elsewhere (a call within them is inside one already)."""
+    seconds = 0.0
+    for (filename, _, _), (*_, callers) in stats.items():
+        if os.path.realpath(filename) not in files:
+            continue
+        for caller, edge in callers.items():
+            if os.path.realpath(cast(tuple[str, int, str], caller)[0]) not in files:
+                seconds += cast(tuple[int, int, float, float], edge)[3]
+    return seconds
 
 
 def _part(filename: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
 from support.cli import cli
 
@@ -51,3 +52,53 @@ def test_profile_names_the_engine_path_and_why(tmp_path, monkeypatch, capsys) ->
 def test_without_profile_nothing_is_printed(tmp_path, monkeypatch, capsys) -> None:
     code, _, err = cli(monkeypatch, capsys, "replay", *SMALL, "--out", str(tmp_path / "run"))
     assert code == 0 and "--profile" not in err
+
+
+SLOW = """
+from typing import Literal
+
+import numpy as np
+
+from specmd_sim.policies import EVICTION
+from specmd_sim.policies.eviction.lru import LRUEviction, LRUConfig
+
+
+class SlowConfig(LRUConfig):
+    kind: Literal["slow"] = "slow"
+
+
+@EVICTION.register
+class Slow(LRUEviction):
+    Config = SlowConfig
+    description = source = "tests"
+
+    def choose_victim(self, evictable, incoming):
+        np.sort(np.random.default_rng(0).random(20_000))  # (its time is numpy's C code)
+        return super().choose_victim(evictable, incoming)
+"""
+
+
+def test_profile_gives_the_time_in_a_users_plugin(tmp_path, monkeypatch, capsys) -> None:
+    """A run with a plug-in of the user's: one line more, the time in its code with what it
+    called (numpy's C code, which the parts count as builtins): much of a run whose policy
+    sorts 20,000 numbers at each eviction; a run without one has no such line."""
+    from specmd_sim.policies import EVICTION
+
+    EVICTION.kinds()  # (the bundled plug-ins first)
+    monkeypatch.setattr(EVICTION, "_entries", dict(EVICTION._entries))
+    (tmp_path / "slow_plugin.py").write_text(SLOW)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "slow_plugin", raising=False)
+    code, _, err = cli(monkeypatch, capsys, "run", *SMALL, "--plugin", "slow_plugin",
+                       "--eviction", "slow_plugin:Slow", "--profile",
+                       "--out", str(tmp_path / "run"))  # fmt: skip
+    sys.modules.pop("slow_plugin", None)
+    assert code == 0, err
+    got = shares(err)
+    (line,) = [k for k in got if "in your plug-ins" in k]
+    assert line == "engine, of it: in your plug-ins (slow_plugin), what they call included"
+    assert got[line] > 30, got  # (the sorting: ~40% of the engine's time, profiled)
+    assert got["engine: builtins and C functions (numpy's included)"] >= got[line] * 0.5
+    code, _, err = cli(monkeypatch, capsys, "run", *SMALL, "--profile",
+                       "--out", str(tmp_path / "plain"))  # fmt: skip
+    assert code == 0 and not any("in your plug-ins" in k for k in shares(err))
