@@ -123,9 +123,12 @@ def process_main() -> None:
     in an environment with torch and its kin, for hooks that would only observe the validation
     of the command's inputs. The setting reaches the process's children (a sweep's workers).
 
-    The C library's allocator keeps one arena for all threads (:func:`one_malloc_arena`)."""
+    For ``run`` and ``replay``, the C library's allocator keeps one arena for all threads
+    (:func:`one_malloc_arena`: their run folders' writer threads); the other commands (a
+    recording's torch threads among them) keep the allocator as it is."""
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    one_malloc_arena()
+    if sys.argv[1:2] in (["run"], ["replay"]):
+        one_malloc_arena()
     try:
         main()
     finally:
@@ -137,28 +140,31 @@ M_ARENA_MAX = -8  # (glibc's malloc.h)
 
 def one_malloc_arena() -> bool:
     """Have glibc's ``malloc`` keep one arena for every thread, as ``MALLOC_ARENA_MAX=1`` does
-    (unless the environment sets that: then as it says); whether it was set. Elsewhere (another
-    C library, another system) nothing.
+    (unless the environment says how many: ``MALLOC_ARENA_MAX``, or ``glibc.malloc.arena_max``
+    in ``GLIBC_TUNABLES``); whether it was set. Elsewhere (another C library, another system,
+    no ctypes) nothing.
 
     With an arena a thread (glibc's default, up to 8 a core), the run folder's writers (the
     spans, the trace and its compressors, beside the page) each allocate in an arena of their
     own, whose heap glibc gives back to the system as soon as its top is free: every
     megabyte-sized numpy temporary of theirs is then mapped, faulted in and zeroed by the kernel
-    again. One arena reuses what was freed. The default run at 4,000 tokens spends ~0.3 s less
-    system time (~0.6 s against ~0.25 s) and its run folder ~0.2 s less wall time (~0.7 s
-    against ~0.5 s; 2 cores, 2026-12-07: ``benchmarks/outputs_size.py``); the threads'
-    allocations are few and large, so sharing one arena's lock costs nothing measurable. Set
-    once, before any thread, by the ``specmd`` process; a library caller's process is left as
-    it is."""
-    if "MALLOC_ARENA_MAX" in os.environ or not _glibc():
+    again. One arena reuses what was freed: the default run at 4,000 tokens spent about half the
+    system time (medians of 8 pairs, 0.26 s against 0.49 s, with the writers' code loaded
+    beside the engine as well: ``benchmarks/README.md``, 2026-12-07); the threads' allocations
+    are few and large, so sharing one arena's lock cost nothing measurable. Set once, before
+    any thread, by the ``specmd`` process; a library caller's process is left as it is."""
+    if "MALLOC_ARENA_MAX" in os.environ or "glibc.malloc.arena_max" in os.environ.get(
+        "GLIBC_TUNABLES", ""
+    ):
         return False
-    import ctypes
-
+    if not _glibc():
+        return False
     try:
-        mallopt = ctypes.CDLL(None).mallopt  # (the process's own C library)
-    except (OSError, AttributeError):
+        import ctypes
+
+        return bool(ctypes.CDLL(None).mallopt(M_ARENA_MAX, 1))  # (the process's own C library)
+    except Exception:  # (no ctypes, no mallopt: the allocator as it is)
         return False
-    return bool(mallopt(M_ARENA_MAX, 1))
 
 
 def _glibc() -> bool:

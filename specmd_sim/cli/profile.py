@@ -6,14 +6,15 @@ per-function self time is summed by where the function lives: SimPy's event loop
 (layer step, streams, flows, copy engines), the cache and the policies, span recording,
 numpy and Python's builtins. Where the run uses plug-ins of the user's (``--plugin``), a line
 more gives the time spent in their code, what it called included (numpy's and Python's C
-functions, which the parts count as builtins). Profiling slows the engine phase (typically
+functions, which the parts count as builtins): each outermost call into a function their
+classes define, timed. Profiling slows the engine phase (typically
 1.5-2x), so the phases' shares, not their seconds, are the figure to read.
 """
 
 from __future__ import annotations
 
-import os
-import sys
+import functools
+import inspect
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -66,16 +67,16 @@ class RunProfile:
         import pstats
 
         profiler = cProfile.Profile()
-        with self.phase(name):
+        with self.phase(name), _timing_plugins() as plugins:
             result = profiler.runcall(fn)
         # (cast: pstats.Stats sets .stats in its constructor; typeshed does not declare it)
         stats = cast(_StatsTable, pstats.Stats(profiler)).stats
         for (filename, _, _), (_, _, tottime, _, _) in stats.items():
             part = _part(filename)
             self.engine[part] = self.engine.get(part, 0.0) + tottime
-        mine = _plugin_files()
-        if mine:
-            self.plugins = (", ".join(sorted(set(mine.values()))), _inside(stats, set(mine)))
+        used = {module: seconds for module, seconds in plugins.items() if seconds > 0}
+        if used:
+            self.plugins = (", ".join(sorted(used)), sum(used.values()))
         return result
 
     def add(self, name: str, seconds: float) -> None:
@@ -109,32 +110,51 @@ class RunProfile:
         console.print(table)
 
 
-def _plugin_files() -> dict[str, str]:
-    """The source files of the user's plug-ins registered in this process (their real paths),
-    each with its module's name."""
+@contextmanager
+def _timing_plugins() -> Iterator[dict[str, float]]:
+    """The seconds spent in the user's plug-ins (the classes registered from modules outside
+    the package), by module, while the block runs: each function their classes define is
+    wrapped so that its outermost call is timed, what it calls included (a call it makes into
+    its own or another plug-in's code, directly or through the simulator, a builtin or a
+    base class, is inside that call already). The functions are put back afterwards."""
     from specmd_sim.policies import EVICTION, MISS, PREDICTORS, PREFETCH
     from specmd_sim.policies.plugin import built_in
 
-    files = {}
-    for registry in (EVICTION, PREFETCH, PREDICTORS, MISS):
-        for cls in registry.entries():
-            path = getattr(sys.modules.get(cls.__module__), "__file__", None)
-            if path and not built_in(cls):
-                files[os.path.realpath(path)] = cls.__module__
-    return files
+    seconds: dict[str, float] = {}
+    depth = [0]  # (the engine runs on one thread)
 
+    def timed(fn: Callable[..., Any], module: str) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if depth[0]:
+                return fn(*args, **kwargs)
+            depth[0], started = 1, time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                depth[0] = 0
+                seconds[module] = seconds.get(module, 0.0) + time.perf_counter() - started
 
-def _inside(stats: dict[tuple[str, int, str], tuple[Any, ...]], files: set[str]) -> float:
-    """The seconds spent in functions of ``files``, their callees included: the cumulative time
-    of each call into them from elsewhere (a call within them is inside one already)."""
-    seconds = 0.0
-    for (filename, _, _), (*_, callers) in stats.items():
-        if os.path.realpath(filename) not in files:
-            continue
-        for caller, edge in callers.items():
-            if os.path.realpath(cast(tuple[str, int, str], caller)[0]) not in files:
-                seconds += cast(tuple[int, int, float, float], edge)[3]
-    return seconds
+        return call
+
+    mine = {
+        klass
+        for registry in (EVICTION, PREFETCH, PREDICTORS, MISS)
+        for cls in registry.entries()
+        for klass in cls.__mro__
+        if not built_in(cls) and klass.__module__ == cls.__module__
+    }
+    wrapped = []
+    for klass in mine:
+        for attr, fn in list(vars(klass).items()):
+            if inspect.isfunction(fn):
+                wrapped.append((klass, attr, fn))
+                setattr(klass, attr, timed(fn, klass.__module__))
+    try:
+        yield seconds
+    finally:
+        for klass, attr, fn in wrapped:
+            setattr(klass, attr, fn)
 
 
 def _part(filename: str) -> str:

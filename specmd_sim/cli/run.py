@@ -94,7 +94,8 @@ def _preparing_outputs(bar: EngineProgress | None, spans: bool) -> Iterator[Engi
 
     def report(done: int, total: int) -> None:
         if thread.ident is None:
-            thread.start()
+            with contextlib.suppress(RuntimeError):  # (no thread to be had: loaded when used)
+                thread.start()
         if bar is not None:
             bar(done, total)
 
@@ -120,16 +121,19 @@ def _prepare_outputs() -> None:
     write in a process would otherwise load, ~0.1 s of CPU and ~0.08 s of its wall time at
     4,000 tokens (2 cores, 2026-12-07); at :data:`PREPARING_SWITCH_S`, then the switch
     interval as it was."""
-    from specmd_sim import perfetto
-    from specmd_sim.engine import jit
-    from specmd_sim.report import lod
-
     before = sys.getswitchinterval()
     sys.setswitchinterval(PREPARING_SWITCH_S)
     try:
+        from specmd_sim import perfetto
+        from specmd_sim.engine import jit
+        from specmd_sim.report import lod
+
         jit.load_cached(perfetto, lod)
+    except Exception:  # (only a head start: what fails here fails, or loads, when first used)
+        pass
     finally:
-        sys.setswitchinterval(before)
+        if sys.getswitchinterval() == PREPARING_SWITCH_S:  # (unless changed since: kept)
+            sys.setswitchinterval(before)
 
 
 def _execute(

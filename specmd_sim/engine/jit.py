@@ -102,12 +102,15 @@ def load_cached(*modules: ModuleType) -> int:
                 continue
             try:
                 cache, codegen = dispatcher._cache, dispatcher.targetctx.codegen()
-                for key in cache._cache_file._load_index():
-                    if key == cache._index_key(key[0], codegen):  # (this machine, this code)
+                index = cache._cache_file._load_index()  # (key -> the data file's name)
+                folder = Path(cache._cache_path)
+                for key, data in index.items():
+                    held = key == cache._index_key(key[0], codegen)  # (this machine, this code)
+                    if held and (folder / data).is_file():
                         fn.compile(key[0])
                         loaded += 1
-            except Exception:  # (numba's private cache API: a change of it only ends this)
-                return loaded
+            except Exception:  # (numba's private cache API: a change of it skips the function)
+                continue
     return loaded
 
 

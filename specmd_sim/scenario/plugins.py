@@ -410,7 +410,7 @@ def _check_decisions(miss: MissHandler[Any], experts: int) -> None:
     def checked(p: int, layer: int, key: int, cache: ExpertCache, taken: set[int]) -> MissDecision:
         decision = decide(p, layer, key, cache, taken)
         lo, hi = layer * experts, (layer + 1) * experts
-        if not isinstance(decision, MissDecision):
+        if not isinstance(decision, MissDecision) or not isinstance(decision.action, MissAction):
             wrong = f"got {short_repr(decision)}"
         elif decision.action is not MissAction.SUBSTITUTE:
             return decision

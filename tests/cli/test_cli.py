@@ -145,22 +145,47 @@ def test_the_process_loads_no_pydantic_plugins_unless_told_to(setting, loaded) -
     assert proc.stdout.splitlines()[-1] == str(loaded), proc.stdout
 
 
-@pytest.mark.parametrize(("setting", "set_here"), [(None, True), ("4", False)])
-def test_the_process_keeps_one_malloc_arena_unless_told_otherwise(setting, set_here) -> None:
-    """``process_main`` has glibc's malloc keep one arena (as ``MALLOC_ARENA_MAX=1``) unless the
-    environment says how many; on another C library it leaves the allocator alone."""
+@pytest.mark.parametrize(
+    ("setting", "set_here"),
+    [
+        ({}, True),
+        ({"MALLOC_ARENA_MAX": "4"}, False),
+        ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=4"}, False),
+    ],
+)
+def test_one_malloc_arena_unless_told_otherwise(setting, set_here) -> None:
+    """glibc's malloc keeps one arena (as ``MALLOC_ARENA_MAX=1``) unless the environment says
+    how many; on another C library the allocator is left alone."""
     from specmd_sim import cli
 
     if not cli._glibc():
         assert cli.one_malloc_arena() is False
         return
     script = "from specmd_sim.cli import one_malloc_arena\nprint(one_malloc_arena())\n"
-    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
-    if setting is not None:
-        env["MALLOC_ARENA_MAX"] = setting
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES")}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env={**env, **setting}
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == str(set_here)
+
+
+@pytest.mark.parametrize(
+    ("command", "arena"), [("run", True), ("replay", True), ("policies", False)]
+)
+def test_the_process_keeps_one_arena_for_run_and_replay_only(command, arena) -> None:
+    """``process_main`` sets one arena for ``run`` and ``replay`` (whose run folders' writer
+    threads it is for), not for the other commands (a recording's torch threads among them)."""
+    script = (
+        "import sys\n"
+        "import specmd_sim.cli as cli\n"
+        "cli.one_malloc_arena = lambda: print('one arena') or True\n"
+        f"sys.argv = ['specmd', {command!r}, '--help']\n"
+        "cli.process_main()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert (proc.stdout.splitlines()[0] == "one arena") is arena, proc.stdout[:200]
 
 
 def test_the_run_folders_writers_are_loaded_beside_the_engine(monkeypatch) -> None:
@@ -458,9 +483,11 @@ def test_the_run_folder_being_written_is_said_on_a_terminal_only(monkeypatch) ->
         def isatty(self) -> bool:
             return True
 
+    for name in ("TTY_INTERACTIVE", "TTY_COMPATIBLE", "NO_COLOR", "FORCE_COLOR"):
+        monkeypatch.delenv(name, raising=False)  # (rich's own switches: as on a terminal)
+    monkeypatch.setenv("TERM", "xterm")
     for terminal, said in ((Terminal(), True), (io.StringIO(), False)):
         monkeypatch.setattr(sys, "stderr", terminal)
-        monkeypatch.setenv("TERM", "xterm")
         with run_cli._status("writing the run folder runs/x"):
-            time.sleep(0.3)  # (the spinner draws several times a second)
+            time.sleep(0.05)  # (drawn as it starts, and again a few times a second)
         assert ("writing the run folder runs/x" in terminal.getvalue()) is said

@@ -80,9 +80,9 @@ def test_killed_reruns_leave_a_complete_folder(tmp_path: Path) -> None:
     """SIGKILL, SIGTERM and SIGINT at several moments of a rerun (the write phase included):
     the folder is always the old complete one or the new complete one; SIGTERM and SIGINT say
     ``interrupted``, exit 143 and 130, and leave no temporary files (the spans spilled to
-    TMPDIR). The run is long enough (~5,000 OLMoE tokens: seconds) that each signal, sent at
-    a share of a whole run's time measured first (once numba's cache holds the engines), lands
-    inside it."""
+    TMPDIR). The run is long enough (~5,000 OLMoE tokens: seconds, spilling its spans) that
+    each signal lands inside it: SIGKILL at a share of a whole run's time measured first (once
+    numba's cache holds the engines), SIGTERM and SIGINT once spans are spilled."""
     from specmd_sim.traces import PRESETS, generate_trace, save_trace
 
     params = PRESETS["olmoe"].model_copy(
@@ -98,13 +98,18 @@ def test_killed_reruns_leave_a_complete_folder(tmp_path: Path) -> None:
     subprocess.run([*command, "--seed", "7"], capture_output=True, timeout=300, check=True)
     whole = time.perf_counter() - started
     written = {7}  # (the seeds the folder may hold)
-    for sig, share in ((signal.SIGKILL, 0.1), (signal.SIGTERM, 0.35), (signal.SIGKILL, 0.5),
-                       (signal.SIGINT, 0.6), (signal.SIGKILL, 0.85)):  # fmt: skip
-        seed = str(int(share * 100))
+    # SIGKILL at shares of a whole run's time; SIGTERM and SIGINT once the run has spilled
+    # spans to TMPDIR (the engine running, its handlers in place, a file to remove), SIGINT
+    # a little later (nearer the write phase)
+    for sig, share in ((signal.SIGKILL, 0.1), (signal.SIGTERM, 0.0), (signal.SIGKILL, 0.5),
+                       (signal.SIGINT, 0.15), (signal.SIGKILL, 0.85)):  # fmt: skip
+        seed = str(len(written))
         temporary = tmp_path / "tmpdirs" / seed
         temporary.mkdir(parents=True)
         proc = subprocess.Popen([*command, "--seed", seed], stderr=subprocess.PIPE, text=True,
                                 env={**os.environ, "TMPDIR": str(temporary)})  # fmt: skip
+        if sig != signal.SIGKILL:
+            _spilled(temporary, proc)
         time.sleep(share * whole)
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=300)
@@ -118,6 +123,15 @@ def test_killed_reruns_leave_a_complete_folder(tmp_path: Path) -> None:
     # a later writer cleans up after the killed ones
     subprocess.run([*command, "--seed", "9"], capture_output=True, timeout=300, check=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["long.npz", "run", "tmpdirs"]
+
+
+def _spilled(folder: Path, proc: subprocess.Popen[str]) -> None:
+    """Wait until the run has spilled spans into ``folder`` (its TMPDIR)."""
+    deadline = time.monotonic() + 120
+    while not any(folder.iterdir()):
+        assert proc.poll() is None, "the run ended before it spilled spans"
+        assert time.monotonic() < deadline, "the run spilled no spans in 120 s"
+        time.sleep(0.01)
 
 
 def test_out_must_not_be_a_folder_of_other_files(tmp_path: Path, monkeypatch) -> None:

@@ -254,6 +254,8 @@ def test_an_overflow_where_the_demand_fits_names_the_eviction_policy(monkeypatch
     run = simulate(build_config({"trace": "mixtral-synthetic", "cache": {"capacity": 16},
                                  "workload": {"max_requests": 1}, "eviction": "lru"}))  # fmt: skip
     assert run.metrics["overflowed"] > 0 and run.inputs["layer_demand_max"] <= 16
+    said = overflow_note(run.metrics, run.inputs, {"eviction": {"kind": "lru"}})
+    assert said is not None and "the eviction policy (lru) chose no victim" in said
 
 
 def test_prefetches_that_make_most_evictions_are_named(tmp_path: Path) -> None:

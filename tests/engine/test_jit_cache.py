@@ -156,6 +156,13 @@ def test_load_cached_loads_what_the_cache_holds_and_compiles_nothing(tmp_path) -
         [sys.executable, "-c", second], check=True, env=env, cwd=tmp_path, capture_output=True
     )
     assert out.stdout.split() == [b"2", b"2", b"0", b"0"]
+    # an index whose data files are gone: nothing loaded, and nothing compiled in their place
+    for data in tmp_path.rglob("cached_kernels.double-*.nbc"):
+        data.unlink()
+    out = subprocess.run(
+        [sys.executable, "-c", second], check=True, env=env, cwd=tmp_path, capture_output=True
+    )
+    assert out.stdout.split() == [b"0", b"0", b"0", b"0"]
 
 
 def test_load_cached_without_numba_loads_nothing(monkeypatch) -> None:

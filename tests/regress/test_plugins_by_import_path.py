@@ -363,7 +363,7 @@ ODD = """
 from typing import Literal
 
 from specmd_sim.policies import MISS
-from specmd_sim.policies.miss.base import FETCH, MissHandler, substitute
+from specmd_sim.policies.miss.base import FETCH, MissDecision, MissHandler, substitute
 from specmd_sim.policies.plugin import PluginConfig
 
 
@@ -384,6 +384,7 @@ class Odd(MissHandler[OddConfig]):
         return {
             "none": lambda: None,
             "text": lambda: "fetch",
+            "bare action": lambda: MissDecision("drop"),
             "other layer": lambda: substitute(((layer + 1) % self.ctx.num_layers) * e),
             "absent": lambda: substitute(absent[0]) if absent else FETCH,
             "taken": lambda: substitute(min(t)) if (t := set(taken) & set(resident)) else FETCH,
@@ -397,6 +398,7 @@ class Odd(MissHandler[OddConfig]):
     [
         ("none", "got None"),
         ("text", "got 'fetch'"),
+        ("bare action", "got MissDecision(action='drop', by=-1)"),
         ("other layer", "got a substitute of another layer: "),
         ("absent", "got a substitute that is not resident: "),
         ("taken", "got a substitute the layer runs already: "),
