@@ -88,10 +88,10 @@ def load_cached(*modules: ModuleType) -> int:
     this code (the rest is left to its first call), nor a function compiled to be inlined
     (:func:`compiled_inline`: never called itself); nothing where numba is not installed, or
     where the cache's internals (numba's private API) are not what this reads."""
-    if not available():
+    try:
+        from numba.core.dispatcher import Dispatcher
+    except ImportError:
         return 0
-    from numba.core.dispatcher import Dispatcher
-
     loaded = 0
     for module in modules:
         for fn in list(vars(module).values()):

@@ -83,6 +83,8 @@ def test_killed_reruns_leave_a_complete_folder(tmp_path: Path) -> None:
     TMPDIR). The run is long enough (~5,000 OLMoE tokens: seconds, spilling its spans) that
     each signal lands inside it: SIGKILL at a share of a whole run's time measured first (once
     numba's cache holds the engines), SIGTERM and SIGINT once spans are spilled."""
+    # (a run that spills, ~1.7M spans: seconds on the compiled core, minutes without it)
+    pytest.importorskip("numba")
     from specmd_sim.traces import PRESETS, generate_trace, save_trace
 
     params = PRESETS["olmoe"].model_copy(

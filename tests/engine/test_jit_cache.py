@@ -7,6 +7,7 @@ of one of them."""
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -168,5 +169,6 @@ def test_load_cached_loads_what_the_cache_holds_and_compiles_nothing(tmp_path) -
 def test_load_cached_without_numba_loads_nothing(monkeypatch) -> None:
     import types
 
-    monkeypatch.setattr(jit, "available", lambda: False)
+    monkeypatch.setitem(sys.modules, "numba", None)  # (an import of it raises ImportError)
+    monkeypatch.delitem(sys.modules, "numba.core.dispatcher", raising=False)
     assert jit.load_cached(types.ModuleType("empty")) == 0
