@@ -184,16 +184,15 @@ def _print_model(m: ModelSpec, json_: bool) -> None:
 def policies_list(json_: JsonOpt = False, plugin: PluginOpt = None) -> None:
     """Every registered eviction policy, prefetch policy, predictor and miss handler, with
     those of the ``--plugin`` modules (each also named by its import path, module:Class)."""
-    from specmd_sim.policies import EVICTION, MISS, PREDICTORS, PREFETCH
     from specmd_sim.policies.plugin import built_in, plugin_name
-    from specmd_sim.policies.registry import load_plugins
+    from specmd_sim.policies.registry import SECTIONS, load_plugins
 
     load_plugins(plugin or (), "--plugin")
     rows = [
         {"family": reg.family, "kind": cls.kind, "offline": bool(cls.offline),
          "description": cls.description, "source": cls.source,
          **({} if built_in(cls) else {"import_path": plugin_name(cls)})}
-        for reg in (EVICTION, PREFETCH, PREDICTORS, MISS)
+        for reg in SECTIONS.values()
         for cls in reg.entries()
     ]  # fmt: skip
     if json_:

@@ -132,7 +132,10 @@ def overflow_note(
         return None
     demand = inputs.get("layer_demand_max")
     said = f"note: {overflowed:,} demand fetches were streamed past the cache: "
-    through = "went through staging buffers, crossing the link but never cached (counted as "
+    streamed = (
+        "went through staging buffers, crossing the link but never cached (counted as overflow "
+        "fetches"
+    )
     if isinstance(demand, int) and demand <= slots:
         config = config or {}
         kind = (config.get("eviction") or {}).get("kind", "the eviction policy")
@@ -141,12 +144,12 @@ def overflow_note(
         return (
             f"{said}a layer demanded up to {demand} experts and the cache holds {slots:,}, yet "
             f"no room was made: the eviction policy ({kind}) chose no victim among the experts "
-            f"not pinned{shrank}; what found no room {through}overflow fetches)"
+            f"not pinned{shrank}; what found no room {streamed})"
         )
     return (
         f"{said}a layer demanded up to {demand or 'more'} experts and the cache holds "
-        f"{slots:,}, so what the layer's pinned experts left no room for {through}overflow "
-        f"fetches; a larger cache or prefill in chunks changes it)"
+        f"{slots:,}, so what the layer's pinned experts left no room for {streamed}; a larger "
+        f"cache or prefill in chunks changes it)"
     )
 
 

@@ -7,8 +7,8 @@ per-function self time is summed by where the function lives: SimPy's event loop
 numpy and Python's builtins. Where the run uses plug-ins of the user's (``--plugin``), a line
 more gives the time spent in their code, what it called included (numpy's and Python's C
 functions, which the parts count as builtins): each outermost call into a function their
-classes define, timed. Profiling slows the engine phase (typically
-1.5-2x), so the phases' shares, not their seconds, are the figure to read.
+classes define, timed. Profiling slows the engine phase (typically 1.5-2x), so the phases'
+shares, not their seconds, are the figure to read.
 """
 
 from __future__ import annotations
@@ -117,8 +117,8 @@ def _timing_plugins() -> Iterator[dict[str, float]]:
     wrapped so that its outermost call is timed, what it calls included (a call it makes into
     its own or another plug-in's code, directly or through the simulator, a builtin or a
     base class, is inside that call already). The functions are put back afterwards."""
-    from specmd_sim.policies import EVICTION, MISS, PREDICTORS, PREFETCH
     from specmd_sim.policies.plugin import built_in
+    from specmd_sim.policies.registry import SECTIONS
 
     seconds: dict[str, float] = {}
     depth = [0]  # (the engine runs on one thread)
@@ -139,7 +139,7 @@ def _timing_plugins() -> Iterator[dict[str, float]]:
 
     mine = {
         klass
-        for registry in (EVICTION, PREFETCH, PREDICTORS, MISS)
+        for registry in SECTIONS.values()
         for cls in registry.entries()
         for klass in cls.__mro__
         if not built_in(cls) and klass.__module__ == cls.__module__
