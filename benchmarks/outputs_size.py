@@ -16,15 +16,17 @@ least-stale eviction, top-k prefetching; seed 0), two ways:
   run`` loads it: ``jit.load_cached``). Each module's bytecode is compiled, as an
   installed package's is, by a first run not timed (under a folder of the benchmark's own,
   ``PYTHONPYCACHEPREFIX``, whatever ``PYTHONDONTWRITEBYTECODE`` says);
-- **by part**, in this process, on the same run: the engine (``simulate``), the run folder as
-  ``specmd run`` writes it (``write_run`` with the timeline page: the spans and the trace in
-  threads beside the page), then each output written alone: ``result.json``, ``spans.npz``,
-  the Perfetto trace, the timeline page; each one's seconds, bytes and bytes per access. Each
-  call is given the run's recording as the engine leaves it, nothing derived from it yet (the
-  served classes and lanes' sub-tracks the trace and the page share are derived once a
-  recording: each call derives them, as ``specmd run`` does once). These are warm: the
-  compiled code loaded, the memory touched before, by the calls before (the best of
-  ``--repeat``); a run folder in the whole process takes more (the ``run folder`` lines);
+- **by part**, in this process (prepared as ``specmd run`` prepares its own:
+  ``cli.prepare_process``, the allocator's settings and numpy's huge pages), on the same run:
+  the engine (``simulate``), the run folder as ``specmd run`` writes it (``write_run`` with the
+  timeline page: the spans and the trace in threads beside the page), then each output written
+  alone: ``result.json``, ``spans.npz``, the Perfetto trace, the timeline page; each one's
+  seconds, bytes and bytes per access. Each call is given the run's recording as the engine
+  leaves it, nothing derived from it yet (the served classes and lanes' sub-tracks the trace
+  and the page share are derived once a recording: each call derives them, as ``specmd run``
+  does once). These are warm: the compiled code loaded, the memory touched before, by the calls
+  before (the best of ``--repeat``); a run folder in the whole process takes more (the ``run
+  folder`` lines);
 - **the page in a browser**: the whole process's ``timeline.html`` opened in headless Chromium
   (where it is installed) until every figure is drawn, on the page's own clock.
 
@@ -50,6 +52,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+# ruff: noqa: E402 (the imports below come after the process is prepared)
+from specmd_sim.cli import prepare_process  # (imports no numpy)
+
+prepare_process(["run"])  # (this process as ``specmd run``'s: the parts below measured alike)
 
 import yaml
 from process import timed

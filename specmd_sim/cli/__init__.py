@@ -124,18 +124,28 @@ def process_main() -> None:
     of the command's inputs. The setting reaches the process's children (a sweep's workers).
 
     For ``run`` and ``replay``, the C library's allocator keeps one arena for all threads
-    (:func:`one_malloc_arena`: their run folders' writer threads); the other commands (a
-    recording's torch threads among them) keep the allocator as it is."""
-    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    if sys.argv[1:2] in (["run"], ["replay"]):
-        one_malloc_arena()
+    (:func:`one_malloc_arena`: their run folders' writer threads) and what they free
+    (:func:`keep_freed_memory`), and numpy asks for no transparent huge pages
+    (:func:`no_numpy_huge_pages`); the other commands (a recording's torch threads among them)
+    keep the allocator as it is."""
+    prepare_process(sys.argv[1:])
     try:
         main()
     finally:
         gc.freeze()
 
 
-M_ARENA_MAX = -8  # (glibc's malloc.h)
+def prepare_process(args: list[str]) -> None:
+    """What :func:`process_main` sets in the process for the command line ``args`` (its
+    arguments, the command first), before anything else is imported."""
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    if args[:1] in (["run"], ["replay"]):
+        one_malloc_arena()
+        keep_freed_memory()
+        no_numpy_huge_pages()
+
+
+M_TRIM_THRESHOLD, M_MMAP_MAX, M_ARENA_MAX = -1, -4, -8  # (glibc's malloc.h)
 
 
 def one_malloc_arena() -> bool:
@@ -153,18 +163,68 @@ def one_malloc_arena() -> bool:
     beside the engine as well: ``benchmarks/README.md``, 2026-12-07); the threads' allocations
     are few and large, so sharing one arena's lock cost nothing measurable. Set once, before
     any thread, by the ``specmd`` process; a library caller's process is left as it is."""
-    if "MALLOC_ARENA_MAX" in os.environ or "glibc.malloc.arena_max" in os.environ.get(
-        "GLIBC_TUNABLES", ""
-    ):
-        return False
+    return _mallopt(("arena_max",), ((M_ARENA_MAX, 1),))
+
+
+KEPT_FREE_BYTES = 1 << 30
+"""Freed memory at the top of the heap that :func:`keep_freed_memory` keeps before glibc gives
+it back to the system."""
+
+
+def keep_freed_memory() -> bool:
+    """Have glibc's ``malloc`` take every block from its heap, none mapped on its own
+    (``M_MMAP_MAX`` 0), and keep up to :data:`KEPT_FREE_BYTES` freed at the heap's top
+    (``M_TRIM_THRESHOLD``), unless the environment sets any of those or the mmap threshold
+    (``MALLOC_MMAP_MAX_``, ``MALLOC_TRIM_THRESHOLD_``, ``MALLOC_MMAP_THRESHOLD_``, or their
+    ``glibc.malloc`` tunables in ``GLIBC_TUNABLES``); whether it was set. Elsewhere nothing.
+
+    glibc maps a block of more than its mmap threshold (128 KiB, rising to at most 32 MiB as
+    such blocks are freed) on its own, and unmaps it when freed; past 32 MiB, and at the heap's
+    top past twice the threshold, every freed temporary goes back to the system. The run
+    folder's writers make numpy temporaries of tens to hundreds of megabytes at tens of
+    thousands of tokens (a column of every span), each then mapped and faulted in, page by
+    page, again. Kept, the next one reuses the pages: at 40,000 tokens, with
+    :func:`no_numpy_huge_pages`, the run folder took 4.3-4.7 s of wall time where it took
+    6.4-6.9 s, its system time 0.6-1.4 s where it was 5.3-5.6 s, the peak memory ~10% more (2
+    cores, 2026-12-08, ``benchmarks/README.md``). The process ends once its folder is written,
+    so what it keeps is not held for long."""
+    names = ("mmap_max", "trim_threshold", "mmap_threshold")
+    return _mallopt(names, ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, KEPT_FREE_BYTES)))
+
+
+def _mallopt(names: tuple[str, ...], settings: tuple[tuple[int, int], ...]) -> bool:
+    """glibc's ``mallopt`` of each ``(parameter, value)`` of ``settings``, unless the
+    environment sets any of the ``glibc.malloc`` tunables ``names`` (or their ``MALLOC_*``
+    variables); whether all were set. Elsewhere (another C library, another system, no
+    ctypes) nothing."""
+    tunables = os.environ.get("GLIBC_TUNABLES", "")
+    for name in names:
+        variable = f"MALLOC_{name.upper()}" + ("" if name == "arena_max" else "_")
+        if variable in os.environ or f"glibc.malloc.{name}" in tunables:
+            return False
     if not _glibc():
         return False
     try:
         import ctypes
 
-        return bool(ctypes.CDLL(None).mallopt(M_ARENA_MAX, 1))  # (the process's own C library)
+        mallopt = ctypes.CDLL(None).mallopt  # (the process's own C library)
+        return all([bool(mallopt(parameter, value)) for parameter, value in settings])
     except Exception:  # (no ctypes, no mallopt: the allocator as it is)
         return False
+
+
+def no_numpy_huge_pages() -> bool:
+    """Have numpy not ask the kernel for transparent huge pages (``NUMPY_MADVISE_HUGEPAGE=0``,
+    numpy's own switch, read as numpy is imported) unless the environment sets it; whether it
+    was set. Where transparent huge pages are given on request (Linux's ``madvise`` mode, as
+    on Debian and Ubuntu), numpy asks for them for every array of 4 MiB or more, and the
+    kernel then finds and zeroes 2 MiB pages at the first touch, compacting memory to find
+    them: at 40,000 tokens most of the run folder's system time (above). The setting reaches
+    the process's children. Not set once numpy is imported (it would no longer be read)."""
+    if "NUMPY_MADVISE_HUGEPAGE" in os.environ or "numpy" in sys.modules:
+        return False
+    os.environ["NUMPY_MADVISE_HUGEPAGE"] = "0"
+    return True
 
 
 def _glibc() -> bool:

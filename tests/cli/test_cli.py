@@ -148,44 +148,83 @@ def test_the_process_loads_no_pydantic_plugins_unless_told_to(setting, loaded) -
 @pytest.mark.parametrize(
     ("setting", "set_here"),
     [
-        ({}, True),
-        ({"MALLOC_ARENA_MAX": "4"}, False),
-        ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=4"}, False),
+        ({}, (True, True)),
+        ({"MALLOC_ARENA_MAX": "4"}, (False, True)),
+        ({"GLIBC_TUNABLES": "glibc.malloc.arena_max=4"}, (False, True)),
+        ({"MALLOC_MMAP_MAX_": "65536"}, (True, False)),
+        ({"MALLOC_TRIM_THRESHOLD_": "131072"}, (True, False)),
+        ({"MALLOC_MMAP_THRESHOLD_": "131072"}, (True, False)),
+        ({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=131072"}, (True, False)),
     ],
 )
-def test_one_malloc_arena_unless_told_otherwise(setting, set_here) -> None:
+def test_the_allocator_set_unless_told_otherwise(setting, set_here) -> None:
     """glibc's malloc keeps one arena (as ``MALLOC_ARENA_MAX=1``) unless the environment says
-    how many; on another C library the allocator is left alone."""
+    how many, and what is freed unless it sets how (the mmap and trim settings); on another C
+    library the allocator is left alone."""
     from specmd_sim import cli
 
     if not cli._glibc():
-        assert cli.one_malloc_arena() is False
+        assert (cli.one_malloc_arena(), cli.keep_freed_memory()) == (False, False)
         return
-    script = "from specmd_sim.cli import one_malloc_arena\nprint(one_malloc_arena())\n"
-    env = {k: v for k, v in os.environ.items() if k not in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES")}
+    script = (
+        "from specmd_sim.cli import keep_freed_memory, one_malloc_arena\n"
+        "print(one_malloc_arena(), keep_freed_memory())\n"
+    )
+    told = ("MALLOC_", "GLIBC_TUNABLES")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(told)}
     proc = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env={**env, **setting}
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == str(set_here)
+    assert proc.stdout.split() == [str(s) for s in set_here]
 
 
 @pytest.mark.parametrize(
-    ("command", "arena"), [("run", True), ("replay", True), ("policies", False)]
+    ("setting", "before", "set_here", "huge"),
+    [({}, "", True, False), ({"NUMPY_MADVISE_HUGEPAGE": "1"}, "", False, True),
+     ({}, "import numpy\n", False, True)],
+)  # fmt: skip
+def test_numpy_asks_for_no_huge_pages_unless_told(setting, before, set_here, huge) -> None:
+    """numpy is told to ask for no transparent huge pages (its own switch, read as it is
+    imported) unless the environment says; once numpy is imported, nothing is set."""
+    script = (
+        f"{before}from specmd_sim.cli import no_numpy_huge_pages\n"
+        "print(no_numpy_huge_pages())\n"
+        "import numpy, os\n"
+        "core = getattr(numpy, '_core', None) or numpy.core\n"
+        "print(bool(core.multiarray._get_madvise_hugepage()))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "NUMPY_MADVISE_HUGEPAGE"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env={**env, **setting}
+    )
+    assert proc.returncode == 0, proc.stderr
+    said, asked = proc.stdout.split()
+    assert said == str(set_here)
+    if sys.platform == "linux":  # (elsewhere numpy decides by itself)
+        assert asked == str(huge)
+
+
+@pytest.mark.parametrize(
+    ("command", "prepared"), [("run", True), ("replay", True), ("policies", False)]
 )
-def test_the_process_keeps_one_arena_for_run_and_replay_only(command, arena) -> None:
-    """``process_main`` sets one arena for ``run`` and ``replay`` (whose run folders' writer
-    threads it is for), not for the other commands (a recording's torch threads among them)."""
+def test_the_process_is_prepared_for_run_and_replay_only(command, prepared) -> None:
+    """``process_main`` sets the allocator (one arena, what is freed kept) and numpy's huge
+    pages for ``run`` and ``replay`` (whose run folders' writer threads it is for), not for
+    the other commands (a recording's torch threads among them)."""
     script = (
         "import sys\n"
         "import specmd_sim.cli as cli\n"
         "cli.one_malloc_arena = lambda: print('one arena') or True\n"
+        "cli.keep_freed_memory = lambda: print('freed kept') or True\n"
+        "cli.no_numpy_huge_pages = lambda: print('no huge pages') or True\n"
         f"sys.argv = ['specmd', {command!r}, '--help']\n"
         "cli.process_main()\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert (proc.stdout.splitlines()[0] == "one arena") is arena, proc.stdout[:200]
+    said = ["one arena", "freed kept", "no huge pages"]
+    assert (proc.stdout.splitlines()[:3] == said) is prepared, proc.stdout[:200]
 
 
 def test_the_run_folders_writers_are_loaded_beside_the_engine(monkeypatch) -> None:
