@@ -184,10 +184,10 @@ def keep_freed_memory() -> bool:
     folder's writers make numpy temporaries of tens to hundreds of megabytes at tens of
     thousands of tokens (a column of every span), each then mapped and faulted in, page by
     page, again. Kept, the next one reuses the pages: at 40,000 tokens, with
-    :func:`no_numpy_huge_pages`, the run folder took 4.3-4.7 s of wall time where it took
-    6.4-6.9 s, its system time 0.6-1.4 s where it was 5.3-5.6 s, the peak memory ~10% more (2
-    cores, 2026-12-08, ``benchmarks/README.md``). The process ends once its folder is written,
-    so what it keeps is not held for long."""
+    :func:`no_numpy_huge_pages`, the run folder took 4.2-4.5 s where it took 6.0-6.9 s, the
+    whole process's system time 1.9-2.4 s where it was 6.9-7.7 s, its peak memory 3-7% more
+    (3 pairs, 2 cores, 2026-12-08: ``benchmarks/README.md``). The process ends once its folder
+    is written, so what it keeps is not held for long."""
     names = ("mmap_max", "trim_threshold", "mmap_threshold")
     return _mallopt(names, ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, KEPT_FREE_BYTES)))
 
