@@ -56,6 +56,7 @@ from typing import Any
 # ruff: noqa: E402 (the imports below come after the process is prepared)
 from specmd_sim.cli import prepare_process  # (imports no numpy)
 
+ENVIRONMENT = dict(os.environ)  # (the whole processes': each prepares its own, or does not)
 prepare_process(["run"])  # (this process as ``specmd run``'s: the parts below measured alike)
 
 import yaml
@@ -127,7 +128,7 @@ def measure(tokens: int, repeat: int, folder: Path) -> dict[str, Any]:
     # Python's bytecode of each module as an installed package has it (pip compiles it): kept
     # under a prefix of the benchmark's own, written by a first run not timed, even where
     # PYTHONDONTWRITEBYTECODE is set (else each run compiles every module, ~0.15 s here)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = {k: v for k, v in ENVIRONMENT.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(folder / "bytecode")
 
     seconds_file = folder / "write_run-seconds"

@@ -137,7 +137,8 @@ def process_main() -> None:
 
 def prepare_process(args: list[str]) -> None:
     """What :func:`process_main` sets in the process for the command line ``args`` (its
-    arguments, the command first), before anything else is imported."""
+    arguments, the command first): called before numpy is imported (this module imports
+    none) and before any thread starts."""
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     if args[:1] in (["run"], ["replay"]):
         one_malloc_arena()
@@ -163,12 +164,12 @@ def one_malloc_arena() -> bool:
     beside the engine as well: ``benchmarks/README.md``, 2026-12-07); the threads' allocations
     are few and large, so sharing one arena's lock cost nothing measurable. Set once, before
     any thread, by the ``specmd`` process; a library caller's process is left as it is."""
-    return _mallopt(("arena_max",), ((M_ARENA_MAX, 1),))
+    return _mallopt_unless_set(("arena_max",), ((M_ARENA_MAX, 1),))
 
 
 KEPT_FREE_BYTES = 1 << 30
-"""Freed memory at the top of the heap that :func:`keep_freed_memory` keeps before glibc gives
-it back to the system."""
+"""The trim threshold :func:`keep_freed_memory` sets: glibc gives the free top of its heap back
+to the system (all of it but ``M_TOP_PAD``) only once it is larger."""
 
 
 def keep_freed_memory() -> bool:
@@ -189,18 +190,26 @@ def keep_freed_memory() -> bool:
     (3 pairs, 2 cores, 2026-12-08: ``benchmarks/README.md``). The process ends once its folder
     is written, so what it keeps is not held for long."""
     names = ("mmap_max", "trim_threshold", "mmap_threshold")
-    return _mallopt(names, ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, KEPT_FREE_BYTES)))
+    return _mallopt_unless_set(names, ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, KEPT_FREE_BYTES)))
 
 
-def _mallopt(names: tuple[str, ...], settings: tuple[tuple[int, int], ...]) -> bool:
+MALLOC_VARIABLES = {
+    "arena_max": "MALLOC_ARENA_MAX",
+    "mmap_max": "MALLOC_MMAP_MAX_",
+    "trim_threshold": "MALLOC_TRIM_THRESHOLD_",
+    "mmap_threshold": "MALLOC_MMAP_THRESHOLD_",
+}
+"""The environment variable glibc reads for each of its ``glibc.malloc`` tunables used here."""
+
+
+def _mallopt_unless_set(names: tuple[str, ...], settings: tuple[tuple[int, int], ...]) -> bool:
     """glibc's ``mallopt`` of each ``(parameter, value)`` of ``settings``, unless the
-    environment sets any of the ``glibc.malloc`` tunables ``names`` (or their ``MALLOC_*``
-    variables); whether all were set. Elsewhere (another C library, another system, no
-    ctypes) nothing."""
+    environment sets any of the ``glibc.malloc`` tunables ``names`` (in ``GLIBC_TUNABLES``, or
+    by their variables, :data:`MALLOC_VARIABLES`); whether all were set (each is tried).
+    Elsewhere (another C library, another system, no ctypes) nothing."""
     tunables = os.environ.get("GLIBC_TUNABLES", "")
     for name in names:
-        variable = f"MALLOC_{name.upper()}" + ("" if name == "arena_max" else "_")
-        if variable in os.environ or f"glibc.malloc.{name}" in tunables:
+        if MALLOC_VARIABLES[name] in os.environ or f"glibc.malloc.{name}" in tunables:
             return False
     if not _glibc():
         return False
@@ -216,11 +225,14 @@ def _mallopt(names: tuple[str, ...], settings: tuple[tuple[int, int], ...]) -> b
 def no_numpy_huge_pages() -> bool:
     """Have numpy not ask the kernel for transparent huge pages (``NUMPY_MADVISE_HUGEPAGE=0``,
     numpy's own switch, read as numpy is imported) unless the environment sets it; whether it
-    was set. Where transparent huge pages are given on request (Linux's ``madvise`` mode, as
-    on Debian and Ubuntu), numpy asks for them for every array of 4 MiB or more, and the
-    kernel then finds and zeroes 2 MiB pages at the first touch, compacting memory to find
-    them: at 40,000 tokens most of the run folder's system time (above). The setting reaches
-    the process's children. Not set once numpy is imported (it would no longer be read)."""
+    was set. Where transparent huge pages are given on request (Linux's ``madvise`` mode, this
+    machine's), numpy asks for them for every array of 4 MiB or more, and the kernel then
+    finds and zeroes 2 MiB pages at the first touch, compacting memory to find them (in the
+    ``always`` mode it does so whatever numpy asks). At 40,000 tokens, this switch alone took
+    the whole process's system time from 7.4-8.7 s to 4.3-6.3 s, with
+    :func:`keep_freed_memory` to 2.5-3.6 s (runs of each, 2026-12-08: ``docs/design.md``).
+    The setting reaches the process's children. Not set once numpy is imported (it would no
+    longer be read)."""
     if "NUMPY_MADVISE_HUGEPAGE" in os.environ or "numpy" in sys.modules:
         return False
     os.environ["NUMPY_MADVISE_HUGEPAGE"] = "0"
