@@ -123,11 +123,8 @@ def process_main() -> None:
     in an environment with torch and its kin, for hooks that would only observe the validation
     of the command's inputs. The setting reaches the process's children (a sweep's workers).
 
-    For ``run`` and ``replay``, the C library's allocator keeps one arena for all threads
-    (:func:`one_malloc_arena`: their run folders' writer threads) and what they free
-    (:func:`keep_freed_memory`), and numpy asks for no transparent huge pages
-    (:func:`no_numpy_huge_pages`); the other commands (a recording's torch threads among them)
-    keep the allocator as it is."""
+    For ``run`` and ``replay``, the allocator and numpy are set for their run folders' writers
+    (:func:`prepare_process`)."""
     prepare_process(sys.argv[1:])
     try:
         main()
@@ -138,7 +135,12 @@ def process_main() -> None:
 def prepare_process(args: list[str]) -> None:
     """What :func:`process_main` sets in the process for the command line ``args`` (its
     arguments, the command first): called before numpy is imported (this module imports
-    none) and before any thread starts."""
+    none) and before any thread starts. Pydantic's plug-ins are not looked for; for ``run``
+    and ``replay``, the C library's allocator keeps one arena for all threads
+    (:func:`one_malloc_arena`: their run folders' writer threads) and what they free
+    (:func:`keep_freed_memory`), and numpy asks for no transparent huge pages
+    (:func:`no_numpy_huge_pages`); the other commands (a recording's torch threads among them)
+    keep the allocator as it is."""
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     if args[:1] in (["run"], ["replay"]):
         one_malloc_arena()

@@ -132,10 +132,13 @@ def overflow_note(
         return None
     demand = inputs.get("layer_demand_max")
     said = f"note: {overflowed:,} demand fetches were streamed past the cache: "
-    streamed = (
-        "went through staging buffers, crossing the link but never cached (counted as overflow "
-        "fetches"
-    )
+
+    def streamed(remedy: str = "") -> str:
+        return (
+            "went through staging buffers, crossing the link but never cached (counted as "
+            f"overflow fetches{remedy})"
+        )
+
     if isinstance(demand, int) and demand <= slots:
         config = config or {}
         kind = (config.get("eviction") or {}).get("kind", "the eviction policy")
@@ -144,12 +147,12 @@ def overflow_note(
         return (
             f"{said}a layer demanded up to {demand} experts and the cache holds {slots:,}, yet "
             f"no room was made: the eviction policy ({kind}) chose no victim among the experts "
-            f"not pinned{shrank}; what found no room {streamed})"
+            f"not pinned{shrank}; what found no room {streamed()}"
         )
     return (
         f"{said}a layer demanded up to {demand or 'more'} experts and the cache holds "
-        f"{slots:,}, so what the layer's pinned experts left no room for {streamed}; a larger "
-        f"cache or prefill in chunks changes it)"
+        f"{slots:,}, so what the layer's pinned experts left no room for "
+        + streamed("; a larger cache or prefill in chunks changes it")
     )
 
 
